@@ -1,0 +1,28 @@
+# make demo / make test: each creates .venv on first use and reuses it afterwards.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/texstream demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(VENV)/bin/texstream bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check engine tests demos
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

@@ -1,0 +1,33 @@
+"""texstream: stream huge block-compressed textures into a moderngl program inside a VRAM budget."""
+
+from __future__ import annotations
+
+from .errors import (
+    BudgetError,
+    EngineError,
+    GLError,
+    PackFormatError,
+    ShaderError,
+    SourceError,
+    TileCorruptError,
+)
+from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddressMode",
+    "BudgetError",
+    "EngineError",
+    "GLError",
+    "PackFormatError",
+    "PackHeader",
+    "PackReader",
+    "PackWriter",
+    "ShaderError",
+    "SourceError",
+    "Supercompression",
+    "TexelFormat",
+    "TileCorruptError",
+    "__version__",
+]
