@@ -1,0 +1,102 @@
+"""Configuration: frozen, keyword-only dataclasses with commented defaults. The CLI builds them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .pack.format import AddressMode, Supercompression, TexelFormat
+
+__all__ = ["BakeConfig", "BudgetConfig", "StreamerConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BakeConfig:
+    """How a source becomes a pack."""
+
+    texel_format: TexelFormat = TexelFormat.BC1  # bc1 for opaque colour; bc3/bc7 alpha; bc4 one channel; bc5 normals
+    srgb: bool | None = None  # None: sRGB for colour formats (bc1/bc3/bc7/rgba8), linear for bc4/bc5
+    tile_size: int = 128  # content texels a side: 64, 128 or 256
+    border: int = 4  # texels copied from neighbours on each side; multiple of 4
+    address_mode: AddressMode = AddressMode.CLAMP  # what filtering sees past the image edge
+    supercompression: Supercompression = Supercompression.ZSTD  # none, zstd or lz4, per tile
+    zstd_level: int = 3  # 1..19; 3 is zstd's own default and bakes fast
+    bc7_quality: str = "normal"  # fast | normal | slow (etcpak's BC7 uber level and partition search)
+    jobs: int = 0  # worker processes; 0: every core
+    progress: bool = True  # tqdm progress bar on stderr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "texel_format", TexelFormat(self.texel_format))
+        object.__setattr__(self, "address_mode", AddressMode(self.address_mode))
+        object.__setattr__(self, "supercompression", Supercompression(self.supercompression))
+        if self.bc7_quality not in ("fast", "normal", "slow"):
+            raise ValueError(f"bc7 quality must be fast, normal or slow, got {self.bc7_quality!r}")
+        if not 1 <= self.zstd_level <= 19:
+            raise ValueError(f"zstd level must be in 1..19, got {self.zstd_level!r}")
+        if self.jobs < 0:
+            raise ValueError(f"jobs must be >= 0, got {self.jobs!r}")
+        if self.srgb and not self.texel_format.colour:
+            raise ValueError(f"{self.texel_format.name.lower()} holds linear data; it cannot be sRGB")
+
+    @property
+    def is_srgb(self) -> bool:
+        return self.texel_format.colour if self.srgb is None else self.srgb
+
+    @property
+    def worker_count(self) -> int:
+        return self.jobs or os.cpu_count() or 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """The engine's VRAM budget."""
+
+    budget_mb: float | None = None  # None: auto, the driver's free memory less `headroom`
+    headroom: float = 0.10  # fraction of the driver's free memory left to everything else
+    fallback_mb: float = 256.0  # auto budget when the driver reports no memory figure (llvmpipe, most non-NVIDIA)
+    high_water: float = 0.95  # wanted/available slot ratio above which the feedback mip bias rises
+    low_water: float = 0.75  # ratio below which the bias falls again
+    bias_step: float = 0.25  # bias change per update() while outside the water marks
+    max_bias: float = 6.0  # never coarser than this many levels above what the screen wants
+
+    def __post_init__(self) -> None:
+        if self.budget_mb is not None and self.budget_mb <= 0:
+            raise ValueError(f"budget must be positive, got {self.budget_mb!r} MiB")
+        if not 0.0 <= self.headroom < 1.0:
+            raise ValueError(f"headroom must be in [0, 1), got {self.headroom!r}")
+        if not 0.0 < self.low_water < self.high_water <= 1.0:
+            raise ValueError(f"need 0 < low_water < high_water <= 1, got {self.low_water!r}, {self.high_water!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamerConfig:
+    """Runtime streaming behaviour."""
+
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    ring_mb: int = 64  # persistent-mapped staging ring ("pinned" upload memory)
+    io_threads: int = 4  # pread + checksum + decompress workers
+    frames_in_flight: int = 3  # a tile is evicted only this many frames after its last use
+    upload_bytes_per_frame: int = 16 << 20  # upload cap per update(), bytes
+    upload_tiles_per_frame: int = 256  # upload cap per update(), tiles
+    feedback_divisor: int = 8  # feedback buffer is the framebuffer size / this
+    cancel_after_frames: int = 8  # a queued request not wanted again for this long is dropped
+    prefetch: bool = True  # also request neighbours and the next finer level of what is wanted
+    pinned_levels: int = 2  # each texture's coarsest levels stay resident (never evicted)
+    retry_frames: int = 60  # a failed tile is retried after this many frames (doubling each time)
+    debug_gl: bool = False  # glGetError after every raw GL call, GLError naming the call
+
+    def __post_init__(self) -> None:
+        checks = {
+            "ring_mb": self.ring_mb >= 1,
+            "io_threads": self.io_threads >= 1,
+            "frames_in_flight": self.frames_in_flight >= 1,
+            "upload_bytes_per_frame": self.upload_bytes_per_frame >= 1,
+            "upload_tiles_per_frame": self.upload_tiles_per_frame >= 1,
+            "feedback_divisor": self.feedback_divisor >= 1,
+            "cancel_after_frames": self.cancel_after_frames >= 1,
+            "pinned_levels": self.pinned_levels >= 1,
+            "retry_frames": self.retry_frames >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
