@@ -359,11 +359,11 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
         raise PackFormatError(f"not a texstream pack: magic is {magic!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise PackFormatError(f"unsupported pack version {version} (this reader knows {VERSION})")
-    if header_size != HEADER_SIZE:
-        raise PackFormatError(f"header size field is {header_size}, expected {HEADER_SIZE}")
     (stored_sum,) = CHECKSUM_STRUCT.unpack(data[HEADER_SIZE - 8 : HEADER_SIZE])
     if stored_sum != xxhash.xxh3_64_intdigest(body):
         raise PackFormatError("header checksum mismatch (the first 128 bytes are damaged)")
+    if header_size != HEADER_SIZE:
+        raise PackFormatError(f"header size field is {header_size}, expected {HEADER_SIZE}")
     if flags & ~FLAG_SRGB:
         raise PackFormatError(f"unknown flag bits 0x{flags:x} in the header")
     if reserved != b"\0" * 16:

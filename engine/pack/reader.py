@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -59,10 +60,13 @@ class PackReader:
 
     def _load(self) -> None:
         try:
-            self.file_size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
         except OSError as exc:
             raise PackFormatError(f"cannot stat pack {self.path}: {exc.strerror}") from None
-        raw = parse_header_bytes(self._pread(HEADER_SIZE, 0), self.file_size)
+        if stat.S_ISDIR(st.st_mode):
+            raise PackFormatError(f"pack {self.path} is a folder, not a file")
+        self.file_size = st.st_size
+        raw = parse_header_bytes(self._pread(min(HEADER_SIZE, self.file_size), 0), self.file_size)
         h = self.header = raw.header
         # Level table: must equal what the header's geometry implies.
         level_bytes = self._pread(h.level_count * LEVEL_DTYPE.itemsize, HEADER_SIZE)

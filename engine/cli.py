@@ -1,0 +1,251 @@
+"""The `texstream` command line.
+
+User errors print one line on stderr and exit non-zero, without a traceback: 2 for usage (bad
+arguments), 1 for bad data (unreadable image, corrupt pack, missing file). Set TEXSTREAM_DEBUG=1
+to get the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import BakeConfig
+from .errors import EngineError
+from .pack.format import AddressMode, Supercompression, TexelFormat
+
+log = logging.getLogger("texstream")
+
+EXIT_DATA = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + error)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# ---- shared option groups ---------------------------------------------------------------------
+def _add_encoding_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("encoding")
+    g.add_argument("--format", default="bc1", help="bc1 (default), bc3, bc4, bc5, bc7 or rgba8")
+    srgb = g.add_mutually_exclusive_group()
+    srgb.add_argument("--srgb", dest="srgb", action="store_true", default=None, help="colour data (default for colour formats)")
+    srgb.add_argument("--linear", dest="srgb", action="store_false", help="linear data: normal maps, masks (default for bc4/bc5)")
+    g.add_argument("--tile", type=int, default=128, help="tile content size: 64, 128 (default) or 256")
+    g.add_argument("--border", type=int, default=4, help="border texels, multiple of 4 (default 4)")
+    g.add_argument("--address", default="clamp", help="clamp (default) or wrap")
+    g.add_argument("--supercompression", default="zstd", help="none, zstd (default) or lz4")
+    g.add_argument("--zstd-level", type=int, default=3, help="zstd level 1..19 (default 3)")
+    g.add_argument("--bc7-quality", default="normal", help="fast, normal (default) or slow")
+    g.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def _bake_config(args: argparse.Namespace) -> BakeConfig:
+    try:
+        return BakeConfig(
+            texel_format=TexelFormat.parse(args.format),
+            srgb=args.srgb,
+            tile_size=args.tile,
+            border=args.border,
+            address_mode=AddressMode.parse(args.address),
+            supercompression=Supercompression.parse(args.supercompression),
+            zstd_level=args.zstd_level,
+            bc7_quality=args.bc7_quality,
+            jobs=args.jobs,
+            progress=args.progress and sys.stderr.isatty(),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_output(path: Path) -> None:
+    if path.suffix != ".tpk":
+        raise UsageError(f"output {path} should end in .tpk")
+    if not path.parent.is_dir() and str(path.parent):
+        raise UsageError(f"output folder {path.parent} does not exist")
+
+
+# ---- commands ---------------------------------------------------------------------------------
+def cmd_bake(args: argparse.Namespace) -> int:
+    from .bake.pipeline import bake_file
+
+    cfg = _bake_config(args)
+    out = Path(args.out)
+    _check_output(out)
+    report = bake_file(Path(args.src), out, cfg)
+    print(report.summary())
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .bake.pipeline import bake_procedural
+
+    cfg = _bake_config(args)
+    out = Path(args.out)
+    _check_output(out)
+    if args.size < 1:
+        raise UsageError(f"--size must be positive, got {args.size}")
+    report = bake_procedural(out, args.size, args.pattern, args.seed, cfg, height=args.height)
+    print(report.summary())
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .pack.reader import PackReader
+
+    with PackReader(args.pack) as r:
+        info = dict(r.header.describe())
+        info["file_size"] = r.file_size
+        info["payload_bytes"] = int(r.index["stored_size"].sum())
+        raw_total = r.header.tile_raw_size * r.header.tile_count
+        info["compression_ratio"] = round(raw_total / max(1, info["payload_bytes"]), 3)
+        info["level_table"] = [
+            {"level": i, "width": int(e["width"]), "height": int(e["height"]),
+             "tiles_x": int(e["tiles_x"]), "tiles_y": int(e["tiles_y"])}
+            for i, e in enumerate(r.header.level_table)
+        ]  # fmt: skip
+        info["metadata"] = r.metadata
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    print(f"{args.pack}: texstream pack v1, {info['file_size']:,} bytes")
+    print(f"  size        {info['width']} x {info['height']}, {info['levels']} levels")
+    print(f"  format      {info['format']}{' sRGB' if info['srgb'] else ' linear'}, "
+          f"tiles {info['tile_size']} + {info['border']} border ({info['slot_size']}^2 slots, "
+          f"{info['tile_raw_size']:,} bytes raw)")  # fmt: skip
+    print(f"  address     {info['address_mode']}, supercompression {info['supercompression']} "
+          f"(x{info['compression_ratio']}), {info['tile_count']:,} tiles")  # fmt: skip
+    for e in info["level_table"]:
+        print(f"  level {e['level']:2d}    {e['width']:>6} x {e['height']:<6} {e['tiles_x']:>4} x {e['tiles_y']:<4} tiles")
+    if info["metadata"]:
+        print(f"  metadata    {json.dumps(info['metadata'], sort_keys=True)}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .pack.reader import PackReader
+
+    with PackReader(args.pack) as r:
+        bad = r.verify()
+        total = r.header.tile_count
+    if bad:
+        for lv, x, y, why in bad:
+            print(f"bad tile level {lv} ({x}, {y}): {why}")
+        print(f"{args.pack}: {len(bad)} of {total} tiles bad", file=sys.stderr)
+        return EXIT_DATA
+    print(f"{args.pack}: all {total} tiles ok")
+    return 0
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from .pack.extract import extract_level, parse_region, write_image
+
+    from .pack.extract import image_mode_for
+    from .pack.reader import PackReader
+
+    try:
+        region = parse_region(args.region) if args.region else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with PackReader(args.pack) as reader:
+        image = extract_level(reader, args.level, region)
+        mode = image_mode_for(reader.header.texel_format)
+    write_image(image, Path(args.out), mode)
+    print(f"wrote {args.out}: {image.shape[1]} x {image.shape[0]}")
+    return 0
+
+
+# ---- entry point ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="texstream", description="Stream huge block-compressed textures into a VRAM budget.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("bake", help="bake an image into a tile pack")
+    s.add_argument("src", help="source image (any format Pillow or libvips reads)")
+    s.add_argument("out", help="output pack, .tpk")
+    _add_encoding_options(s)
+    s.set_defaults(func=cmd_bake)
+
+    s = sub.add_parser("generate", help="bake a procedural texture of any size into a tile pack")
+    s.add_argument("out", help="output pack, .tpk")
+    s.add_argument("--size", type=int, required=True, help="width in texels (and height unless --height)")
+    s.add_argument("--height", type=int, default=None, help="height in texels (default: --size)")
+    s.add_argument("--pattern", default="terrain", help="terrain (default), checker or normals")
+    s.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    _add_encoding_options(s)
+    s.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("info", help="describe a pack")
+    s.add_argument("pack")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("verify", help="check every tile of a pack (exit 1 listing bad tiles)")
+    s.add_argument("pack")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("extract", help="decode one level (or a region of it) to an image")
+    s.add_argument("pack")
+    s.add_argument("out", help="output image (.png recommended)")
+    s.add_argument("--level", type=int, default=0, help="mip level (default 0)")
+    s.add_argument("--region", default=None, help="x,y,w,h in texels of that level")
+    s.set_defaults(func=cmd_extract)
+
+    return p
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: writers delete their temporary files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = os.environ.get("TEXSTREAM_DEBUG") == "1"
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"texstream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except EngineError as exc:
+        if debug:
+            raise
+        print(f"texstream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_DATA
+    except FileNotFoundError as exc:
+        if debug:
+            raise
+        print(f"texstream {args.command}: {exc.filename or exc}: file not found", file=sys.stderr)
+        return EXIT_DATA
+    except OSError as exc:
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"texstream {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_DATA
+    except KeyboardInterrupt:
+        print(f"texstream {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
