@@ -13,13 +13,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/texstream demo
+	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)
-	$(VENV)/bin/texstream bench
+	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine tests demos

@@ -167,6 +167,19 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .assets import ensure_asset
+
+    path = ensure_asset(progress=sys.stderr.isatty())
+    return cmd_info(argparse.Namespace(pack=str(path), json=False))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
 # ---- entry point ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="texstream", description="Stream huge block-compressed textures into a VRAM budget.")
@@ -204,6 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--region", default=None, help="x,y,w,h in texels of that level")
     s.set_defaults(func=cmd_extract)
 
+    s = sub.add_parser("demo", help="run the demo scene on the default asset (baked on first use)")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("bench", help="measure throughput against ceilings measured in the same run")
+    s.add_argument("what", nargs="?", default="bake", choices=["bake"], help="what to measure (default bake)")
+    s.add_argument("--quick", action="store_true", help="small sizes, for CI")
+    s.add_argument("--size", type=int, default=16384, help="source image size for bench bake (default 16384)")
+    s.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")
+    s.add_argument("--json", default=None, help="also write the results to this JSON file")
+    s.set_defaults(func=cmd_bench)
     return p
 
 
