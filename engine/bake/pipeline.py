@@ -1,0 +1,709 @@
+"""Bake a source into a tile pack: mip pyramid, slots with borders, block compression, in parallel.
+
+How the work is split. The pyramid is made in *stages*; a stage takes one level ``s`` as input
+(the source itself, or float32 linear rows from the previous stage), tiles levels ``s .. s+k-1``
+and hands level ``s+k`` to the next stage. Its input is cut into *bands* of ``T * 2^(k-1)`` rows,
+so that a band holds whole tile rows at every level it tiles, plus a margin of ``B * 2^(k-1)``
+rows on each side: the 2x2 box filter of `mips` needs nothing outside a band, and the margin
+yields the B border rows of every level. A worker process turns one band into finished tiles
+(mips, slots, BCn, supercompression, checksum) and the band's rows of level ``s+k``. The main
+process reads the source (top to bottom, once), feeds bands to the workers, writes their tiles
+through `PackWriter`, and passes each stage's output to the next. The last stage holds what is
+left (a small level) and tiles it down to one tile.
+
+Memory is bounded by the band size (`BAND_BYTES`) times the jobs in flight, whatever the image size:
+the source is never held whole, and no level is either.
+
+Wrap address mode needs the other end of each level: the first band of a stage returns its
+levels' top rows, which the bands at the bottom use (odd-edge texel, padding and bottom border),
+and the last band returns its levels' bottom rows, from which the top tile row of each level
+(deferred by the first band) is cut at the end.
+
+On Linux the workers are forked, and stage-0 bands read by the main process are passed through
+an anonymous shared-memory ring instead of being pickled. etcpak holds the GIL, so processes (not
+threads) are what scales. Any exception, KeyboardInterrupt or SystemExit terminates the workers,
+deletes the temporary pack and re-raises; the output path is never left half-written.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..config import BakeConfig
+from ..errors import EngineError
+from ..pack import codec
+from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+from ..pack.writer import PackWriter
+from . import bcn
+from .mips import LevelRows, Transfer, band_levels
+from .source import Source, describe, open_source
+from .tiler import LevelCutter
+
+log = logging.getLogger(__name__)
+
+BAND_BYTES = 32 << 20  # input bytes of one band: bounds worker memory (~4x this) and the ring
+FINAL_BYTES = 4 << 20  # a level this small (as float32 RGBA) is finished by one job
+MIP_FILTER = "box2x2-linear"  # recorded in the metadata
+
+
+# ---- report -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BakeReport:
+    """What a bake produced and how fast."""
+
+    path: Path
+    width: int
+    height: int
+    levels: int
+    tiles: int
+    texel_format: str
+    raw_bytes: int  # encoded tile bytes before supercompression
+    file_bytes: int  # size of the pack file
+    seconds: float
+    jobs: int
+
+    @property
+    def source_pixels(self) -> int:
+        return self.width * self.height
+
+    @property
+    def mpixels_per_s(self) -> float:
+        return self.source_pixels / 1e6 / max(self.seconds, 1e-9)
+
+    def summary(self) -> str:
+        ratio = self.raw_bytes / max(1, self.file_bytes)
+        return (f"{self.path}: {self.width} x {self.height}, {self.levels} levels, {self.tiles:,} tiles "
+                f"{self.texel_format}, {self.file_bytes / 2**20:,.1f} MiB (x{ratio:.2f}) in "
+                f"{self.seconds:.2f} s, {self.mpixels_per_s:,.1f} MPixel/s on {self.jobs} jobs")  # fmt: skip
+
+    def as_dict(self) -> dict:
+        return {"path": str(self.path), "width": self.width, "height": self.height, "levels": self.levels,
+                "tiles": self.tiles, "format": self.texel_format, "raw_bytes": self.raw_bytes,
+                "file_bytes": self.file_bytes, "seconds": self.seconds, "jobs": self.jobs,
+                "source_pixels": self.source_pixels, "mpixels_per_s": self.mpixels_per_s}  # fmt: skip
+
+
+# ---- stage plan -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stage:
+    """Levels ``level .. level+count-1`` tiled from bands of level ``level``'s rows."""
+
+    index: int
+    level: int
+    count: int
+    final: bool
+    width: int
+    height: int
+    band: int  # rows of level `level` per band
+    margin: int  # extra rows each side
+
+    @property
+    def bands(self) -> int:
+        return -(-self.height // self.band)
+
+    def content(self, i: int) -> tuple[int, int]:
+        return i * self.band, min(self.height, (i + 1) * self.band)
+
+    def window(self, i: int) -> tuple[int, int]:
+        a, b = self.content(i)
+        return max(0, a - self.margin), min(self.height, b + self.margin)
+
+
+def plan_stages(header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None) -> list[Stage]:
+    """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row);
+    a level of at most `final_bytes` (as float32 RGBA) is finished in one job."""
+    band_bytes = BAND_BYTES if band_bytes is None else band_bytes
+    final_bytes = FINAL_BYTES if final_bytes is None else final_bytes
+    t, b = header.tile_size, header.border
+    stages: list[Stage] = []
+    s = 0
+    while s < header.level_count:
+        w, h = header.level_dims(s)
+        remaining = header.level_count - s
+        texel = 4 if s == 0 else 16  # uint8 RGBA source rows, float32 RGBA after
+        if remaining == 1 or w * h * 16 <= final_bytes:
+            stages.append(Stage(len(stages), s, remaining, True, w, h, h, 0))
+            break
+        k = 1
+        while k + 1 < remaining and t * (1 << k) * w * texel <= band_bytes:
+            k += 1
+        stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), b << (k - 1)))
+        s += k
+    return stages
+
+
+# ---- jobs (pickled to workers) ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs besides the job itself."""
+
+    header: PackHeader
+    transfer: Transfer
+    bc7_quality: str
+    zstd_level: int
+
+
+@dataclass(frozen=True)
+class RingRef:
+    """A band's rows in the shared ring: byte offset, row count, width, dtype (uint8 or float32)."""
+
+    offset: int
+    rows: int
+    width: int
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.width * 4 * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class BandJob:
+    stage: Stage
+    band: int
+    data: RingRef | np.ndarray | None  # None: the worker reads the source itself
+    source: Source | None = None  # a picklable source (procedural); else the one given at fork
+    top_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [0, n)
+    top_row0: dict[int, np.ndarray] = field(default_factory=dict)  # level -> row 0 as filtered
+    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [h-n, h)
+    skip_row0: bool = False  # leave each level's tile row 0 to a later CutJob (wrap)
+    want_top: bool = False
+    want_bottom: bool = False
+
+
+@dataclass
+class CutJob:
+    level: int
+    ty: int
+    rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
+
+
+@dataclass
+class JobResult:
+    tiles: list[tuple[int, int, int, bytes, int]] = field(default_factory=list)
+    output: np.ndarray | None = None
+    top_rows: dict[int, np.ndarray] = field(default_factory=dict)
+    top_row0: dict[int, np.ndarray] = field(default_factory=dict)
+    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+# ---- worker side ------------------------------------------------------------------------------------
+@dataclass
+class _WorkerState:
+    settings: Settings
+    ring: mmap.mmap | None = None
+    source: Source | None = None  # inherited at fork: workers read it directly
+
+
+_worker: _WorkerState | None = None
+
+
+def _init_worker(state: _WorkerState) -> None:
+    global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _tune_malloc()
+    _worker = state
+    _warm_tables(state.settings)
+
+
+def _tune_malloc() -> None:
+    """Keep freed band buffers in the heap (glibc): every band allocates the same ~100 MiB, and
+    returning it to the kernel each time costs a page fault per 4 KiB when it comes back."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def _warm_tables(settings: Settings) -> None:
+    t = settings.transfer
+    t.reduce(np.zeros((2, 2, 4), np.uint8), None, AddressMode.CLAMP)
+    t.encode(np.zeros((1, 1, 4), np.float32))
+
+
+def _run_job(job: BandJob | CutJob) -> JobResult:
+    assert _worker is not None, "worker not initialised"
+    return execute(job, _worker)
+
+
+def execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
+    """Run one job (in a worker process, or inline when jobs == 1)."""
+    if isinstance(job, CutJob):
+        res = JobResult()
+        h = state.settings.header
+        w, lh = h.level_dims(job.level)
+        cutter = LevelCutter(w, lh, h.tile_size, h.border, h.address_mode)
+        _encode_row(state.settings, cutter, job.level, job.ty, job.rows, res.tiles)
+        return res
+    return _run_band(job, state)
+
+
+def _encode_row(settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray,
+                out: list[tuple[int, int, int, bytes, int]]) -> None:  # fmt: skip
+    h = settings.header
+    for tx, slot in cutter.cut(rows):
+        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb)
+        stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
+        out.append((level, tx, ty, stored, digest))
+
+
+def _band_input(job: BandJob, state: _WorkerState, lo: int, hi: int) -> np.ndarray:
+    ref = job.data
+    if isinstance(ref, RingRef):
+        assert state.ring is not None
+        a = np.frombuffer(state.ring, np.dtype(ref.dtype), ref.rows * ref.width * 4, ref.offset)
+        return a.reshape(ref.rows, ref.width, 4)
+    if ref is not None:
+        return ref
+    source = job.source or state.source
+    assert source is not None
+    return np.ascontiguousarray(source.read_rows(lo, hi))
+
+
+def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
+    settings = state.settings
+    h = settings.header
+    st = job.stage
+    t, b = h.tile_size, h.border
+    a0, b0 = st.content(job.band)
+    lo, hi = st.window(job.band)
+    data = _band_input(job, state, lo, hi)
+    if data.shape[0] != hi - lo:
+        raise EngineError(f"band {job.band} of stage {st.index} has {data.shape[0]} rows, expected {hi - lo}")
+    res = JobResult()
+    reductions = st.count - 1 if st.final else st.count
+    levels = band_levels(LevelRows(st.level, lo, hi, data), reductions, h.level_dims, settings.transfer,
+                         h.address_mode, job.top_row0.__getitem__)  # fmt: skip
+    for lr in levels:
+        d = lr.level - st.level
+        lw, lh = h.level_dims(lr.level)
+        ca = a0 >> d
+        cb = lh if b0 >= st.height else b0 >> d
+        if d == st.count:  # the next stage's input
+            res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
+            break
+        elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
+        part = lr.data[elo - lr.lo : ehi - lr.lo]
+        enc = part if part.dtype == np.uint8 else settings.transfer.encode(part)
+        if job.want_top:
+            assert elo == 0 and lr.lo == 0
+            res.top_rows[lr.level] = enc[: min(lh, t + b)].copy()
+            res.top_row0[lr.level] = lr.data[0].copy()
+        if job.want_bottom:
+            assert ehi == lh
+            res.bottom_rows[lr.level] = enc[lh - b - elo :].copy() if b else enc[:0].copy()
+        cutter = LevelCutter(lw, lh, t, b, h.address_mode)
+        for ty in range(ca // t, -(-cb // t)):
+            if ty == 0 and job.skip_row0:
+                continue
+            rows = _gather(cutter.slot_rows(ty), enc, elo, job.top_rows.get(lr.level),
+                           job.bottom_rows.get(lr.level), lh)  # fmt: skip
+            _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
+    return res
+
+
+def _gather(idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None,
+            height: int) -> np.ndarray:  # fmt: skip
+    """Slot rows `idx` (resolved level rows) from the band's encoded rows or the wrap contexts."""
+    ehi = elo + enc.shape[0]
+    if idx[0] >= elo and idx[-1] < ehi and np.all(np.diff(idx) == 1):
+        return enc[idx[0] - elo : idx[-1] - elo + 1]
+    out = np.empty((idx.size,) + enc.shape[1:], np.uint8)
+    for k, r in enumerate(idx.tolist()):
+        if elo <= r < ehi:
+            out[k] = enc[r - elo]
+        elif top is not None and r < top.shape[0]:
+            out[k] = top[r]
+        elif bottom is not None and r >= height - bottom.shape[0]:
+            out[k] = bottom[r - (height - bottom.shape[0])]
+        else:
+            raise AssertionError(f"row {r} of a {height}-row level is in neither the band nor a context")
+    return out
+
+
+# ---- main side ---------------------------------------------------------------------------------------
+class _Feed:
+    """The input rows of one stage, arriving in order, handed out as overlapping band windows.
+
+    Stage 0 either reads the source here (`source`), or leaves reading to the workers (`remote`);
+    later stages receive the previous stage's output rows through `add`.
+    """
+
+    def __init__(self, stage: Stage, source: Source | None = None, remote: bool = False) -> None:
+        self.stage = stage
+        self.source = source
+        self.remote = remote
+        self.next_band = 0
+        self.chunks: list[tuple[int, np.ndarray]] = []
+        self.have = 0  # rows [0, have) have arrived
+        self.dtype = np.dtype(np.uint8 if stage.index == 0 else np.float32)
+        self.top: JobResult | None = None
+        self.bottom: JobResult | None = None
+        self.deferred_sent = False
+
+    @property
+    def finished(self) -> bool:
+        return self.next_band >= self.stage.bands
+
+    def add(self, start: int, rows: np.ndarray) -> None:
+        assert start == self.have, f"stage {self.stage.index}: rows {start}.. arrived after {self.have}"
+        if rows.shape[0]:
+            self.chunks.append((start, rows))
+            self.have += rows.shape[0]
+
+    def ready(self) -> bool:
+        if self.finished:
+            return False
+        if self.source is not None or self.remote:
+            return True
+        return self.have >= self.stage.window(self.next_band)[1]
+
+    def window_rows(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows of the next band's window (reading the source as needed), copied into `out` if given
+        (else a view when possible); then drops the rows no later band needs."""
+        lo, hi = self.stage.window(self.next_band)
+        if self.source is not None and self.have < hi:
+            rows = self.source.read_rows(self.have, hi)
+            if rows.shape != (hi - self.have, self.stage.width, 4) or rows.dtype != np.uint8:
+                raise EngineError(f"source {self.source.name} returned {rows.shape} {rows.dtype} for rows "
+                                  f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) uint8")
+            self.add(self.have, rows)
+        parts = [(s, c) for s, c in self.chunks if s < hi and s + c.shape[0] > lo]
+        if out is None and len(parts) == 1 and parts[0][0] <= lo and parts[0][0] + parts[0][1].shape[0] >= hi:
+            s, c = parts[0]
+            rows = c[lo - s : hi - s]
+        else:
+            rows = out if out is not None else np.empty((hi - lo, self.stage.width, 4), self.dtype)
+            for s, c in parts:
+                a, z = max(lo, s), min(hi, s + c.shape[0])
+                rows[a - lo : z - lo] = c[a - s : z - s]
+        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
+        self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
+        return rows
+
+
+class _InlineExecutor:
+    """jobs == 1: run each job at submission, in this process."""
+
+    def __init__(self, state: _WorkerState) -> None:
+        self.state = state
+
+    def submit(self, fn: Callable, job: BandJob | CutJob) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(execute(job, self.state))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+
+_Executor = ProcessPoolExecutor | _InlineExecutor
+
+
+class _Baker:
+    def __init__(self, source: Source, out: Path, config: BakeConfig, metadata: dict) -> None:
+        self.source = source
+        self.out = out
+        self.config = config
+        self.header = PackHeader(
+            width=source.width,
+            height=source.height,
+            texel_format=config.texel_format,
+            srgb=config.is_srgb,
+            tile_size=config.tile_size,
+            border=config.border,
+            address_mode=config.address_mode,
+            supercompression=config.supercompression,
+        )
+        transfer = Transfer(srgb=self.header.srgb, alpha=source.channels in (2, 4))
+        self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level)
+        self.stages = plan_stages(self.header)
+        self.metadata = metadata
+        self.jobs = max(1, config.worker_count)
+        self.max_in_flight = self.jobs + 2
+        self.fork = "fork" in mp.get_all_start_methods()
+        # Who reads the source: workers generate picklable ones themselves; forked workers (or
+        # this process, with one job) read shareable ones directly; else this process reads it.
+        self.pickled_source = bool(getattr(source, "parallel", False))
+        self.shared_source = not self.pickled_source and bool(getattr(source, "forkable", False)) and (
+            self.fork or self.jobs == 1
+        )
+        remote = self.pickled_source or self.shared_source
+        self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
+        self.feeds += [_Feed(st) for st in self.stages[1:]]
+        self.pending: deque[tuple[Future, BandJob | CutJob, int | None]] = deque()
+        self.ring: mmap.mmap | None = None
+        self.free_slots: list[int] = []
+        self.slot_bytes = 0
+        self.writer: PackWriter | None = None
+        self.bar = None
+        self.raw_bytes = 0
+
+    # ---- pool -------------------------------------------------------------------------------------
+    def _start_pool(self) -> _Executor:
+        state = _WorkerState(self.settings, None, self.source if self.shared_source else None)
+        _warm_tables(self.settings)  # built once here; forked workers inherit the tables
+        if self.jobs == 1:
+            return _InlineExecutor(state)
+        if self.fork:
+            # Band inputs the main process holds travel through a shared ring, not pickles.
+            sizes = [(st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
+                     for st in self.stages if st.index > 0 or self.feeds[0].source is not None]  # fmt: skip
+            if sizes:
+                self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
+                self.ring = state.ring = mmap.mmap(-1, self.slot_bytes * self.max_in_flight)
+                self.free_slots = list(range(self.max_in_flight))
+        ctx = mp.get_context("fork" if self.fork else "spawn")
+        pool = ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_init_worker, initargs=(state,))
+        for f in [pool.submit(_warm_tables, self.settings) for _ in range(self.jobs)]:
+            f.result()  # all workers exist before any thread (progress bar, libvips) may start
+        return pool
+
+    @staticmethod
+    def _stop_pool(pool: _Executor, failed: bool) -> None:
+        if not isinstance(pool, ProcessPoolExecutor):
+            return
+        if failed:  # don't wait for running bands: stop the workers now
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- scheduling ------------------------------------------------------------------------------
+    def _submit(self, pool: _Executor, job: BandJob | CutJob, slot: int | None) -> None:
+        self.pending.append((pool.submit(_run_job, job), job, slot))
+
+    def _pump(self, pool: _Executor) -> None:
+        progress = True
+        while progress and len(self.pending) < self.max_in_flight:
+            progress = False
+            for feed in reversed(self.feeds):  # later stages first: frees their buffered rows
+                while feed.ready() and len(self.pending) < self.max_in_flight:
+                    job, slot = self._next_band(feed)
+                    if job is None:
+                        break
+                    self._submit(pool, job, slot)
+                    progress = True
+
+    def _next_band(self, feed: _Feed) -> tuple[BandJob | None, int | None]:
+        st, i = feed.stage, feed.next_band
+        wrap = self.header.address_mode is AddressMode.WRAP and st.bands > 1
+        needs_top = wrap and i > 0 and st.window(i)[1] >= st.height
+        if needs_top and feed.top is None:
+            return None, None  # waits for band 0's result
+        slot = None
+        data: RingRef | np.ndarray | None = None
+        if feed.remote:
+            pass
+        elif self.ring is not None:
+            if not self.free_slots:
+                return None, None
+            slot = self.free_slots.pop()
+            lo, hi = st.window(i)
+            ref = RingRef(slot * self.slot_bytes, hi - lo, st.width, feed.dtype.name)
+            view = np.frombuffer(self.ring, feed.dtype, ref.rows * ref.width * 4, ref.offset)
+            feed.window_rows(view.reshape(ref.rows, ref.width, 4))
+            del view
+            data = ref
+        else:
+            data = np.ascontiguousarray(feed.window_rows())
+        job = BandJob(st, i, data, self.source if feed.remote and self.pickled_source else None,
+                      skip_row0=wrap and i == 0, want_top=wrap and i == 0,
+                      want_bottom=wrap and i == st.bands - 1)  # fmt: skip
+        if needs_top:
+            assert feed.top is not None
+            job.top_rows, job.top_row0 = feed.top.top_rows, feed.top.top_row0
+        feed.next_band += 1
+        return job, slot
+
+    def _process_oldest(self, pool: _Executor) -> None:
+        fut, job, slot = self.pending.popleft()
+        res = fut.result()
+        if slot is not None:
+            self.free_slots.append(slot)
+        writer = self.writer
+        assert writer is not None
+        raw = self.header.tile_raw_size
+        for level, x, y, stored, digest in res.tiles:
+            writer.add_encoded(level, x, y, stored, raw, digest)
+        self.raw_bytes += raw * len(res.tiles)
+        if self.bar is not None:
+            self.bar.update(len(res.tiles))
+        if isinstance(job, CutJob):
+            return
+        feed = self.feeds[job.stage.index]
+        if job.want_top:
+            feed.top = res
+        if job.want_bottom:
+            feed.bottom = res
+        if res.output is not None:
+            st = job.stage
+            self.feeds[st.index + 1].add(st.content(job.band)[0] >> st.count, res.output)
+        if feed.top is not None and feed.bottom is not None and not feed.deferred_sent:
+            feed.deferred_sent = True
+            for cut in self._deferred_cuts(feed):
+                self._submit(pool, cut, None)
+
+    def _deferred_cuts(self, feed: _Feed) -> list[CutJob]:
+        """Tile row 0 of each level of a wrapped stage, from its top rows and the level's bottom rows."""
+        assert feed.top is not None and feed.bottom is not None
+        h = self.header
+        jobs = []
+        for level, top in feed.top.top_rows.items():
+            w, lh = h.level_dims(level)
+            bottom = feed.bottom.bottom_rows[level]
+            cutter = LevelCutter(w, lh, h.tile_size, h.border, h.address_mode)
+            rows = _gather(cutter.slot_rows(0), top[:0], 0, top, bottom, lh)
+            jobs.append(CutJob(level, 0, rows))
+        return jobs
+
+    # ---- run --------------------------------------------------------------------------------------
+    def run(self) -> BakeReport:
+        start = time.perf_counter()
+        self.writer = PackWriter(self.out, self.header, self.metadata)
+        pool = None
+        failed = True
+        try:
+            pool = self._start_pool()
+            if self.config.progress:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self.header.tile_count, unit="tile", desc=self.out.name, leave=False,
+                                dynamic_ncols=True)  # fmt: skip
+            while True:
+                self._pump(pool)
+                if not self.pending:
+                    break
+                self._process_oldest(pool)
+            unfinished = [f.stage.index for f in self.feeds if not f.finished]
+            if unfinished:
+                raise EngineError(f"internal error: stages {unfinished} did not finish")
+            self._stop_pool(pool, failed=False)
+            pool = None
+            self.writer.commit()
+            failed = False
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+            if failed:
+                try:
+                    if pool is not None:
+                        self._stop_pool(pool, failed=True)
+                finally:
+                    self.writer.abort()
+            if self.ring is not None:
+                try:
+                    self.ring.close()
+                except BufferError:  # a view outlived its job (only after an error): the GC frees it
+                    pass
+        seconds = time.perf_counter() - start
+        h = self.header
+        return BakeReport(
+            path=self.out,
+            width=h.width,
+            height=h.height,
+            levels=h.level_count,
+            tiles=h.tile_count,
+            texel_format=h.texel_format.name.lower(),
+            raw_bytes=self.raw_bytes,
+            file_bytes=self.out.stat().st_size,
+            seconds=seconds,
+            jobs=self.jobs,
+        )
+
+
+# ---- public API ---------------------------------------------------------------------------------------
+def bake(
+    source: Source, out_path: str | os.PathLike[str], config: BakeConfig | None = None, metadata: dict | None = None
+) -> BakeReport:
+    """Bake `source` into a pack at `out_path` (written atomically) and report what it took.
+
+    `metadata` is merged over the automatic metadata (source description, every creation parameter).
+    """
+    config = config or BakeConfig()
+    if not isinstance(config, BakeConfig):
+        raise TypeError(f"config must be a BakeConfig, got {type(config).__name__}")
+    for attr in ("width", "height", "channels", "read_rows"):
+        if not hasattr(source, attr):
+            raise TypeError(f"source {source!r} has no {attr!r}: it is not a texstream Source")
+    out = Path(out_path)
+    meta = creation_metadata(source, config)
+    meta.update(metadata or {})
+    baker = _Baker(source, out, config, meta)
+    log.info("baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s", source.name, source.width,
+             source.height, out, baker.header.level_count, baker.header.tile_count,
+             [(s.level, s.count, s.bands) for s in baker.stages])  # fmt: skip
+    report = baker.run()
+    log.info("%s", report.summary())
+    return report
+
+
+def creation_metadata(source: Source, config: BakeConfig) -> dict:
+    """The metadata every pack records: tool, source, and each creation parameter."""
+    from .. import __version__
+
+    meta = {"tool": f"texstream {__version__}", "mip_filter": MIP_FILTER}
+    meta.update(describe(source))
+    meta.update({
+        "format": config.texel_format.name.lower(),
+        "srgb": config.is_srgb,
+        "tile_size": config.tile_size,
+        "border": config.border,
+        "address_mode": config.address_mode.name.lower(),
+        "supercompression": config.supercompression.name.lower(),
+    })  # fmt: skip
+    if config.supercompression is Supercompression.ZSTD:
+        meta["zstd_level"] = config.zstd_level
+    if config.texel_format is TexelFormat.BC7:
+        meta["bc7_quality"] = config.bc7_quality
+    return meta
+
+
+def bake_file(
+    path: str | os.PathLike[str], out: str | os.PathLike[str], config: BakeConfig | None = None,
+    metadata: dict | None = None,
+) -> BakeReport:  # fmt: skip
+    """Open an image file (`open_source`: Pillow, or libvips for huge images) and bake it."""
+    return bake(open_source(path), out, config, metadata)
+
+
+def bake_procedural(
+    out: str | os.PathLike[str], size: int, pattern: str = "terrain", seed: int = 1,
+    config: BakeConfig | None = None, *, height: int | None = None, metadata: dict | None = None,
+) -> BakeReport:  # fmt: skip
+    """Bake a procedural pattern of `size` x `height` (default square) texels."""
+    from .procedural import ProceduralSource
+
+    source = ProceduralSource(pattern, size, size if height is None else height, seed)
+    return bake(source, out, config, metadata)
+
+
+__all__ = [
+    "BakeReport",
+    "Stage",
+    "bake",
+    "bake_file",
+    "bake_procedural",
+    "creation_metadata",
+    "plan_stages",
+]

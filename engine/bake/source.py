@@ -1,0 +1,362 @@
+"""Image sources for the baker: anything that yields full-width RGBA8 row strips, top to bottom.
+
+Every source presents its pixels as 8-bit RGBA whatever it stores; ``channels`` says what they mean
+(1 grey, 2 grey + alpha, 3 RGB, 4 RGBA) so the baker knows whether alpha carries information.
+
+Conversion rules (Pillow modes; libvips images follow the same rules by band count and format):
+
+====================  ==========================================================================
+1                     0 -> 0, 1 -> 255, then as L
+L                     grey replicated to R, G, B; A = 255
+LA, La, PA            RGBA (La is unpremultiplied first; PA expands its palette)
+P                     RGBA when the palette or image has transparency, else RGB with A = 255
+RGB, RGBX             A = 255 (the X byte is ignored)
+RGBA                  as is
+RGBa                  unpremultiplied to RGBA
+I;16, I;16L/B/N, I    clipped to 0..65535, then round(v / 257) (so 65535 -> 255), then as L
+F                     clipped to [0, 1], then round(v * 255), then as L
+CMYK, YCbCr, LAB,     converted to RGB by Pillow (libvips: colourspace to sRGB), A = 255
+HSV
+====================  ==========================================================================
+
+Multi-frame files (GIF, APNG, TIFF pages) use their first frame. EXIF orientation is not applied:
+texels are baked in stored order. Anything else raises `SourceError` with a one-line message
+naming the file.
+
+Pillow decodes a whole image at once, so images above `VIPS_THRESHOLD` pixels (or that Pillow
+cannot read) are opened with libvips in sequential mode and converted strip by strip; a 16K^2 image
+never sits in memory whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import SourceError
+
+log = logging.getLogger(__name__)
+
+VIPS_THRESHOLD = 16 * 1024 * 1024  # pixels; larger images are streamed through libvips
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What the baker reads. Rows are requested top to bottom, each row at most once.
+
+    Optional attributes the baker looks for:
+
+    ``parallel``  True when the source is small to pickle, random-access and deterministic, so
+                  worker processes may call `read_rows` on their own copy (procedural sources).
+    ``forkable``  True when `read_rows` is random-access and safe to call from processes forked
+                  after the source was made (in-memory images): forked workers then read their
+                  bands straight from the inherited memory, in any order.
+    ``describe()``  a dict for the pack's metadata.
+
+    Sources with neither flag are read by the baker's main process only, strictly top to bottom.
+    """
+
+    name: str
+    width: int
+    height: int
+    channels: int
+
+    def read_rows(self, y0: int, y1: int) -> np.ndarray:
+        """Rows [y0, y1) as a (y1 - y0, width, 4) uint8 RGBA array (treat it as read-only)."""
+        ...
+
+
+def _check_range(source: Source, y0: int, y1: int) -> None:
+    if not 0 <= y0 < y1 <= source.height:
+        raise ValueError(f"row range {y0}..{y1} is outside 0..{source.height} of {source.name}")
+
+
+def describe(source: Source) -> dict:
+    """Metadata about a source for the pack (its own `describe()` when it has one)."""
+    own = getattr(source, "describe", None)
+    info = {"source": source.name, "source_width": source.width, "source_height": source.height,
+            "source_channels": source.channels}  # fmt: skip
+    if callable(own):
+        info.update(own())
+    return info
+
+
+# ---- conversions ---------------------------------------------------------------------------------
+def _grey(g: np.ndarray, alpha: np.ndarray | None = None) -> np.ndarray:
+    out = np.empty(g.shape + (4,), np.uint8)
+    out[..., 0] = out[..., 1] = out[..., 2] = g
+    out[..., 3] = 255 if alpha is None else alpha
+    return out
+
+
+def _rgb(rgb: np.ndarray) -> np.ndarray:
+    out = np.empty(rgb.shape[:2] + (4,), np.uint8)
+    out[..., :3] = rgb[..., :3]
+    out[..., 3] = 255
+    return out
+
+
+def u16_to_u8(v: np.ndarray) -> np.ndarray:
+    """Integers clipped to 0..65535, then round(v / 257) (exact: no ties, since 257 is odd)."""
+    v = np.clip(v.astype(np.int64), 0, 65535)
+    return ((2 * v + 257) // 514).astype(np.uint8)
+
+
+def float_to_u8(v: np.ndarray) -> np.ndarray:
+    """Floats clipped to [0, 1] (NaN -> 0), then round(v * 255)."""
+    v = np.nan_to_num(v.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0)
+    return np.rint(np.clip(v, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def to_rgba(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """(H, W) or (H, W, C<=4) array of uint8 / uint16 / int / float / bool -> (RGBA8, channels)."""
+    a = np.asarray(values)
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3 or not 1 <= a.shape[2] <= 4:
+        raise ValueError(f"expected an (H, W) or (H, W, 1..4) array, got shape {np.shape(values)}")
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8) * np.uint8(255)
+    elif a.dtype.kind in "ui" and a.dtype != np.uint8:
+        a = u16_to_u8(a)
+    elif a.dtype.kind == "f":
+        a = float_to_u8(a)
+    elif a.dtype != np.uint8:
+        raise ValueError(f"unsupported array dtype {a.dtype} (use uint8, uint16, int, float or bool)")
+    c = a.shape[2]
+    if c == 1:
+        return _grey(a[..., 0]), 1
+    if c == 2:
+        return _grey(a[..., 0], a[..., 1]), 2
+    if c == 3:
+        return _rgb(a), 3
+    return np.ascontiguousarray(a), 4
+
+
+def pil_to_rgba(img: object) -> tuple[np.ndarray, int]:
+    """A Pillow image (first frame) -> (H, W, 4) uint8 RGBA and its channel meaning (rules above)."""
+    from PIL import Image
+
+    assert isinstance(img, Image.Image)
+    mode = img.mode
+    if mode == "1":
+        return _grey(np.asarray(img.convert("L"))), 1
+    if mode == "L":
+        return _grey(np.asarray(img)), 1
+    if mode in ("LA", "La"):
+        la = np.asarray(img if mode == "LA" else img.convert("LA"))
+        return _grey(la[..., 0], la[..., 1]), 2
+    if mode == "PA" or (mode == "P" and img.has_transparency_data):
+        return np.asarray(img.convert("RGBA")).copy(), 4
+    if mode in ("P", "CMYK", "YCbCr", "LAB", "HSV"):
+        return _rgb(np.asarray(img.convert("RGB"))), 3
+    if mode in ("RGB", "RGBX"):
+        return _rgb(np.asarray(img)), 3
+    if mode in ("RGBA", "RGBa"):
+        return np.asarray(img if mode == "RGBA" else img.convert("RGBA")).copy(), 4
+    if mode.startswith("I"):  # I;16, I;16L, I;16B, I;16N, I
+        return _grey(u16_to_u8(np.asarray(img))), 1
+    if mode == "F":
+        return _grey(float_to_u8(np.asarray(img))), 1
+    try:
+        return np.asarray(img.convert("RGBA")).copy(), 4
+    except (ValueError, OSError) as exc:
+        raise SourceError(f"unsupported image mode {mode!r}: {exc}") from None
+
+
+# ---- sources ---------------------------------------------------------------------------------------
+class ArraySource:
+    """An in-memory array (see `to_rgba` for accepted shapes and dtypes), converted per strip."""
+
+    forkable = True
+
+    def __init__(self, array: np.ndarray, name: str = "array") -> None:
+        a = np.asarray(array)
+        if a.ndim not in (2, 3) or a.shape[0] < 1 or a.shape[1] < 1:
+            raise ValueError(f"array must be (H, W) or (H, W, C) with H, W >= 1, got shape {a.shape}")
+        to_rgba(a[:1, :1])  # validates channels and dtype up front
+        self._array = a
+        self.name = name
+        self.height, self.width = int(a.shape[0]), int(a.shape[1])
+        self.channels = 1 if a.ndim == 2 else int(a.shape[2])
+
+    def read_rows(self, y0: int, y1: int) -> np.ndarray:
+        _check_range(self, y0, y1)
+        a = self._array[y0:y1]
+        if a.ndim == 3 and a.shape[2] == 4 and a.dtype == np.uint8:
+            return a
+        return to_rgba(a)[0]
+
+    def describe(self) -> dict:
+        return {"source_kind": "array", "source_dtype": str(self._array.dtype)}
+
+
+class PillowSource:
+    """A Pillow image (or a path Pillow opens), decoded and converted once, read by slicing."""
+
+    forkable = True
+
+    def __init__(self, image: str | os.PathLike[str] | object, name: str | None = None) -> None:
+        from PIL import Image, UnidentifiedImageError
+
+        if isinstance(image, Image.Image):
+            img = image
+            self.name = name or "image"
+        else:
+            path = Path(image)  # type: ignore[arg-type]
+            self.name = name or path.name
+            try:
+                img = Image.open(path)
+            except FileNotFoundError:
+                raise SourceError(f"{path}: no such file") from None
+            except UnidentifiedImageError:
+                raise SourceError(f"{path}: not an image Pillow can read") from None
+            except OSError as exc:
+                raise SourceError(f"{path}: cannot open: {_first_line(exc)}") from None
+        self.mode = img.mode
+        try:
+            if getattr(img, "n_frames", 1) > 1:
+                img.seek(0)
+            img.load()
+            self._rgba, self.channels = pil_to_rgba(img)
+        except SourceError as exc:
+            raise SourceError(f"{self.name}: {exc}") from None
+        except (OSError, ValueError, SyntaxError, EOFError) as exc:  # truncated / corrupt data
+            raise SourceError(f"{self.name}: cannot decode: {_first_line(exc)}") from None
+        self.height, self.width = self._rgba.shape[:2]
+
+    def read_rows(self, y0: int, y1: int) -> np.ndarray:
+        _check_range(self, y0, y1)
+        return self._rgba[y0:y1]
+
+    def describe(self) -> dict:
+        return {"source_kind": "pillow", "source_mode": self.mode}
+
+
+class VipsSource:
+    """A file streamed by libvips (access="sequential"), converted to RGBA8 strip by strip.
+
+    Only the strip being read (and libvips' small line cache) is in memory, whatever the image's
+    size. Rows must be requested top to bottom.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
+        import pyvips
+
+        self.path = Path(path)
+        self.name = name or self.path.name
+        try:
+            img = pyvips.Image.new_from_file(str(self.path), access="sequential", fail_on="error")
+            self.mode = f"{img.interpretation}/{img.format}/{img.bands}"
+            self._img, self.channels = self._convert(img)
+        except pyvips.Error as exc:
+            raise SourceError(f"{self.path}: cannot open with libvips: {_first_line(exc)}") from None
+        self.width, self.height = self._img.width, self._img.height
+        self._next = 0
+
+    @staticmethod
+    def _convert(img: object) -> tuple[object, int]:
+        import pyvips
+
+        assert isinstance(img, pyvips.Image)
+        interp = str(img.interpretation)
+        if interp in ("cmyk", "lab", "labq", "labs", "lch", "cmc", "xyz", "yxy", "hsv", "scrgb"):
+            img = img.colourspace("srgb")
+        fmt = str(img.format)
+        if fmt in ("complex", "dpcomplex"):
+            raise SourceError(f"complex-valued images are not supported (format {fmt})")
+        if fmt in ("float", "double"):
+            img = (img.cast("double").max_pair(0.0).min_pair(1.0) * 255.0).rint().cast("uchar")
+        elif fmt != "uchar":  # ushort, short, uint, int, char: clip 0..65535, round(v / 257)
+            img = ((img.cast("double").max_pair(0.0).min_pair(65535.0)) / 257.0).rint().cast("uchar")
+        bands = img.bands
+        if bands == 1:
+            out, channels = img.bandjoin([img, img, 255]), 1
+        elif bands == 2:
+            out, channels = img[0].bandjoin([img[0], img[0], img[1]]), 2
+        elif bands == 3:
+            out, channels = img.bandjoin(255), 3
+        elif bands == 4:
+            out, channels = img, 4
+        else:
+            raise SourceError(f"{bands}-band images are not supported (expected 1 to 4 bands)")
+        return out.cast("uchar"), channels
+
+    def read_rows(self, y0: int, y1: int) -> np.ndarray:
+        import pyvips
+
+        _check_range(self, y0, y1)
+        if y0 < self._next:
+            raise ValueError(f"{self.name} streams top to bottom: row {y0} was requested after row {self._next}")
+        try:
+            data = self._img.crop(0, y0, self.width, y1 - y0).write_to_memory()  # type: ignore[attr-defined]
+        except pyvips.Error as exc:
+            raise SourceError(f"{self.path}: cannot read rows {y0}..{y1}: {_first_line(exc)}") from None
+        self._next = y1
+        return np.frombuffer(data, np.uint8).reshape(y1 - y0, self.width, 4)
+
+    def describe(self) -> dict:
+        return {"source_kind": "vips", "source_mode": self.mode}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRESHOLD) -> Source:
+    """Open an image file: Pillow up to `vips_threshold` pixels, libvips above it or when Pillow
+    cannot read the file. Missing, unreadable, truncated or non-image files raise SourceError."""
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.exists():
+        raise SourceError(f"{p}: no such file")
+    if p.is_dir():
+        raise SourceError(f"{p}: is a folder, not an image")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(p)
+    except Image.DecompressionBombError:
+        log.info("%s: too large for Pillow, streaming it with libvips", p)
+        return VipsSource(p)
+    except UnidentifiedImageError:
+        try:
+            return VipsSource(p)
+        except SourceError:
+            raise SourceError(f"{p}: not an image (neither Pillow nor libvips can read it)") from None
+    except OSError as exc:
+        raise SourceError(f"{p}: cannot open: {_first_line(exc)}") from None
+    w, h = img.size
+    if w * h > vips_threshold:
+        try:
+            src = VipsSource(p)
+        except SourceError as exc:
+            log.info("libvips cannot stream %s (%s); decoding it whole with Pillow", p, exc)
+        else:
+            img.close()
+            return src
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return PillowSource(img, name=p.name)
+
+
+__all__ = [
+    "VIPS_THRESHOLD",
+    "ArraySource",
+    "PillowSource",
+    "Source",
+    "VipsSource",
+    "describe",
+    "float_to_u8",
+    "open_source",
+    "pil_to_rgba",
+    "to_rgba",
+    "u16_to_u8",
+]

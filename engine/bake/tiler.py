@@ -1,0 +1,103 @@
+"""Cut a level into tile slots: T x T content plus a B-texel border copied from the same level.
+
+Slot ``(x, y)`` of a level covers level texels ``[x*T - B, x*T + T + B)`` in each axis. Every texel
+index outside the level (before 0, past the last texel: the border at the level's edge and the
+padding of a partial last tile) is resolved by the address mode, clamp (the nearest edge texel)
+or wrap (index modulo the level's size), so a slot holds exactly what a filter reading the whole
+level would see, and filtering inside one slot equals filtering the level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..pack.format import AddressMode
+
+log = logging.getLogger(__name__)
+
+
+def resolve(indices: np.ndarray, size: int, mode: AddressMode) -> np.ndarray:
+    """Map texel indices (any integers) into [0, size) by the address mode."""
+    if size < 1:
+        raise ValueError(f"size must be positive, got {size}")
+    idx = np.asarray(indices, np.int64)
+    if mode is AddressMode.WRAP:
+        return np.mod(idx, size)
+    return np.clip(idx, 0, size - 1)
+
+
+@dataclass(frozen=True)
+class LevelCutter:
+    """Slot geometry of one level: which level rows a tile row needs, and the column padding."""
+
+    width: int
+    height: int
+    tile_size: int
+    border: int
+    mode: AddressMode
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.height < 1:
+            raise ValueError(f"level size must be positive, got {self.width}x{self.height}")
+        if self.border < 0 or self.border % 4 or self.tile_size % 4 or self.tile_size < 4:
+            raise ValueError(f"tile size {self.tile_size} and border {self.border} must be multiples of 4")
+        object.__setattr__(self, "mode", AddressMode(self.mode))
+
+    @property
+    def slot_size(self) -> int:
+        return self.tile_size + 2 * self.border
+
+    @property
+    def tiles_x(self) -> int:
+        return -(-self.width // self.tile_size)
+
+    @property
+    def tiles_y(self) -> int:
+        return -(-self.height // self.tile_size)
+
+    def slot_rows(self, ty: int) -> np.ndarray:
+        """Level rows (resolved into [0, height)) of tile row `ty`'s slot, top to bottom."""
+        if not 0 <= ty < self.tiles_y:
+            raise ValueError(f"tile row {ty} is outside 0..{self.tiles_y - 1}")
+        start = ty * self.tile_size - self.border
+        return resolve(np.arange(start, start + self.slot_size), self.height, self.mode)
+
+    def padded_columns(self) -> np.ndarray:
+        """Level columns of the padded strip: [-B, tiles_x*T + B) resolved."""
+        n = self.tiles_x * self.tile_size + 2 * self.border
+        return resolve(np.arange(-self.border, n - self.border), self.width, self.mode)
+
+    def cut(self, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Slots of one tile row: `rows` is (S, width, 4) uint8 (from `slot_rows`); yields (x, slot).
+
+        Each slot is a fresh C-contiguous (S, S, 4) uint8 array, the layout encoders need.
+        """
+        s, t, b = self.slot_size, self.tile_size, self.border
+        if rows.shape != (s, self.width, 4) or rows.dtype != np.uint8:
+            raise ValueError(f"expected ({s}, {self.width}, 4) uint8 rows, got {rows.shape} {rows.dtype}")
+        n = self.tiles_x * t + 2 * b
+        strip = np.empty((s, n, 4), np.uint8)
+        strip[:, b : b + self.width] = rows
+        # Border and padding columns: outside the level, resolved by the address mode.
+        outside = np.r_[0:b, b + self.width : n]
+        if outside.size:
+            cols = self.padded_columns()[outside]
+            strip[:, outside] = rows[:, cols]
+        for x in range(self.tiles_x):
+            yield x, np.ascontiguousarray(strip[:, x * t : x * t + s])
+
+    def cut_level(self, level: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
+        """All slots of a whole (small) level held in memory: yields (x, y, slot)."""
+        if level.shape != (self.height, self.width, 4):
+            raise ValueError(f"expected a ({self.height}, {self.width}, 4) level, got {level.shape}")
+        for y in range(self.tiles_y):
+            rows = level[self.slot_rows(y)]
+            for x, slot in self.cut(rows):
+                yield x, y, slot
+
+
+__all__ = ["LevelCutter", "resolve"]

@@ -1,0 +1,510 @@
+"""GLSL loading: ``#include`` resolution, ``#line`` directives, and compile errors as `ShaderError`.
+
+Shader files live in the ``shaders/`` folder, shipped as the package ``texstream.shaders``. A file
+or a source string may include others::
+
+    #include "vt.glsl"              // a texstream shader (or a file next to the including one)
+    #include "texstream/vt.glsl"    // explicitly a texstream shader, from anywhere
+
+so a user's own shader string can pull in texstream's GLSL::
+
+    prog = shaders.program(ctx, vertex=MY_VS, fragment='''
+        #version 450
+        #include "texstream/vt.glsl"
+        ...
+    ''')
+
+Resolution order for ``#include "path"``: a ``texstream/`` prefix means the texstream shader folder;
+otherwise the including file's own folder, then each of `include_dirs` (user folders on disk), then
+the texstream shader folder. ``#pragma once`` in a file makes later includes of it empty; classic
+``#ifndef`` guards work too. Includes are resolved before the GLSL preprocessor runs, so an include
+inside ``#if 0`` is still read (but its text is compiled out). Only the top-level source may hold
+``#version``; defines given to the loader are inserted right after it.
+
+Every file gets an id (0 is the top-level source) and ``#line N ID`` directives keep the driver's
+line numbers pointing at the original files. Drivers do not all honour the file id (Mesa reports
+0 for most semantic errors), so on a compile failure the loader compiles the same text once more
+without ``#line`` directives and maps the flat line numbers back through its own table; the
+resulting `ShaderError` names ``file:line`` and quotes the offending source line.
+
+A stage argument is GLSL source when it contains a newline, otherwise the name of a shader file.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import TypeVar
+
+import moderngl
+
+from ..errors import ShaderError
+
+__all__ = [
+    "Diagnostic",
+    "ShaderCompileError",
+    "ShaderSource",
+    "compute_shader",
+    "load_source",
+    "preprocess",
+    "program",
+    "shader_root",
+]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+PACKAGE = "texstream.shaders"
+PACKAGE_PREFIX = "texstream/"
+MAX_INCLUDE_DEPTH = 32
+MAX_DIAGNOSTICS = 8
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"(?P<path>[^"]+)"\s*(//.*)?$')
+_INCLUDE_ANY = re.compile(r"^\s*#\s*include\b")
+_DEFUSE = re.compile(r"#\s*include\b")
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*(//.*)?$")
+_VERSION = re.compile(r"^\s*#\s*version\s+(?P<number>\d+)")
+
+# Driver log forms: Mesa "0:12(5): error", NVIDIA "0(12) : error", AMD/Intel "ERROR: 0:12: ...".
+_LOG_FORMS = (
+    re.compile(r"^\s*(?:ERROR|WARNING):\s*(?P<file>\d+):(?P<line>\d+):\s*(?P<msg>.*)$"),
+    re.compile(r"^\s*(?P<file>\d+):(?P<line>\d+)\(\d+\):\s*(?P<msg>.*)$"),
+    re.compile(r"^\s*(?P<file>\d+)\((?P<line>\d+)\)\s*:\s*(?P<msg>.*)$"),
+)
+_MODERNGL_STAGES = {
+    "vertex_shader": "vertex",
+    "fragment_shader": "fragment",
+    "geometry_shader": "geometry",
+    "tess_control_shader": "tess_control",
+    "tess_evaluation_shader": "tess_evaluation",
+    "compute_shader": "compute",
+}
+
+
+# ---- sources ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _File:
+    key: str  # identity for cycles and #pragma once: "texstream:vt.glsl", an absolute path, "<vertex>"
+    display: str  # what error messages call it
+    lines: tuple[str, ...]
+    # where relative includes resolve: a folder inside texstream's shaders ("" is the top), a folder
+    # on disk, or None (source strings have no folder of their own)
+    folder: str | Path | None
+
+
+@dataclass(frozen=True)
+class ShaderSource:
+    """A preprocessed shader: the text to compile and the table back to the original files."""
+
+    text: str  # with #line directives
+    flat_text: str  # the same lines without #line directives
+    files: tuple[str, ...]  # file id -> display name (id 0: the top-level source)
+    flat_map: tuple[tuple[int, int], ...]  # flat line (1-based, index + 1) -> (file id, line)
+    file_lines: tuple[tuple[str, ...], ...] = field(repr=False)  # file id -> its source lines
+
+    def locate(self, file_id: int, line: int) -> tuple[str, int, str]:
+        """(file name, line, source text) of `line` in file `file_id` ("<file N>" / "" when unknown)."""
+        if not 0 <= file_id < len(self.files):
+            return f"<file {file_id}>", line, ""
+        lines = self.file_lines[file_id]
+        text = lines[line - 1].strip() if 1 <= line <= len(lines) else ""
+        return self.files[file_id], line, text
+
+    def locate_flat(self, flat_line: int) -> tuple[str, int, str] | None:
+        """Map a line of `flat_text` back to (file, line, source text); None for synthetic lines."""
+        if not 1 <= flat_line <= len(self.flat_map):
+            return None
+        file_id, line = self.flat_map[flat_line - 1]
+        return None if file_id < 0 else self.locate(file_id, line)
+
+
+def shader_root() -> Traversable:
+    """The folder of texstream's shader files (the ``texstream.shaders`` package data)."""
+    try:
+        return importlib.resources.files(PACKAGE)
+    except ModuleNotFoundError:
+        # An editable install does not expose a namespace package nested in a regular one; the
+        # source checkout keeps the shaders next to the package folder.
+        fallback = Path(__file__).resolve().parents[2] / "shaders"
+        if fallback.is_dir():
+            return fallback
+        raise ShaderError(
+            f"cannot find texstream's shader folder (package {PACKAGE} is not installed)"
+        ) from None
+
+
+class _Preprocessor:
+    def __init__(self, include_dirs: Sequence[Path | str], defines: Mapping[str, object] | None) -> None:
+        self.root = shader_root()
+        self.include_dirs = [Path(d) for d in include_dirs]
+        self.defines = dict(defines or {})
+        for name in self.defines:
+            if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                raise ValueError(f"define name {name!r} is not a GLSL identifier")
+        self.files: list[_File] = []
+        self.ids: dict[str, int] = {}
+        self.once: set[str] = set()
+        # output rows: (text, file id or -1 for synthetic, line, is_line_directive)
+        self.rows: list[tuple[str, int, int, bool]] = []
+        self.line_base = 0  # GLSL < 330: "#line N" names the line *before* the next one
+
+    def run(self, top: _File) -> ShaderSource:
+        self._add_file(top)
+        version_index = next((i for i, ln in enumerate(top.lines) if _VERSION.match(ln)), None)
+        if version_index is not None:
+            number = int(_VERSION.match(top.lines[version_index]).group("number"))  # type: ignore[union-attr]
+            self.line_base = 0 if number >= 330 else -1
+        if version_index is None and self.defines:
+            for name, value in self.defines.items():
+                self.rows.append((f"#define {name} {_define_value(value)}", -1, 0, False))
+            self._line(1, 0)
+        self._emit_file(top, [], version_index)
+        text = "\n".join(r[0] for r in self.rows) + "\n"
+        flat_rows = [r for r in self.rows if not r[3]]
+        return ShaderSource(
+            text=text,
+            flat_text="\n".join(r[0] for r in flat_rows) + "\n",
+            files=tuple(f.display for f in self.files),
+            flat_map=tuple((r[1], r[2]) for r in flat_rows),
+            file_lines=tuple(f.lines for f in self.files),
+        )
+
+    def _add_file(self, f: _File) -> int:
+        if f.key not in self.ids:
+            self.ids[f.key] = len(self.files)
+            self.files.append(f)
+        return self.ids[f.key]
+
+    def _line(self, n: int, file_id: int) -> None:
+        self.rows.append((f"#line {n + self.line_base} {file_id}", -1, 0, True))
+
+    def _emit_file(self, f: _File, stack: list[tuple[_File, int]], version_index: int | None = None) -> None:
+        file_id = self.ids[f.key]
+        for number, line in enumerate(f.lines, start=1):
+            if version_index is not None and number == version_index + 1:
+                self.rows.append((line, file_id, number, False))
+                for name, value in self.defines.items():
+                    self.rows.append((f"#define {name} {_define_value(value)}", -1, 0, False))
+                if self.defines:
+                    self._line(number + 1, file_id)
+                continue
+            if _VERSION.match(line) and stack:
+                raise self._error(
+                    f, number, "#version is only allowed in the top-level shader, not in an include"
+                )
+            if _PRAGMA_ONCE.match(line):
+                self.once.add(f.key)
+                self.rows.append(("", file_id, number, False))
+                continue
+            m = _INCLUDE.match(line)
+            if m is None:
+                if _INCLUDE_ANY.match(line):
+                    raise self._error(f, number, 'malformed #include: write #include "file.glsl"')
+                # What is left of "#include" is comment text; moderngl's own include pass would still
+                # try to resolve it (its regex ignores comments), so it is defused.
+                self.rows.append((_DEFUSE.sub("# include", line), file_id, number, False))
+                continue
+            child = self._resolve(m.group("path"), f, number)
+            chain = [*stack, (f, number)]
+            if any(parent.key == child.key for parent, _ in chain):
+                names = " -> ".join([p.display for p, _ in chain] + [child.display])
+                raise self._error(f, number, f"#include cycle: {names}")
+            if len(chain) > MAX_INCLUDE_DEPTH:
+                raise self._error(f, number, f"#include nesting deeper than {MAX_INCLUDE_DEPTH}")
+            if child.key in self.once:
+                self.rows.append(("", file_id, number, False))
+                continue
+            child_id = self._add_file(child)
+            self.rows.append((f"// begin {child.display}", file_id, number, False))
+            self._line(1, child_id)
+            self._emit_file(child, chain)
+            self._line(number, file_id)
+            self.rows.append((f"// end {child.display}", file_id, number, False))
+
+    def _resolve(self, path: str, parent: _File, number: int) -> _File:
+        if posixpath.isabs(path) or Path(path).is_absolute():
+            raise self._error(parent, number, f"#include path {path!r} must be relative")
+        norm = posixpath.normpath(path)
+        candidates: list[str | Path] = []  # package-relative paths (str) or files on disk (Path)
+        if norm.startswith(PACKAGE_PREFIX):
+            candidates.append(norm[len(PACKAGE_PREFIX) :])
+        else:
+            if isinstance(parent.folder, str):
+                candidates.append(posixpath.normpath(posixpath.join(parent.folder, norm)))
+            elif isinstance(parent.folder, Path):
+                candidates.append((parent.folder / norm).resolve())
+            candidates.extend((Path(d) / norm).resolve() for d in self.include_dirs)
+            candidates.append(norm)
+        candidates = list(dict.fromkeys(candidates))
+        for cand in candidates:
+            found = _open(self.root, cand)
+            if found is not None:
+                return found
+        where = ", ".join(_display_of(c) for c in candidates)
+        raise self._error(parent, number, f"cannot find #include {path!r} (looked for {where})")
+
+    def _error(self, f: _File, number: int, message: str) -> ShaderError:
+        text = f.lines[number - 1].strip() if 1 <= number <= len(f.lines) else ""
+        return ShaderError(f"{f.display}:{number}: {message}\n    {number} | {text}")
+
+
+def _define_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    text = str(value)
+    if "\n" in text:
+        raise ValueError(f"define value {value!r} spans lines")
+    return text
+
+
+def _display_of(cand: str | Path) -> str:
+    """texstream/x.glsl for package files; a disk path relative to the working folder when inside it."""
+    if isinstance(cand, str):
+        return f"{PACKAGE_PREFIX}{cand}"
+    try:
+        return cand.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(cand)
+
+
+def _open(root: Traversable, cand: str | Path, display: str | None = None) -> _File | None:
+    """Read a package-relative shader (str) or a file on disk (Path); None when it does not exist."""
+    if isinstance(cand, Path):
+        if not cand.is_file():
+            return None
+        node: Traversable | Path = cand
+        folder: str | Path = cand.parent
+        key = str(cand)
+    else:
+        if cand.startswith("..") or cand.startswith("/"):
+            return None  # outside the shader folder
+        node = root
+        for part in cand.split("/"):
+            node = node.joinpath(part)
+        if not node.is_file():
+            return None
+        key, folder = f"texstream:{cand}", posixpath.dirname(cand)
+    display = display or _display_of(cand)
+    try:
+        text = node.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShaderError(f"cannot read shader {display}: {exc}") from None
+    return _File(key, display, tuple(text.splitlines()), folder)
+
+
+def _top_file(source_or_name: str, name: str | None, include_dirs: Sequence[Path | str]) -> _File:
+    if "\n" in source_or_name:
+        display = name or "<source>"
+        return _File(f"<{display}>", display, tuple(source_or_name.splitlines()), None)
+    # A file name: absolute, in a user folder, or in texstream's folder (texstream/ prefix optional).
+    root = shader_root()
+    rel = posixpath.normpath(source_or_name)
+    candidates: list[str | Path] = []
+    if rel.startswith(PACKAGE_PREFIX):
+        candidates.append(rel[len(PACKAGE_PREFIX) :])
+    elif Path(source_or_name).is_absolute():
+        candidates.append(Path(source_or_name).resolve())
+    else:
+        candidates.extend((Path(d) / rel).resolve() for d in include_dirs)
+        candidates.append(rel)
+    for cand in candidates:
+        found = _open(root, cand, name)
+        if found is not None:
+            return found
+    looked = ", ".join(_display_of(c) for c in candidates)
+    raise ShaderError(
+        f"cannot find shader file {source_or_name!r} (looked for {looked}; "
+        "a stage argument is a file name unless it contains a newline)"
+    )
+
+
+def preprocess(
+    source_or_name: str,
+    *,
+    name: str | None = None,
+    defines: Mapping[str, object] | None = None,
+    include_dirs: Sequence[Path | str] = (),
+) -> ShaderSource:
+    """Resolve includes in a source string (has a newline) or a shader file (a name); see the module doc."""
+    top = _top_file(source_or_name, name, include_dirs)
+    return _Preprocessor(include_dirs, defines).run(top)
+
+
+def load_source(
+    name: str,
+    *,
+    defines: Mapping[str, object] | None = None,
+    include_dirs: Sequence[Path | str] = (),
+) -> str:
+    """The text of shader file `name` with every ``#include`` resolved and ``#line`` directives added."""
+    return preprocess(name, defines=defines, include_dirs=include_dirs).text
+
+
+# ---- compiling --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message mapped back to its file."""
+
+    stage: str
+    file: str
+    line: int
+    message: str
+    source_line: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}\n    {self.line} | {self.source_line}"
+
+
+class ShaderCompileError(ShaderError):
+    """A stage failed to compile or the program failed to link; ``diagnostics`` holds the parsed log."""
+
+    def __init__(
+        self, message: str, stage: str, diagnostics: Sequence[Diagnostic] = (), log: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.diagnostics = tuple(diagnostics)
+        self.log = log
+
+
+def program(
+    ctx: moderngl.Context,
+    *,
+    vertex: str,
+    fragment: str | None = None,
+    geometry: str | None = None,
+    tess_control: str | None = None,
+    tess_evaluation: str | None = None,
+    varyings: Sequence[str] = (),
+    fragment_outputs: Mapping[str, int] | None = None,
+    defines: Mapping[str, object] | None = None,
+    include_dirs: Sequence[Path | str] = (),
+) -> moderngl.Program:
+    """Preprocess each stage (file name or source string) and link them into a moderngl Program.
+
+    Raises `ShaderCompileError` (a `ShaderError`) naming file:line and quoting the source line.
+    """
+    stages = {
+        "vertex": vertex,
+        "fragment": fragment,
+        "geometry": geometry,
+        "tess_control": tess_control,
+        "tess_evaluation": tess_evaluation,
+    }
+    sources = {
+        stage: preprocess(
+            src, name=None if "\n" not in src else f"<{stage}>", defines=defines, include_dirs=include_dirs
+        )
+        for stage, src in stages.items()
+        if src is not None
+    }
+
+    def build(flat: bool) -> moderngl.Program:
+        texts = {s: (p.flat_text if flat else p.text) for s, p in sources.items()}
+        return ctx.program(
+            vertex_shader=texts["vertex"],
+            fragment_shader=texts.get("fragment"),
+            geometry_shader=texts.get("geometry"),
+            tess_control_shader=texts.get("tess_control"),
+            tess_evaluation_shader=texts.get("tess_evaluation"),
+            varyings=tuple(varyings),
+            fragment_outputs=dict(fragment_outputs) if fragment_outputs else None,
+        )
+
+    return _compile(build, sources)
+
+
+def compute_shader(
+    ctx: moderngl.Context,
+    source: str,
+    *,
+    defines: Mapping[str, object] | None = None,
+    include_dirs: Sequence[Path | str] = (),
+) -> moderngl.ComputeShader:
+    """Preprocess and compile a compute shader (file name or source string)."""
+    src = preprocess(
+        source, name=None if "\n" not in source else "<compute>", defines=defines, include_dirs=include_dirs
+    )
+    return _compile(lambda flat: ctx.compute_shader(src.flat_text if flat else src.text), {"compute": src})
+
+
+def _compile(build: Callable[[bool], _T], sources: Mapping[str, ShaderSource]) -> _T:
+    try:
+        return build(False)
+    except moderngl.Error as exc:
+        first_log = str(exc)
+    # Compile once more without #line directives: flat line numbers map back exactly on every driver.
+    flat_log = ""
+    try:
+        prog = build(True)
+    except moderngl.Error as exc:
+        flat_log = str(exc)
+    else:  # pragma: no cover - the same code compiling differently would be a driver bug
+        release = getattr(prog, "release", None)
+        if release is not None:
+            release()
+    raise _to_error(flat_log or first_log, sources, flat=bool(flat_log)) from None
+
+
+def _split_log(log_text: str) -> list[tuple[str, str]]:
+    """moderngl's error text as (stage header, body) sections."""
+    lines = log_text.splitlines()
+    sections: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(lines):
+        if i + 1 < len(lines) and lines[i + 1].strip() and set(lines[i + 1].strip()) == {"="}:
+            sections.append((lines[i].strip(), []))
+            i += 2
+            continue
+        if sections:
+            sections[-1][1].append(lines[i])
+        i += 1
+    return [(h, "\n".join(b).strip()) for h, b in sections]
+
+
+def _to_error(log_text: str, sources: Mapping[str, ShaderSource], flat: bool) -> ShaderCompileError:
+    linking = "Linker failed" in log_text
+    sections = _split_log(log_text) or [("", log_text.strip())]
+    diagnostics: list[Diagnostic] = []
+    stage_name = "program" if linking else next(iter(sources))
+    for header, body in sections:
+        stage = _MODERNGL_STAGES.get(header)
+        if stage is not None:
+            stage_name = stage
+        src = sources.get(stage) if stage else None
+        for raw in body.splitlines():
+            for form in _LOG_FORMS:
+                m = form.match(raw)
+                if m is None:
+                    continue
+                file_id, line, msg = int(m.group("file")), int(m.group("line")), m.group("msg").strip()
+                if raw.lstrip().startswith(("ERROR", "WARNING")):  # AMD: the severity leads the line
+                    msg = f"{raw.split(':', 1)[0].strip().lower()}: {msg}"
+                where: tuple[str, int, str] | None = None
+                if src is not None:
+                    where = src.locate_flat(line) if flat else src.locate(file_id, line)
+                if where is None:
+                    where = (f"<{stage or 'shader'}>", line, "")
+                diagnostics.append(Diagnostic(stage or "shader", where[0], where[1], msg, where[2]))
+                break
+    # errors first (drivers interleave warnings), each group in log order
+    diagnostics.sort(key=lambda d: d.message.lower().startswith("warning"))
+    kind = "link" if linking else "compile"
+    if diagnostics:
+        shown = diagnostics[:MAX_DIAGNOSTICS]
+        more = len(diagnostics) - len(shown)
+        head = f"{stage_name} shader failed to {kind}: {shown[0]}"
+        rest = [str(d) for d in shown[1:]] + ([f"... and {more} more"] if more else [])
+        message = "\n".join([head, *rest])
+    else:
+        body = "; ".join(b.replace("\n", "; ") for _, b in sections if b) or log_text.strip()
+        files = ", ".join(p.files[0] for p in sources.values())
+        message = f"{stage_name} failed to {kind} ({files}): {body}"
+    log.debug("shader %s error, driver log:\n%s", kind, log_text)
+    return ShaderCompileError(message, stage_name, diagnostics, log_text)

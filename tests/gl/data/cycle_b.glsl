@@ -1,0 +1,3 @@
+// second half of the cycle
+
+#include "cycle_a.glsl"

@@ -1,0 +1,2 @@
+#version 330
+// an include may not declare a version
