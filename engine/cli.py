@@ -167,6 +167,36 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    from .gl.context import headless_context
+    from .pack.extract import write_image
+    from .render import render, write_telemetry
+    from .scene.camera import View
+
+    try:
+        view = View.parse(args.view)
+        w, h = (int(v) for v in args.size.lower().split("x"))
+        if not (1 <= w <= 16384 and 1 <= h <= 16384):
+            raise ValueError(f"size {args.size!r} must be within 1..16384 a side")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.frames < 1:
+        raise UsageError(f"--frames must be >= 1, got {args.frames}")
+    if args.budget_mb is not None and args.budget_mb <= 0:
+        raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
+    out = Path(args.out)
+    ctx = headless_context()
+    result = render(ctx, args.pack, view=view, size=(w, h), frames=args.frames, budget_mb=args.budget_mb,
+                    all_resident=args.all_resident)  # fmt: skip
+    write_image(result.frames[-1], out)
+    if args.telemetry:
+        write_telemetry(result.telemetry, Path(args.telemetry))
+    last = result.telemetry[-1]
+    print(f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
+          f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB")  # fmt: skip
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .assets import ensure_asset
 
@@ -216,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--level", type=int, default=0, help="mip level (default 0)")
     s.add_argument("--region", default=None, help="x,y,w,h in texels of that level")
     s.set_defaults(func=cmd_extract)
+
+    s = sub.add_parser("render", help="render a textured plane headless through EGL")
+    s.add_argument("pack")
+    s.add_argument("--out", required=True, help="output image (.png)")
+    s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
+    s.add_argument("--view", default="0.5,0.5,1", help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees")
+    s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
+    s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
+    s.add_argument("--all-resident", action="store_true", help="load every tile first (the reference image)")
+    s.add_argument("--telemetry", default=None, help="per-frame JSONL telemetry output")
+    s.set_defaults(func=cmd_render)
 
     s = sub.add_parser("demo", help="run the demo scene on the default asset (baked on first use)")
     s.set_defaults(func=cmd_demo)

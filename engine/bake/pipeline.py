@@ -287,8 +287,11 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
     if data.shape[0] != hi - lo:
         raise EngineError(f"band {job.band} of stage {st.index} has {data.shape[0]} rows, expected {hi - lo}")
     res = JobResult()
+    transfer = settings.transfer
+    if transfer.srgb and transfer.alpha and _opaque(data):
+        transfer = Transfer(srgb=True, alpha=False)  # exact for alpha 255 (1.0), and faster
     reductions = st.count - 1 if st.final else st.count
-    levels = band_levels(LevelRows(st.level, lo, hi, data), reductions, h.level_dims, settings.transfer,
+    levels = band_levels(LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer,
                          h.address_mode, job.top_row0.__getitem__)  # fmt: skip
     for lr in levels:
         d = lr.level - st.level
@@ -300,7 +303,7 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
             break
         elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
         part = lr.data[elo - lr.lo : ehi - lr.lo]
-        enc = part if part.dtype == np.uint8 else settings.transfer.encode(part)
+        enc = part if part.dtype == np.uint8 else transfer.encode(part)
         if job.want_top:
             assert elo == 0 and lr.lo == 0
             res.top_rows[lr.level] = enc[: min(lh, t + b)].copy()
@@ -316,6 +319,12 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
                            job.bottom_rows.get(lr.level), lh)  # fmt: skip
             _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
     return res
+
+
+def _opaque(rows: np.ndarray) -> bool:
+    """Whether every alpha in a band is 255 (uint8) or exactly 1.0 (float32)."""
+    alpha = rows[..., 3]
+    return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
 
 
 def _gather(idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None,

@@ -66,11 +66,6 @@ class LevelCutter:
         start = ty * self.tile_size - self.border
         return resolve(np.arange(start, start + self.slot_size), self.height, self.mode)
 
-    def padded_columns(self) -> np.ndarray:
-        """Level columns of the padded strip: [-B, tiles_x*T + B) resolved."""
-        n = self.tiles_x * self.tile_size + 2 * self.border
-        return resolve(np.arange(-self.border, n - self.border), self.width, self.mode)
-
     def cut(self, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         """Slots of one tile row: `rows` is (S, width, 4) uint8 (from `slot_rows`); yields (x, slot).
 
@@ -79,16 +74,13 @@ class LevelCutter:
         s, t, b = self.slot_size, self.tile_size, self.border
         if rows.shape != (s, self.width, 4) or rows.dtype != np.uint8:
             raise ValueError(f"expected ({s}, {self.width}, 4) uint8 rows, got {rows.shape} {rows.dtype}")
-        n = self.tiles_x * t + 2 * b
-        strip = np.empty((s, n, 4), np.uint8)
-        strip[:, b : b + self.width] = rows
-        # Border and padding columns: outside the level, resolved by the address mode.
-        outside = np.r_[0:b, b + self.width : n]
-        if outside.size:
-            cols = self.padded_columns()[outside]
-            strip[:, outside] = rows[:, cols]
         for x in range(self.tiles_x):
-            yield x, np.ascontiguousarray(strip[:, x * t : x * t + s])
+            c0 = x * t - b
+            if c0 >= 0 and c0 + s <= self.width:  # inside the level: a plain copy
+                yield x, np.ascontiguousarray(rows[:, c0 : c0 + s])
+            else:  # border or padding past an edge: columns resolved by the address mode
+                cols = resolve(np.arange(c0, c0 + s), self.width, self.mode)
+                yield x, np.ascontiguousarray(rows[:, cols])
 
     def cut_level(self, level: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """All slots of a whole (small) level held in memory: yields (x, y, slot)."""
