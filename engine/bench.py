@@ -1,0 +1,162 @@
+"""`texstream bench`: throughput measured against ceilings and baselines taken in the same run.
+
+bench bake: bake throughput in source MPixel/s per format, next to (a) etcpak's raw single-process
+encode rate on the same pixels (no mips, borders, supercompression or I/O: the encoder ceiling per
+core) and (b) a plain libvips pyramid build of the same image (tiled pyramidal TIFF, uncompressed:
+the "just make mips and tiles" baseline). Absolute times on shared machines are noise; the ratios are
+the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .config import BakeConfig
+from .pack.format import Supercompression, TexelFormat
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+def _photo_source(size: int, folder: Path) -> Path:
+    """A size x size uncompressed TIFF tiled from a bundled photograph (real image statistics)."""
+    import pyvips
+
+    photo = ASSETS / "astronaut.png"
+    img = pyvips.Image.new_from_file(str(photo))
+    if img.bands == 3:
+        img = img.bandjoin(255)
+    n = -(-size // img.width)
+    # Mirror alternate copies so tile seams are not trivially repeated blocks.
+    row = pyvips.Image.arrayjoin([img if i % 2 == 0 else img.fliphor() for i in range(n)])
+    row2 = row.flipver()
+    full = pyvips.Image.arrayjoin([row if j % 2 == 0 else row2 for j in range(n)], across=1)
+    full = full.crop(0, 0, size, size).cast("uchar")
+    path = folder / f"source-{size}.tif"
+    full.tiffsave(str(path), compression="none", bigtiff=True)
+    return path
+
+
+def _timed(fn) -> float:  # noqa: ANN001
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _etcpak_rate(path: Path, fmt: TexelFormat, crop: int) -> tuple[float, int]:
+    """etcpak's single-process encode rate (MPixel/s) on a crop of the source."""
+    import etcpak
+    import pyvips
+
+    img = pyvips.Image.new_from_file(str(path))
+    crop = min(crop, img.width, img.height) // 4 * 4
+    arr = np.ndarray(buffer=img.crop(0, 0, crop, crop).write_to_memory(), dtype=np.uint8, shape=(crop, crop, 4))
+    arr = np.ascontiguousarray(arr)
+    fn = {
+        TexelFormat.BC1: lambda: etcpak.compress_bc1(arr, crop, crop),
+        TexelFormat.BC3: lambda: etcpak.compress_bc3(arr, crop, crop),
+        TexelFormat.BC4: lambda: etcpak.compress_bc4(arr, crop, crop),
+        TexelFormat.BC5: lambda: etcpak.compress_bc5(arr, crop, crop),
+        TexelFormat.BC7: lambda: etcpak.compress_bc7(arr, crop, crop, etcpak.BC7CompressBlockParams()),
+    }[fmt]
+    seconds = min(_timed(fn) for _ in range(2))
+    return crop * crop / seconds / 1e6, crop
+
+
+def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
+    import pyvips
+
+    img = pyvips.Image.new_from_file(str(path), access="sequential")
+    out = folder / "pyramid.tif"
+    seconds = _timed(lambda: img.tiffsave(str(out), tile=True, pyramid=True, compression="none",
+                                          tile_width=tile, tile_height=tile, bigtiff=True))  # fmt: skip
+    out.unlink(missing_ok=True)
+    return img.width * img.height / seconds / 1e6
+
+
+def bench_bake(size: int, jobs: int, quick: bool) -> dict:
+    from .bake.pipeline import bake_file
+
+    workers = jobs or os.cpu_count() or 1
+    results: dict = {
+        "bench": "bake",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        "size": size,
+        "jobs": workers,
+        "rows": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="texstream-bench-") as tmp:
+        folder = Path(tmp)
+        src = _photo_source(size, folder)
+        small = min(size, 2048 if quick else 4096)
+        src_small = _photo_source(small, folder) if small != size else src
+        vips = _vips_pyramid_rate(src, folder, 128)
+        results["vips_pyramid_mpix_s"] = round(vips, 1)
+        plan = [
+            (TexelFormat.BC1, Supercompression.ZSTD, src, size),
+            (TexelFormat.BC1, Supercompression.NONE, src, size),
+            (TexelFormat.BC1, Supercompression.LZ4, src, size),
+            (TexelFormat.BC3, Supercompression.ZSTD, src, size),
+            (TexelFormat.BC4, Supercompression.ZSTD, src, size),
+            (TexelFormat.BC5, Supercompression.ZSTD, src, size),
+            (TexelFormat.BC7, Supercompression.ZSTD, src_small, small),  # ~2 MPixel/s per core: smaller
+        ]
+        if quick:
+            plan = plan[:1] + plan[3:]
+        for fmt, sc, path, n in plan:
+            ceiling, crop = _etcpak_rate(path, fmt, 4096 if fmt is not TexelFormat.BC7 else 1024)
+            cfg = BakeConfig(texel_format=fmt, supercompression=sc, jobs=workers, progress=False)
+            out = folder / f"bench-{fmt.name.lower()}-{sc.name.lower()}.tpk"
+            report = bake_file(path, out, cfg)
+            size_bytes = out.stat().st_size
+            out.unlink()
+            rate = report.mpixels_per_s
+            results["rows"].append({
+                "format": fmt.name.lower(),
+                "supercompression": sc.name.lower(),
+                "source_size": n,
+                "seconds": round(report.seconds, 2),
+                "bake_mpix_s": round(rate, 1),
+                "etcpak_1proc_mpix_s": round(ceiling, 1),
+                "bake_vs_etcpak_1proc": round(rate / ceiling, 2),
+                "bake_vs_vips_pyramid": round(rate / vips, 2),
+                "pack_mib": round(size_bytes / 2**20, 1),
+            })  # fmt: skip
+    return results
+
+
+def print_bake(results: dict) -> None:
+    print(f"texstream bench bake: {results['size']}^2 photo-derived source, {results['jobs']} jobs, "
+          f"{results['machine']}")  # fmt: skip
+    print(f"libvips pyramid build (tiled TIFF, same image): {results['vips_pyramid_mpix_s']} MPixel/s")
+    head = f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'etcpak 1p':>10} " \
+           f"{'x etcpak':>9} {'x vips':>7} {'MiB':>7}"  # fmt: skip
+    print(head)
+    for r in results["rows"]:
+        print(f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
+              f"{r['bake_mpix_s']:>8} {r['etcpak_1proc_mpix_s']:>10} {r['bake_vs_etcpak_1proc']:>9} "
+              f"{r['bake_vs_vips_pyramid']:>7} {r['pack_mib']:>7}")  # fmt: skip
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.what == "stream":
+        from .bench_stream import run_stream_bench
+
+        run_stream_bench(quick=args.quick, json_path=args.json)
+        return 0
+    size = 2048 if args.quick and args.size == 16384 else args.size
+    if size < 256:
+        raise ValueError(f"bench size must be >= 256, got {size}")
+    results = bench_bake(size, args.jobs, args.quick)
+    print_bake(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
