@@ -308,6 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"texstream {args.command}: {exc}", file=sys.stderr)
         return EXIT_DATA
+    except ValueError as exc:  # bad values reaching the engine (they name the value)
+        if debug:
+            raise
+        print(f"texstream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except FileNotFoundError as exc:
         if debug:
             raise

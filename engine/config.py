@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .pack.format import AddressMode, Supercompression, TexelFormat
+from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
 __all__ = ["BakeConfig", "BudgetConfig", "StreamerConfig"]
 
@@ -29,6 +29,10 @@ class BakeConfig:
         object.__setattr__(self, "texel_format", TexelFormat(self.texel_format))
         object.__setattr__(self, "address_mode", AddressMode(self.address_mode))
         object.__setattr__(self, "supercompression", Supercompression(self.supercompression))
+        if self.tile_size not in TILE_SIZES:
+            raise ValueError(f"tile size must be one of {', '.join(map(str, TILE_SIZES))}, got {self.tile_size!r}")
+        if not (0 <= self.border <= MAX_BORDER and self.border % 4 == 0):
+            raise ValueError(f"border must be a multiple of 4 in 0..{MAX_BORDER}, got {self.border!r}")
         if self.bc7_quality not in ("fast", "normal", "slow"):
             raise ValueError(f"bc7 quality must be fast, normal or slow, got {self.bc7_quality!r}")
         if not 1 <= self.zstd_level <= 19:

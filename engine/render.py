@@ -50,6 +50,10 @@ class PlaneRenderer:
         return img[::-1].copy()
 
     def release(self) -> None:
+        if self.ctx.fbo is self.fbo:
+            # moderngl rebinds the context's current framebuffer after creating one; a released one
+            # would make every later ctx.framebuffer() call fail (GL_INVALID_OPERATION).
+            self.ctx.detect_framebuffer(0).use()
         for obj in (self.vao, self.vbo, self.fbo, self.color, self.program):
             obj.release()
 
@@ -89,7 +93,6 @@ def render(
                     out.frames.append(renderer.read())
         finally:
             renderer.release()
-            ctx.detect_framebuffer(0).use() if ctx.fbo is not None else None
     return out
 
 

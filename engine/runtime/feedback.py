@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 FEEDBACK_BINDING = 7  # VT_FEEDBACK_BINDING in shaders/vt.glsl
 HEADER_UINTS = 4
+GL_BUFFER_UPDATE_BARRIER_BIT = 0x00000200
 
 
 @dataclass
@@ -58,6 +59,9 @@ class FeedbackRing:
     def begin_frame(self, frame: int) -> None:
         """Close the previous frame's buffer (fence it) and bind a fresh one for this frame's draw."""
         if self._current is not None:
+            # Shader writes reach glGetBufferSubData / glMapBuffer only through this barrier; the
+            # fence behind it tells when both the draw and the barrier are done.
+            self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
             self._current.fence = self.gl.fence()
             self._current = None
         free = next((e for e in self._entries if e.frame < 0), None)

@@ -224,6 +224,8 @@ class Streamer:
         self._jobs: dict[int, tuple[IOJob, CachePool, int, int]] = {}  # key -> job, pool, cache slot, frame
         self._ready: deque[tuple[IOJob, CachePool, int, int]] = deque()
         self.last = FrameStats()
+        self._st = self.last  # the frame being built by update(); evictions are counted into it
+        self._last_sampled = WantedPages.empty()  # newest feedback's pages (no bias), re-touched while none arrives
         self.totals: dict[str, int] = {"uploads": 0, "upload_bytes": 0, "evicted": 0, "failed": 0, "stalls": 0,
                                        "requested": 0, "cancelled": 0}  # fmt: skip
         self.latencies: deque[int] = deque(maxlen=4096)
@@ -241,17 +243,15 @@ class Streamer:
                 raise EngineError(f"{path}: {h.level_count} levels; the page feedback holds at most 16")
             if len(self.textures) >= MAX_TEXTURES:
                 raise EngineError(f"at most {MAX_TEXTURES} virtual textures can be open at once")
-            self._ensure_ring(h.tile_raw_size)
             key: PoolKey = (h.texel_format, h.srgb, h.slot_size)
+            self._make_room(h, key)
+            self._ensure_ring(h.tile_raw_size)
             tex_id = next(i for i in range(MAX_TEXTURES) if i not in self._textures_by_id)
             pool = self.pools.get(key)
             created = pool is None
             if pool is None:
                 geometry = self._geometry(h)
-                pinned = _pinned_tile_count(h, self.config.pinned_levels)
-                cap = geometry.round_capacity(max(pinned, geometry.cells)) or geometry.cells
-                cap = max(cap, -(-pinned // geometry.cells) * geometry.cells)
-                pool = CachePool(self, key, geometry, cap)
+                pool = CachePool(self, key, geometry, self._initial_capacity(h, geometry))
                 self.pools[key] = pool
             try:
                 vt = VirtualTexture(self, tex_id, reader, pool)
@@ -284,7 +284,10 @@ class Streamer:
             job, pool, slot, _ = self._jobs.pop(key)
             if not self.io.cancel(job):
                 job.state = JobState.CANCELLED  # finishes in its thread; dropped when drained
-        self._ready = deque(r for r in self._ready if r[0].tex_id != vt.id)
+        self._drop_ready(lambda job: job.tex_id == vt.id)
+        m = self._last_sampled.tex != vt.id  # its id may be reused by the next open()
+        ls = self._last_sampled
+        self._last_sampled = WantedPages(ls.tex[m], ls.level[m], ls.x[m], ls.y[m], ls.count[m])
         vt.pool.slots.release_texture(vt.id, self.frame)
         vt.pool.textures.remove(vt)
         self.textures.remove(vt)
@@ -331,8 +334,33 @@ class Streamer:
             evicted = self.pools[k].resize(plan[k])
             self._on_evicted(evicted)
 
+    def _initial_capacity(self, h: PackHeader, geometry: SlotGeometry) -> int:
+        pinned = _pinned_tile_count(h, self.config.pinned_levels)
+        cap = geometry.round_capacity(max(pinned, geometry.cells)) or geometry.cells
+        return max(cap, -(-pinned // geometry.cells) * geometry.cells)
+
+    def _make_room(self, h: PackHeader, key: PoolKey) -> None:
+        """Shrink the pools (they share all the budget) so a new texture's fixed costs fit: its page
+        table, its pool's first layers when its format is new, a larger ring for larger tiles.
+        `open` shares the budget among all pools again once the texture is in."""
+        extra = PageTable(h, self.config.pinned_levels).bytes_on_gpu
+        if key not in self.pools:
+            g = self._geometry(h)
+            extra += self._initial_capacity(h, g) // g.cells * g.layer_bytes
+        if not self._ring_fits(h.tile_raw_size):
+            extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
+        if self.pools and extra > self.budget.available:
+            self._plan_pools(budget=self.budget.budget - extra)
+
+    def _ring_fits(self, tile_bytes: int) -> bool:
+        return self.ring is not None and bool(self.ring.slots) and self.ring.slots[0].capacity >= tile_bytes
+
+    def _ring_size(self, tile_bytes: int) -> int:
+        # The ring takes at most a quarter of the budget (small budgets would otherwise be all ring).
+        return max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
+
     def _ensure_ring(self, tile_bytes: int) -> None:
-        if self.ring is not None and self.ring.slots and self.ring.slots[0].capacity >= tile_bytes:
+        if self._ring_fits(tile_bytes):
             return
         if self.ring is not None:
             if self._jobs or self._ready:
@@ -340,8 +368,7 @@ class Streamer:
             self.budget.release("staging-ring")
             self.ring.release()
             self.ring = None
-        # The ring takes at most a quarter of the budget (small budgets would otherwise be all ring).
-        size = max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
+        size = self._ring_size(tile_bytes)
         self.budget.reserve("staging-ring", size)
         self.ring = StagingRing(self.ctx, self.gl, size, tile_bytes)
 
@@ -412,22 +439,28 @@ class Streamer:
         t0 = time.perf_counter()
         self.frame += 1
         frame = self.frame
-        st = FrameStats(frame=frame)
+        st = self._st = FrameStats(frame=frame)
         assert self.ring is not None or not self.textures
         if self.ring is not None:
             self.ring.reclaim()
 
-        # 1. Feedback -> wanted pages; touch what they sample.
+        # 1. Feedback -> wanted pages; touch the slots the draws sampled. Those are the pages the
+        # feedback names *without* the mip bias (the shader samples the finest resident level,
+        # whatever the bias asks the scheduler to load). Feedback arrives irregularly (its fences
+        # signal when the GPU gets there); until newer feedback arrives, the frames in flight are
+        # assumed to sample what the newest feedback named, so those slots stay touched.
         raw = self.feedback.collect(frame)
-        wanted = self._reduce(raw)
+        data = self._feedback_data(raw)
+        wanted = self._reduce(data)
+        if raw:
+            self._last_sampled = wanted if self.budget.bias_levels == 0 else self._reduce(data, 0)
         st.feedback_age = self.feedback.age
         st.wanted_pages = len(wanted)
         self._touch(wanted, frame)
 
         # 2. Budget pressure -> mip bias.
-        if raw:
-            cap = sum(p.slots.capacity - p.slots.pinned_count for p in self.pools.values())
-            self.budget.update_bias(len(wanted), cap)
+        if raw and self.textures:
+            self._step_bias(data, wanted)
 
         # 3. Requests -> cache slots + staging slots -> I/O threads.
         tables = {vt.id: vt.table for vt in self.textures}
@@ -455,11 +488,54 @@ class Streamer:
         self.last = st
         return st
 
-    def _reduce(self, raw: list[np.ndarray]) -> WantedPages:
-        if not raw or not self.textures:
+    @staticmethod
+    def _feedback_data(raw: list[np.ndarray]) -> np.ndarray:
+        if not raw:
+            return np.zeros(0, np.uint32)
+        return np.concatenate(raw) if len(raw) > 1 else raw[0]
+
+    def _reduce(self, data: np.ndarray, levels: int | None = None) -> WantedPages:
+        if not data.size or not self.textures:
             return WantedPages.empty()
-        data = np.concatenate(raw) if len(raw) > 1 else raw[0]
-        return self.reducer.reduce(data, bias=float(self.budget.bias_levels)).pages
+        b = self.budget.bias_levels if levels is None else levels
+        return self.reducer.reduce(data, bias=float(b)).pages
+
+    def _pressure(self, wanted: WantedPages) -> tuple[int, int]:
+        """(working set, slots) of the most loaded pool: the wanted tiles plus their parents (trilinear
+        samples both levels; `_touch` keeps both), against the pool's unpinned slots."""
+        worst = (0, 1)
+        for pool in self.pools.values():
+            keys = []
+            for vt in pool.textures:
+                m = wanted.tex == vt.id
+                if not m.any():
+                    continue
+                lv, x, y = wanted.level[m], wanted.x[m], wanted.y[m]
+                first_pinned = vt.table.first_pinned_level
+                own = lv < first_pinned
+                up = lv + 1 < first_pinned
+                keys.append(tile_keys(vt.id, lv[own], x[own], y[own]))
+                keys.append(tile_keys(vt.id, lv[up] + 1, x[up] >> 1, y[up] >> 1))
+            n = int(np.unique(np.concatenate(keys)).size) if keys else 0
+            cap = max(1, pool.slots.capacity - pool.slots.pinned_count)
+            if n * worst[1] > worst[0] * cap:
+                worst = (n, cap)
+        return worst
+
+    def _step_bias(self, data: np.ndarray, wanted: WantedPages) -> None:
+        """One step of the budget's mip-bias controller.
+
+        The pressure is measured on what the current bias makes the screen sample. Only when the
+        next step down would cross to a finer level is the finer working set measured instead, so
+        the bias falls only when that finer set fits (else the effective level would flip between
+        two levels every few frames: one that does not fit and one that fits easily).
+        """
+        bm, step = self.budget, self.config.budget.bias_step
+        need, cap = self._pressure(wanted)
+        b = bm.bias_levels
+        if b > 0 and need <= self.config.budget.high_water * cap and bm.bias - step < b:
+            need, cap = self._pressure(self._reduce(data, b - 1))
+        bm.update_bias(need, cap)
 
     def _touch(self, wanted: WantedPages, frame: int) -> None:
         if not len(wanted):
@@ -483,11 +559,28 @@ class Streamer:
             return 0
         dropped: list[np.ndarray] = []
         issued = 0
+        # Cache slots are reserved (evicting resident tiles) only for loads the ring can stage now;
+        # the rest go back to the scheduler. The batch is in priority order, parents first.
+        room = self.ring.stats().free if self.ring is not None else 0
+        if room < len(batch):
+            dropped.append(batch.keys[room:])
+        # Prefetch takes free slots only: evicting for it would trade tiles the screen used a few
+        # frames ago for tiles it may never use (under budget pressure: endless re-uploads).
+        free_left = {key: pool.slots.free_count for key, pool in self.pools.items()}
         for vt in self.textures:
-            m = np.flatnonzero(batch.tex == vt.id)
+            m = np.flatnonzero(batch.tex[:room] == vt.id)
             if not m.size:
                 continue
             pool = vt.pool
+            pre = batch.prefetch[m]
+            allowed = max(0, free_left[pool.key] - int(np.count_nonzero(~pre)))
+            pre_idx = np.flatnonzero(pre)
+            if pre_idx.size > allowed:
+                cut = np.zeros(m.size, bool)
+                cut[pre_idx[allowed:]] = True
+                dropped.append(batch.keys[m[cut]])
+                m = m[~cut]
+            free_left[pool.key] -= m.size
             slots = pool.slots.allocate_many(frame, batch.tex[m], batch.level[m], batch.x[m], batch.y[m])
             self._on_evicted(pool.slots.take_evicted())
             for i, slot in zip(m.tolist(), slots.tolist(), strict=True):
@@ -585,7 +678,7 @@ class Streamer:
     def _on_evicted(self, evicted: TileRecords) -> None:
         if not len(evicted):
             return
-        self.last.evicted += len(evicted)
+        self._st.evicted += len(evicted)
         self.totals["evicted"] += len(evicted)
         for tex_id, level, x, y in zip(evicted.tex.tolist(), evicted.level.tolist(), evicted.x.tolist(),
                                        evicted.y.tolist(), strict=True):  # fmt: skip
@@ -599,9 +692,19 @@ class Streamer:
             entry = self._jobs.pop(key, None)
             if entry is not None and not self.io.cancel(entry[0]):
                 entry[0].state = JobState.CANCELLED
-        self._ready = deque(r for r in self._ready
-                            if int(tile_keys(r[0].tex_id, r[0].level, r[0].x, r[0].y)) not in set(keys.tolist()))  # fmt: skip
+        gone = set(keys.tolist())
+        self._drop_ready(lambda job: int(tile_keys(job.tex_id, job.level, job.x, job.y)) in gone)
         self.scheduler.mark_dropped(keys)
+
+    def _drop_ready(self, doomed) -> None:  # noqa: ANN001 (IOJob -> bool)
+        """Forget finished reads waiting for upload; their staging slots go back to the ring."""
+        keep: deque[tuple[IOJob, CachePool, int, int]] = deque()
+        for entry in self._ready:
+            if doomed(entry[0]):
+                self._abandon_staging(entry[0])
+            else:
+                keep.append(entry)
+        self._ready = keep
 
     # ---- convenience --------------------------------------------------------------------------
     def make_all_resident(self, vt: VirtualTexture) -> None:
@@ -682,7 +785,14 @@ class Streamer:
         if self._closed:
             return
         self._closed = True
-        self.io.shutdown(wait=True)
+        try:
+            self.io.shutdown(wait=True, on_job=self._abandon_staging)
+        except Exception:  # a worker's unexpected error, not yet seen by update(): still free the GPU
+            log.exception("an I/O worker failed")
+        for job, *_rest in list(self._jobs.values()) + list(self._ready):
+            self._abandon_staging(job)  # cancelled before they ran, or read and never uploaded
+        self._jobs.clear()
+        self._ready.clear()
         for vt in list(self.textures):
             vt.release()
         for pool in self.pools.values():

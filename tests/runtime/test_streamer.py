@@ -1,0 +1,409 @@
+"""The streamer end to end, headless: streamed frames against all-resident frames and an independent
+decoder, never black, budget held under pressure and across a run-time shrink, two formats sharing
+one budget, corrupt tiles survived, eviction delay and fence-gated ring reuse, and `texstream render`.
+
+Packs are baked once per module (small: 1024-4096 texels, 64-texel tiles). Frames are 256 px; on
+llvmpipe a streamed view converges within a few frames.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import moderngl
+import numpy as np
+import pytest
+from PIL import Image
+from texstream.bake.pipeline import bake, bake_procedural
+from texstream.bake.source import ArraySource
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.pack.extract import extract_level
+from texstream.pack.format import TexelFormat
+from texstream.pack.reader import PackReader
+from texstream.render import PlaneRenderer, render
+from texstream.runtime.feedback_reduce import unpack_feedback
+from texstream.runtime.staging import SlotState
+from texstream.runtime.streamer import Streamer
+from texstream.runtime.tile_cache import TileRecords, tile_keys
+from texstream.scene.camera import View
+
+pytestmark = pytest.mark.gl
+
+SIZE = (256, 256)
+CONVERGED_DB = 45.0
+FLOOR_DB = 15.0  # any frame, even the first (pinned levels only), against the converged reference
+FRAMES = 24
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """PSNR in dB of the RGB channels of two uint8 images (over `mask` pixels when given)."""
+    d = a[..., :3].astype(np.float64) - b[..., :3].astype(np.float64)
+    if mask is not None:
+        d = d[mask]
+    mse = float(np.mean(d * d))
+    return 99.0 if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
+
+
+def black(img: np.ndarray) -> np.ndarray:
+    """Mask of pure black pixels (the clear colour; never a texel of the test images)."""
+    return (img[..., :3] == 0).all(axis=-1)
+
+
+def colour_image(size: int, seed: int = 3) -> np.ndarray:
+    """RGBA8 content without black: smooth waves at several scales plus mild noise, in 40..230."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:size, 0:size].astype(np.float32)
+    r = 0.5 + 0.5 * np.sin(x / 41.0 + 2.0 * np.sin(y / 157.0))
+    g = 0.5 + 0.5 * np.sin(y / 29.0 + x / 311.0)
+    b = 0.5 + 0.5 * np.cos((x + 2.0 * y) / 97.0)
+    rgb = np.stack([r, g, b], axis=-1) * 170.0 + 50.0 + rng.normal(0.0, 5.0, (size, size, 3))
+    out = np.full((size, size, 4), 255, np.uint8)
+    out[..., :3] = np.clip(rgb, 40, 230).astype(np.uint8)
+    return out
+
+
+def config(budget_mb: float = 64.0, **kw: object) -> StreamerConfig:
+    kw.setdefault("io_threads", 2)
+    kw.setdefault("ring_mb", 4)
+    return StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb), **kw)  # type: ignore[arg-type]
+
+
+def reference(ctx: moderngl.Context, pack: Path, view: View, size: tuple[int, int] = SIZE) -> np.ndarray:
+    return render(ctx, pack, view=view, size=size, frames=2, all_resident=True, config=config()).frames[-1]
+
+
+@dataclass
+class Packs:
+    colour: Path  # 2048^2 BC1 sRGB, no black texel
+    normals: Path  # 1024^2 BC5 linear
+    big: Path  # 4096^2 BC1 checker: far more than a few MiB
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory: pytest.TempPathFactory) -> Packs:
+    root = tmp_path_factory.mktemp("packs")
+    bc1 = BakeConfig(tile_size=64, jobs=2, progress=False)
+    bake(ArraySource(colour_image(2048), "waves"), root / "colour.tpk", bc1)
+    bake_procedural(root / "normals.tpk", 1024, "normals", 1,
+                    BakeConfig(texel_format=TexelFormat.BC5, tile_size=64, jobs=2, progress=False))  # fmt: skip
+    bake_procedural(root / "big.tpk", 4096, "checker", 1, bc1)
+    return Packs(root / "colour.tpk", root / "normals.tpk", root / "big.tpk", root)
+
+
+@pytest.fixture
+def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
+    r = PlaneRenderer(gl_ctx, SIZE)
+    yield r
+    r.release()
+
+
+def run(streamer: Streamer, renderer: PlaneRenderer, vt, view: View, frames: int):  # noqa: ANN001, ANN201
+    """update + draw + read `frames` times; yields (frame image, stats)."""
+    for _ in range(frames):
+        streamer.update()
+        renderer.draw(vt, view)
+        yield renderer.read(), streamer.stats()
+
+
+# ---- image quality ---------------------------------------------------------------------------
+VIEWS = {
+    "1to1": View(0.5, 0.5, 1.0),
+    "minified": View(0.45, 0.55, 0.3),
+    "magnified": View(0.52, 0.48, 3.0),
+    "oblique": View(0.5, 0.6, 1.0, 60.0, 25.0),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_streamed_frames_converge_and_are_never_black(gl_ctx: moderngl.Context, packs: Packs, name: str) -> None:
+    view = VIEWS[name]
+    ref = reference(gl_ctx, packs.colour, view)
+    plane = ~black(ref)  # the oblique view sees the horizon: the clear colour above it is excluded
+    assert plane.mean() > 0.5
+    result = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config())
+    scores = [psnr(f, ref) for f in result.frames]
+    for i, frame in enumerate(result.frames):
+        assert not (black(frame) & plane).any(), f"{name}: black texels in frame {i}"
+        assert scores[i] >= FLOOR_DB, f"{name}: frame {i} is {scores[i]:.1f} dB from the reference"
+    assert scores[-1] >= CONVERGED_DB, f"{name}: converged to {scores[-1]:.1f} dB only ({scores})"
+    last = result.telemetry[-1]
+    assert last["missing_pages"] == 0 and last["corrupt_tiles"] == 0
+    assert all(t["vram_bytes"] <= t["budget_bytes"] for t in result.telemetry)
+
+
+def test_one_to_one_matches_independent_decoder(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    # A 1:1 top view centred on a texel corner maps each pixel onto one level-0 texel centre.
+    w, h = SIZE
+    x0, y0 = 1024 - w // 2 + 64, 1024 - h // 2 - 32
+    view = View((x0 + w / 2) / 2048, (y0 + h / 2) / 2048, 1.0)
+    frame = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, config=config()).frames[-1]
+    expected = extract_level(packs.colour, 0, (x0, y0, w, h))
+    score = psnr(frame, expected)
+    assert score >= CONVERGED_DB, f"streamed 1:1 frame is {score:.1f} dB from texture2ddecoder's decode"
+
+
+# ---- budget ----------------------------------------------------------------------------------
+def test_budget_far_below_demand(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    """A 4096^2 texture seen minified and oblique through a 3.3 MiB budget (2 MiB of it feedback,
+    0.8 MiB ring): usage never exceeds the budget, the mip bias rises, and the view settles on a
+    coarser level that fits (no missing page, no re-upload churn) instead of thrashing."""
+    view = View(0.5, 0.5, 0.25, 60.0, 25.0)
+    cfg = config(3.3, ring_mb=1)
+    size = (384, 384)
+    renderer = PlaneRenderer(gl_ctx, size)
+    try:
+        with Streamer(gl_ctx, cfg) as s:
+            vt = s.open(packs.big)
+            demand = vt.header.tile_count
+            assert demand * vt.header.tile_raw_size > 4 * s.budget.budget
+            history = []
+            for _frame, st in run(s, renderer, vt, view, 48):
+                assert st["vram_bytes"] <= st["budget_bytes"], st["vram_breakdown"]
+                history.append(st)
+            assert max(h["mip_bias"] for h in history) > 0
+            tail = history[-8:]
+            assert all(h["missing_pages"] == 0 for h in tail), [h["missing_pages"] for h in tail]
+            assert sum(h["uploads"] for h in tail) == 0, "still re-uploading after settling"
+            assert s.stats()["vram_peak_bytes"] <= s.budget.budget
+            for pool in s.pools.values():
+                pool.slots.check()
+    finally:
+        renderer.release()
+
+
+def test_two_formats_share_one_budget(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    view_c, view_n = View(0.4, 0.6, 0.7), View(0.6, 0.4, 1.5)
+    ref_c, ref_n = reference(gl_ctx, packs.colour, view_c), reference(gl_ctx, packs.normals, view_n)
+    second = PlaneRenderer(gl_ctx, SIZE)
+    first = PlaneRenderer(gl_ctx, SIZE)
+    try:
+        with Streamer(gl_ctx, config(12.0)) as s:
+            colour, normals = s.open(packs.colour), s.open(packs.normals)
+            assert colour.pool is not normals.pool and len(s.pools) == 2
+            names = set(s.budget.breakdown())
+            assert {colour.pool.name, normals.pool.name} <= names
+            for _ in range(FRAMES):
+                st = s.update()
+                first.draw(colour, view_c)
+                second.draw(normals, view_n)
+                assert s.budget.usage <= s.budget.budget
+                a, b = first.read(), second.read()
+                assert not black(a).any() and not black(b).any()
+            assert st.missing_pages == 0
+            assert colour.table.resident_count > 21 and normals.table.resident_count > 5  # beyond pinned
+    finally:
+        first.release()
+        second.release()
+    assert psnr(a, ref_c) >= CONVERGED_DB
+    assert psnr(b, ref_n) >= CONVERGED_DB
+
+
+def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+    path = [View(0.2 + 0.1 * i, 0.3 + 0.05 * i, 0.6) for i in range(7)]
+    final = View(0.8, 0.6, 1.0)
+    ref = reference(gl_ctx, packs.colour, final)
+    with Streamer(gl_ctx, config(24.0, ring_mb=1)) as s:
+        vt = s.open(packs.colour)
+        for view in path:  # fill the cache well beyond what the last view needs
+            for _ in run(s, renderer, vt, view, 4):
+                pass
+        before = vt.pool.slots.capacity
+        resident_before = vt.table.resident_count
+        s.set_budget(3.5)
+        assert s.budget.usage <= s.budget.budget == int(3.5 * 2**20)
+        assert vt.pool.slots.capacity < before and vt.pool.slots.capacity < resident_before
+        vt.pool.slots.check()
+        vt.table.validate()
+        scores = []
+        for frame, st in run(s, renderer, vt, final, FRAMES):
+            assert st["vram_bytes"] <= st["budget_bytes"] == int(3.5 * 2**20)
+            assert not black(frame).any()
+            scores.append(psnr(frame, ref))
+        assert min(scores) >= FLOOR_DB
+        assert scores[-1] >= CONVERGED_DB, scores
+        # and back up: nothing lost, rendering continues
+        s.set_budget(16.0)
+        for frame, _st in run(s, renderer, vt, final, 2):
+            assert psnr(frame, ref) >= CONVERGED_DB
+
+
+# ---- bad data --------------------------------------------------------------------------------
+def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+    bad = packs.root / "corrupt.tpk"
+    shutil.copyfile(packs.colour, bad)
+    tx, ty = 16, 16  # level-0 tile under pixels 128..191 of the 1:1 view centred on the texture
+    with PackReader(bad) as r:
+        e = r.entry(0, tx, ty)
+    with bad.open("r+b") as f:
+        f.seek(e.offset + e.stored_size // 2)
+        chunk = bytearray(f.read(8))
+        f.seek(e.offset + e.stored_size // 2)
+        f.write(bytes(v ^ 0x5A for v in chunk))
+    view = View(0.5, 0.5, 1.0)
+    ref = reference(gl_ctx, packs.colour, view)
+    region = np.zeros(ref.shape[:2], bool)
+    region[128 - 8 : 192 + 8, 128 - 8 : 192 + 8] = True  # the tile, plus a bilinear margin
+    with Streamer(gl_ctx, config(retry_frames=4)) as s:
+        vt = s.open(bad)
+        for frame, st in run(s, renderer, vt, view, FRAMES):
+            assert not black(frame).any()
+            assert psnr(frame, ref) >= FLOOR_DB
+        assert st["corrupt_tiles"] >= 2  # failed, and failed again on retry
+        assert st["totals"]["failed"] == st["corrupt_tiles"]
+        assert not vt.table.is_resident(np.array([0]), np.array([tx]), np.array([ty]))[0]
+        assert vt.table.resident_levels(np.array([0]), np.array([tx]), np.array([ty]))[0] >= 1  # an ancestor
+    assert psnr(frame, ref, ~region) >= CONVERGED_DB  # every other tile streamed
+    assert psnr(frame, ref, region) < CONVERGED_DB  # the bad tile shows its (blurrier) ancestor
+    assert psnr(frame, ref, region) >= FLOOR_DB
+
+
+# ---- eviction delay and fence-gated ring reuse -------------------------------------------------
+def test_no_tile_evicted_while_a_frame_in_flight_samples_it(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    """Exhaustive feedback (every fragment, read right after each draw) names exactly the tiles a
+    draw sampled; under budget pressure with a moving camera no tile sampled by draw N is evicted
+    before update N + frames_in_flight."""
+    size = (192, 192)
+    fif = 3
+    cfg = config(256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif)
+    renderer = PlaneRenderer(gl_ctx, size)
+    sampled: dict[int, int] = {}  # tile key -> last draw that sampled it
+    evictions: list[tuple[int, int]] = []  # (update frame, key)
+    try:
+        with Streamer(gl_ctx, cfg) as s:
+            # the default feedback ring is sized for 1920x1080; exhaustive feedback of 192^2 is enough
+            s.budget.release("feedback")
+            s.feedback.release()
+            s.feedback = s._make_feedback(size)
+            s.set_budget(4.0)
+            vt = s.open(packs.big)
+            pool = vt.pool.slots
+            keys_of_slots = pool.keys
+
+            def on_evict(rec: TileRecords) -> None:
+                evictions.extend((s.frame, int(k)) for k in rec.keys().tolist())
+
+            pool.on_evict = on_evict
+            for i in range(60):
+                view = View(0.2 + 0.01 * i, 0.5 - 0.004 * i, 0.6 if i < 30 else 0.3, 50.0, 10.0)
+                s.update()
+                fb = s.feedback._current
+                renderer.draw(vt, view)
+                gl_ctx.finish()
+                n = int(np.frombuffer(fb.buffer.read(size=4), np.uint32)[0])
+                ids = np.frombuffer(fb.buffer.read(size=4 * n, offset=16), np.uint32)
+                tex, level, x, y = unpack_feedback(np.unique(ids))
+                slots = vt.table.used_slots(level, x, y)
+                for key in keys_of_slots()[slots].tolist():
+                    sampled[key] = s.frame
+                assert s.budget.usage <= s.budget.budget
+            stats = s.stats()
+    finally:
+        renderer.release()
+    assert stats["mip_bias"] > 0 or stats["totals"]["evicted"] > 0
+    assert len(evictions) > 50, "the run must evict to test anything"
+    early = [(f, k, sampled[k]) for f, k in evictions if k in sampled and f - sampled[k] < fif]
+    assert not early, f"evicted before frames in flight ended (update, key, sampled by draw): {early[:5]}"
+
+
+class HeldFence:
+    """Wraps a real fence; reports unsignalled while the test holds it (a GPU far behind)."""
+
+    held = True
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self.inner = inner
+
+    def signalled(self) -> bool:
+        return not HeldFence.held and self.inner.signalled()
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, packs: Packs,
+                                                  renderer: PlaneRenderer) -> None:  # fmt: skip
+    with Streamer(gl_ctx, config(ring_mb=1)) as s:
+        vt = s.open(packs.colour)
+        ring = s.ring
+        assert ring is not None
+        HeldFence.held = True
+        ring._fence_factory = lambda: HeldFence(s.gl.fence())
+        acquire = ring.acquire
+        fenced: set[int] = set()
+        reused: list[int] = []
+
+        def checked_acquire(tag: object = None):  # noqa: ANN202
+            slot = acquire(tag)
+            if slot is not None and slot.index in fenced:
+                reused.append(slot.index)
+            return slot
+
+        ring.acquire = checked_acquire  # type: ignore[method-assign]
+        view = View(0.5, 0.5, 0.6)
+        for i in range(40):  # pan: keeps asking for new tiles while no upload fence signals
+            for frame, _st in run(s, renderer, vt, View(0.25 + 0.012 * i, 0.5, 0.6), 1):
+                assert not black(frame).any()
+            fenced |= {sl.index for sl in ring.slots if sl.state is SlotState.IN_FLIGHT}
+        rs = ring.stats()
+        assert not reused, f"slots {reused[:8]} handed out again before their fence signalled"
+        assert rs.in_flight == len(fenced) > 0 and rs.free + rs.in_flight + rs.ready + rs.filling == rs.slot_count
+        HeldFence.held = False
+        ref = reference(gl_ctx, packs.colour, view)
+        for frame, _st in run(s, renderer, vt, view, FRAMES):
+            pass
+        assert ring.stats().in_flight < len(fenced)
+        assert psnr(frame, ref) >= CONVERGED_DB
+
+
+# ---- the CLI ---------------------------------------------------------------------------------
+def cli(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "texstream.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_cli_render_writes_png_and_telemetry(packs: Packs, tmp_path: Path) -> None:
+    out, tel = tmp_path / "frame.png", tmp_path / "frames.jsonl"
+    p = cli("render", packs.colour, "--out", out, "--size", "96x64", "--frames", "5", "--budget-mb", "32",
+            "--view", "0.5,0.5,0.5,30,10", "--telemetry", tel)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    with Image.open(out) as img:
+        assert img.size == (96, 64)
+    lines = [json.loads(line) for line in tel.read_text().splitlines()]
+    assert len(lines) == 5
+    for line in lines:
+        assert 0 < line["vram_bytes"] <= line["budget_bytes"] == 32 << 20
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--size", "0x64"],
+        ["--size", "big"],
+        ["--frames", "0"],
+        ["--view", "0.5,0.5"],
+        ["--view", "0.5,0.5,-1"],
+        ["--budget-mb", "-5"],
+        ["--bogus"],
+    ],
+    ids=["size-zero", "size-text", "frames", "view-short", "view-zoom", "budget", "unknown"],
+)
+def test_cli_render_bad_arguments_exit_2(packs: Packs, tmp_path: Path, args: list[str]) -> None:
+    p = cli("render", packs.colour, "--out", tmp_path / "x.png", *args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_cli_render_missing_pack_exits_1(tmp_path: Path) -> None:
+    p = cli("render", tmp_path / "nope.tpk", "--out", tmp_path / "x.png", "--frames", "1")
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "nope.tpk" in err[0], p.stderr

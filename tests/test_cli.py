@@ -1,0 +1,118 @@
+"""The command line: every command end to end, one-line errors with the documented exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from texstream.cli import main
+from texstream.pack import PackReader
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "texstream.cli", *args], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(scope="module")
+def photo_pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "coffee.tpk"
+    assert main(["bake", str(ASSETS / "coffee.png"), str(out), "--tile", "64", "--jobs", "2", "--no-progress"]) == 0
+    return out
+
+
+def test_bake_info_verify_extract(photo_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["info", str(photo_pack), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    src = np.asarray(Image.open(ASSETS / "coffee.png").convert("RGB"))
+    assert (info["width"], info["height"]) == (src.shape[1], src.shape[0])
+    assert info["format"] == "bc1" and info["srgb"] and info["supercompression"] == "zstd"
+    assert info["metadata"]["source"].endswith("coffee.png") or "coffee" in json.dumps(info["metadata"])
+    assert main(["verify", str(photo_pack)]) == 0
+    out = tmp_path / "level0.png"
+    assert main(["extract", str(photo_pack), str(out), "--level", "0"]) == 0
+    decoded = np.asarray(Image.open(out).convert("RGB"))
+    assert decoded.shape == src.shape
+    assert psnr(decoded, src) >= 30.0  # BC1 on a photograph
+    part = tmp_path / "part.png"
+    assert main(["extract", str(photo_pack), str(part), "--level", "0", "--region", "10,20,100,50"]) == 0
+    np.testing.assert_array_equal(np.asarray(Image.open(part).convert("RGB")), decoded[20:70, 10:110])
+
+
+def test_verify_lists_corrupt_tiles(photo_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad.tpk"
+    data = bytearray(photo_pack.read_bytes())
+    with PackReader(photo_pack) as r:
+        e = r.entry(0, 1, 1)
+    data[e.offset + 5] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    assert main(["verify", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert "level 0 (1, 1)" in captured.out and "1 of" in captured.err
+
+
+@pytest.mark.parametrize(
+    "argv, code, needle",
+    [
+        (["bake", "missing.png", "out.tpk"], 1, "missing.png"),
+        (["bake", "{asset}", "out.tpk", "--format", "bc9"], 2, "bc9"),
+        (["bake", "{asset}", "out.tpk", "--tile", "100"], 2, "tile size"),
+        (["bake", "{asset}", "out.txt"], 2, ".tpk"),
+        (["info", "missing.tpk"], 1, "does not exist"),
+        (["info", "{asset}"], 1, "not a texstream pack"),
+        (["extract", "{pack}", "o.png", "--level", "99"], 1, "level 99"),
+        (["extract", "{pack}", "o.png", "--region", "1,2,3"], 2, "region"),
+        (["generate", "o.tpk", "--size", "0"], 2, "size"),
+        (["render", "{pack}", "--out", "o.png", "--view", "a,b"], 2, "view"),
+        (["frobnicate"], 2, "invalid choice"),
+    ],
+)
+def test_errors_are_one_line(photo_pack: Path, tmp_path: Path, argv: list, code: int, needle: str) -> None:
+    argv = [a.format(asset=ASSETS / "coffee.png", pack=photo_pack) for a in argv]
+    os.chdir(tmp_path)
+    res = run_cli(*argv)
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert needle in lines[0]
+    assert not list(tmp_path.glob("*.tpk"))
+
+
+def test_generate_checker(tmp_path: Path) -> None:
+    out = tmp_path / "g.tpk"
+    assert main(["generate", str(out), "--size", "300", "--height", "200", "--pattern", "checker",
+                 "--format", "rgba8", "--supercompression", "lz4", "--no-progress", "--jobs", "1"]) == 0  # fmt: skip
+    with PackReader(out) as r:
+        assert (r.header.width, r.header.height) == (300, 200)
+        assert r.metadata.get("pattern") == "checker" or "checker" in json.dumps(r.metadata)
+
+
+def test_sigterm_during_bake_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "big.tpk"
+    proc = subprocess.Popen([sys.executable, "-m", "texstream.cli", "generate", str(out), "--size", "8192",
+                             "--format", "bc7", "--no-progress", "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".big.tpk.*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert list(tmp_path.iterdir()) == []
