@@ -41,8 +41,8 @@ class AssetRecipe:
 
 # The default demo asset: 32768^2 terrain colour (1 Gtexel; 512 MiB as BC1 on the GPU if all resident).
 DEFAULT_TERRAIN = AssetRecipe(name="default", pattern="terrain", size=32768, seed=1, texel_format=TexelFormat.BC1)
-# Its normal map, same size, BC5.
-DEFAULT_NORMALS = AssetRecipe(name="default", pattern="normals", size=32768, seed=1, texel_format=TexelFormat.BC5)
+# Its normal map (same terrain, half the resolution: lighting needs less detail), BC5, 128 MiB if all resident.
+DEFAULT_NORMALS = AssetRecipe(name="default", pattern="normals", size=16384, seed=1, texel_format=TexelFormat.BC5)
 
 
 def cache_dir() -> Path:

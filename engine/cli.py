@@ -198,22 +198,20 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Until the interactive demo exists: bake the default asset, describe it, render a preview."""
-    from .assets import cache_dir, ensure_asset
-    from .gl.context import headless_context
-    from .pack.extract import write_image
-    from .render import render
-    from .scene.camera import View
+    from .demo import DemoConfig, run
 
-    path = ensure_asset(progress=sys.stderr.isatty())
-    cmd_info(argparse.Namespace(pack=str(path), json=False))
-    ctx = headless_context()
-    out = cache_dir() / "demo-preview.png"
-    result = render(ctx, path, view=View(0.42, 0.55, 0.05, 65, 30), size=(960, 540), frames=60, budget_mb=128)
-    write_image(result.frames[-1], out)
-    last = result.telemetry[-1]
-    print(f"streamed {last['totals']['uploads']} tiles in 60 frames within a "
-          f"{last['budget_bytes'] / 2**20:.0f} MiB budget; preview written to {out}")  # fmt: skip
+    try:
+        w, h = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--size must be WxH, got {args.size!r}") from None
+    if args.frames < 1:
+        raise UsageError(f"--frames must be >= 1, got {args.frames}")
+    if args.budget_mb <= 0:
+        raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
+    cfg = DemoConfig(packs=tuple(args.packs), size=(w, h), budget_mb=args.budget_mb, headless=args.headless,
+                     frames=args.frames, out=Path(args.out) if args.out else None,
+                     telemetry=Path(args.telemetry) if args.telemetry else None, overlay=not args.no_overlay)  # fmt: skip
+    run(cfg)
     return 0
 
 
@@ -271,7 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--telemetry", default=None, help="per-frame JSONL telemetry output")
     s.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("demo", help="run the demo scene on the default asset (baked on first use)")
+    s = sub.add_parser("demo", help="terrain flythrough streaming huge textures in a small budget")
+    s.add_argument("packs", nargs="*", help="albedo pack, then an optional BC5 normal map (default: built-in terrain)")
+    s.add_argument("--headless", action="store_true", help="render through EGL to PNG frames (default without display)")
+    s.add_argument("--frames", type=int, default=60, help="headless frame count (default 60)")
+    s.add_argument("--out", default=None, help="headless output folder (default: the cache's demo-frames/)")
+    s.add_argument("--size", default="1280x720", help="window or frame size WxH (default 1280x720)")
+    s.add_argument("--budget-mb", type=float, default=192.0, help="VRAM budget (default 192 MiB)")
+    s.add_argument("--telemetry", default=None, help="per-frame JSONL telemetry output")
+    s.add_argument("--no-overlay", action="store_true", help="start without the telemetry overlay")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("bench", help="measure throughput against ceilings measured in the same run")

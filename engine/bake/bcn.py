@@ -52,7 +52,9 @@ def bc7_params(quality: str, perceptual: bool) -> etcpak.BC7CompressBlockParams:
     return p
 
 
-def encode_slot(slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True) -> bytes:
+def encode_slot(
+    slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True
+) -> bytes:
     """Encode an (S, S, 4) uint8 RGBA slot; returns exactly `raw_size(fmt, S)` bytes.
 
     `srgb` only steers BC7's error metric (perceptual for colour, plain RGBA for linear data).
@@ -79,7 +81,9 @@ def encode_slot(slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "norma
         out = etcpak.compress_bc7(slot, s, s, bc7_params(bc7_quality, srgb))
     expected = raw_size(fmt, s)
     if len(out) != expected:
-        raise RuntimeError(f"{fmt.name.lower()} encoder returned {len(out)} bytes for a {s}^2 slot, expected {expected}")
+        raise RuntimeError(
+            f"{fmt.name.lower()} encoder returned {len(out)} bytes for a {s}^2 slot, expected {expected}"
+        )
     return bytes(out)
 
 

@@ -100,8 +100,8 @@ def _encode_table(srgb: bool) -> np.ndarray:
 
 
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Linear values -> round(v * 255), clipped. Ties (common: means of four 8-bit values) round up;
-    the 1/512 bias makes that hold despite float32 error in the means."""
+    """Linear values -> round(v * 255), clipped, NaN -> 0. Ties (common: means of four 8-bit values)
+    round up; the 1/512 bias makes that hold despite float32 error in the means."""
     n = f32.shape[0]
     tmp = np.empty((min(n, _CHUNK_ROWS),) + f32.shape[1:], np.float32)
     for r in range(0, n, _CHUNK_ROWS):
@@ -109,7 +109,8 @@ def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
         t = tmp[:m]
         np.multiply(f32[r : r + m], np.float32(255.0), out=t)
         t += np.float32(0.5 + 1 / 512)
-        np.clip(t, 0.0, 255.0, out=t)
+        np.fmax(t, np.float32(0.0), out=t)  # fmax, not maximum: NaN -> 0
+        np.minimum(t, np.float32(255.0), out=t)
         out[r : r + m] = t  # float -> uint8 truncates: floor of a non-negative value
     return out
 
@@ -266,18 +267,12 @@ def band_levels(
                 extra = cur.data[0]
             else:
                 extra = row_zero(cur.level)
-        data = (
-            transfer.reduce(used, extra, mode)
-            if hi > lo
-            else np.empty((0, (w + 1) // 2, 4), np.float32)
-        )
+        data = transfer.reduce(used, extra, mode) if hi > lo else np.empty((0, (w + 1) // 2, 4), np.float32)
         cur = LevelRows(cur.level + 1, lo, hi, data)
         yield cur
 
 
-def reduce_level(
-    level: np.ndarray, transfer: Transfer, mode: AddressMode = AddressMode.CLAMP
-) -> np.ndarray:
+def reduce_level(level: np.ndarray, transfer: Transfer, mode: AddressMode = AddressMode.CLAMP) -> np.ndarray:
     """One whole small level (h, w, 4) -> the next, float32 linear. For small images and tools."""
     h = level.shape[0]
     extra = None

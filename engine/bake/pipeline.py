@@ -6,23 +6,27 @@ and hands level ``s+k`` to the next stage. Its input is cut into *bands* of ``T 
 so that a band holds whole tile rows at every level it tiles, plus a margin of ``B * 2^(k-1)``
 rows on each side: the 2x2 box filter of `mips` needs nothing outside a band, and the margin
 yields the B border rows of every level. A worker process turns one band into finished tiles
-(mips, slots, BCn, supercompression, checksum) and the band's rows of level ``s+k``. The main
-process reads the source (top to bottom, once), feeds bands to the workers, writes their tiles
-through `PackWriter`, and passes each stage's output to the next. The last stage holds what is
+(mips, slots, BCn, supercompression, checksum) and the band's rows of level ``s+k``; the main
+process writes the tiles through `PackWriter` (in a deterministic order: results are taken in
+submission order) and passes each stage's output on to the next. The last stage holds what is
 left (a small level) and tiles it down to one tile.
 
-Memory is bounded by the band size (`BAND_BYTES`) times the jobs in flight, whatever the image size:
-the source is never held whole, and no level is either.
+Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
+pickle small); forked workers read in-memory images directly (``forkable`` sources); anything else
+(libvips streams) is read by the main process, top to bottom, once. Band inputs the main process
+holds reach the workers through an anonymous shared-memory ring (forked on Linux), not pickles.
+
+Memory is bounded by the band size (`BAND_BYTES`, about four times that per worker) times the jobs
+in flight, whatever the image size: neither the source nor any level is ever held whole.
 
 Wrap address mode needs the other end of each level: the first band of a stage returns its
 levels' top rows, which the bands at the bottom use (odd-edge texel, padding and bottom border),
 and the last band returns its levels' bottom rows, from which the top tile row of each level
 (deferred by the first band) is cut at the end.
 
-On Linux the workers are forked, and stage-0 bands read by the main process are passed through
-an anonymous shared-memory ring instead of being pickled. etcpak holds the GIL, so processes (not
-threads) are what scales. Any exception, KeyboardInterrupt or SystemExit terminates the workers,
-deletes the temporary pack and re-raises; the output path is never left half-written.
+etcpak holds the GIL, so processes (not threads) are what scales. Any exception,
+KeyboardInterrupt or SystemExit terminates the workers, deletes the temporary pack and re-raises;
+the output path is never left half-written.
 """
 
 from __future__ import annotations
@@ -121,9 +125,13 @@ class Stage:
         return max(0, a - self.margin), min(self.height, b + self.margin)
 
 
-def plan_stages(header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None) -> list[Stage]:
-    """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row);
-    a level of at most `final_bytes` (as float32 RGBA) is finished in one job."""
+def plan_stages(
+    header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None, min_bands: int = 1
+) -> list[Stage]:
+    """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row)
+    and, where the level is tall enough, number at least `min_bands` (work for every worker, and a
+    short wait for the last band); a level of at most `final_bytes` (as float32 RGBA) is finished
+    in one job."""
     band_bytes = BAND_BYTES if band_bytes is None else band_bytes
     final_bytes = FINAL_BYTES if final_bytes is None else final_bytes
     t, b = header.tile_size, header.border
@@ -137,7 +145,13 @@ def plan_stages(header: PackHeader, band_bytes: int | None = None, final_bytes: 
             stages.append(Stage(len(stages), s, remaining, True, w, h, h, 0))
             break
         k = 1
-        while k + 1 < remaining and t * (1 << k) * w * texel <= band_bytes:
+        while (
+            k + 1 < remaining
+            # Two levels per band are worth 4x the memory: a band's float output for the next
+            # stage (16 bytes a texel) shrinks 4x with every level, and it travels between processes.
+            and (t << k) * w * texel <= (band_bytes if k > 1 else 4 * band_bytes)
+            and -(-h // (t << k)) >= min_bands
+        ):
             k += 1
         stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), b << (k - 1)))
         s += k
@@ -387,11 +401,16 @@ class _Feed:
         """Rows of the next band's window (reading the source as needed), copied into `out` if given
         (else a view when possible); then drops the rows no later band needs."""
         lo, hi = self.stage.window(self.next_band)
+        into = getattr(self.source, "read_rows_into", None)
+        if out is not None and self.source is not None and self.have < hi and callable(into):
+            return self._window_into(lo, hi, out, into)
         if self.source is not None and self.have < hi:
             rows = self.source.read_rows(self.have, hi)
             if rows.shape != (hi - self.have, self.stage.width, 4) or rows.dtype != np.uint8:
-                raise EngineError(f"source {self.source.name} returned {rows.shape} {rows.dtype} for rows "
-                                  f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) uint8")
+                raise EngineError(
+                    f"source {self.source.name} returned {rows.shape} {rows.dtype} for rows "
+                    f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) uint8"
+                )
             self.add(self.have, rows)
         parts = [(s, c) for s, c in self.chunks if s < hi and s + c.shape[0] > lo]
         if out is None and len(parts) == 1 and parts[0][0] <= lo and parts[0][0] + parts[0][1].shape[0] >= hi:
@@ -402,9 +421,26 @@ class _Feed:
             for s, c in parts:
                 a, z = max(lo, s), min(hi, s + c.shape[0])
                 rows[a - lo : z - lo] = c[a - s : z - s]
-        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
-        self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
+        self._drop(hi)
         return rows
+
+    def _window_into(self, lo: int, hi: int, out: np.ndarray, into: Callable) -> np.ndarray:
+        """The source writes the new rows straight into `out`; rows later bands share are kept."""
+        for s, c in self.chunks:  # rows [lo, have) from the previous window's tail
+            a, z = max(lo, s), min(self.have, s + c.shape[0])
+            if z > a:
+                out[a - lo : z - lo] = c[a - s : z - s]
+        into(self.have, hi, out[self.have - lo :])
+        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
+        self.chunks = [(nxt, out[nxt - lo :].copy())] if nxt < hi else []  # `out` is recycled later
+        self.have = hi
+        return out
+
+    def _drop(self, hi: int) -> None:
+        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
+        self.chunks = [
+            (s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt
+        ]
 
 
 class _InlineExecutor:
@@ -442,16 +478,21 @@ class _Baker:
         )
         transfer = Transfer(srgb=self.header.srgb, alpha=source.channels in (2, 4))
         self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level)
-        self.stages = plan_stages(self.header)
-        self.metadata = metadata
         self.jobs = max(1, config.worker_count)
-        self.max_in_flight = self.jobs + 2
+        # BC7 costs ~300x BC1 per texel: smaller bands keep every worker busy to the end.
+        slow = self.header.texel_format is TexelFormat.BC7
+        band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
+        self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs)
+        self.metadata = metadata
+        self.max_in_flight = self.jobs + 1  # one queued band per worker pool keeps every worker busy
         self.fork = "fork" in mp.get_all_start_methods()
         # Who reads the source: workers generate picklable ones themselves; forked workers (or
         # this process, with one job) read shareable ones directly; else this process reads it.
         self.pickled_source = bool(getattr(source, "parallel", False))
-        self.shared_source = not self.pickled_source and bool(getattr(source, "forkable", False)) and (
-            self.fork or self.jobs == 1
+        self.shared_source = (
+            not self.pickled_source
+            and bool(getattr(source, "forkable", False))
+            and (self.fork or self.jobs == 1)
         )
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
@@ -643,7 +684,10 @@ class _Baker:
 
 # ---- public API ---------------------------------------------------------------------------------------
 def bake(
-    source: Source, out_path: str | os.PathLike[str], config: BakeConfig | None = None, metadata: dict | None = None
+    source: Source,
+    out_path: str | os.PathLike[str],
+    config: BakeConfig | None = None,
+    metadata: dict | None = None,
 ) -> BakeReport:
     """Bake `source` into a pack at `out_path` (written atomically) and report what it took.
 

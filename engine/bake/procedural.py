@@ -8,21 +8,27 @@ lattice coordinates (no global state, no random generator objects).
 Patterns:
 
 terrain  The default demo asset. A fractal height field (fBm) made by hierarchical synthesis:
-         white noise on a lattice of spacing 2^k is upsampled to spacing 2^(k-1) by the
-         quadratic B-spline subdivision (Chaikin: 3/4, 1/4 weights) and the next octave's noise
-         added, from spacing size/4 down to 2 texels, then upsampled once more to texels. Each
-         octave is thus evaluated at its own resolution (the octaves above texel size cost 1/3
-         of a full-resolution pass together) and is C1-smooth. Octave amplitudes grow with their
-         spacing (Hurst exponent 0.9), so slopes, and the hill shading that shows them, exist at
-         every scale: there is relief to see from the whole-texture view down to single texels.
-         Colour: water (depth-tinted), sand, grass and forest (varied by a coarse moisture
-         field), rock on steep slopes and high ground, snow on high flat ground, all lit by a
-         low sun from the north-west.
-normals  The same height field's tangent-space normals, (x, y, z) * 0.5 + 0.5 in R, G, B (A 255):
-         the companion normal map for BC5 (R, G) of the terrain with the same seed and size.
-checker  A debugging grid: 128-texel cells in alternating hashed colours, each labelled with its
-         cell coordinates in a bitmap font, with thin lines every 128 texels and thick ones every
-         1024, so a glance tells which level and tile one is looking at.
+         white noise on a lattice of spacing 2^k is upsampled to spacing 2^(k-1) by quadratic
+         B-spline subdivision (Chaikin: weights 3/4, 1/4) and the next octave's noise added, from
+         spacing size/4 down to 2 texels, then subdivided once more to texels. Each octave is
+         evaluated at its own resolution (all octaves above texel size cost a third of one
+         full-resolution pass together) and the field is C1-smooth. Octave amplitudes grow with
+         their spacing (Hurst exponent 0.9), so slopes, and the hill shading that shows them,
+         exist at every scale: relief is visible from the whole-texture view down to single
+         texels. Slopes steepen with altitude (rugged mountains, gentle lowlands). Colour comes
+         from one table indexed by (height, Lambert term, slope): depth-tinted water (lit as a
+         flat surface), sand, meadow, grass, forest, scrub, rock on steep slopes, snow on high
+         ground that is not too steep; the sun is low in the north-west. Per texel the work is
+         one subdivision, central differences, a few arithmetic passes and one table gather,
+         on strips small enough to stay in cache.
+normals  The same height field's normals, (x, y, z) * 0.5 + 0.5 in R, G, B (A = 255), water flat:
+         the companion normal map for BC5 (which keeps R, G) of the terrain with the same seed
+         and size. Its slopes are the unexaggerated ones (the terrain's colour table exaggerates
+         the relief of high ground for shading only).
+checker  A debugging grid: 128-texel cells (one default tile) in alternating hashed colours, each
+         labelled "x,y" with its cell coordinates, and 1024-texel blocks labelled "x,y" in large
+         type that stays readable down to level 3; thin lines every 128 texels, thick red ones
+         every 1024.
 """
 
 from __future__ import annotations
@@ -319,49 +325,69 @@ _FONT = {  # 3x5 glyphs, rows top to bottom, bit 2 = left column
     "4": (5, 5, 7, 1, 1), "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 2, 2, 2),
     "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7), ",": (0, 0, 0, 2, 4),
 }  # fmt: skip
-_CELL = 128
+_GLYPHS = np.array([_FONT[str(d)] for d in range(10)] + [_FONT[","]], np.int64)  # 10 = comma
+_CELL = 128  # checker cell: one tile of the default size
+_BLOCK = 1024  # labelled block: readable down to level 3
+
+
+def _label_row(
+    v: int, width: int, period: int, scale: int, offset: int, coord_y: int, digits: int
+) -> np.ndarray:
+    """Texels of one row that belong to the labels "x,y" written every `period` texels.
+
+    `v` is the row inside its cell, `coord_y` the cell's row number; glyphs are 3x5 at `scale`.
+    """
+    gv = (v - offset) // scale
+    if not 0 <= gv < 5 or v < offset:
+        return np.zeros(width, bool)
+    xs = np.arange(width)
+    u = xs % period - offset
+    adv = 4 * scale
+    ch = u // adv
+    gu = (u % adv) // scale
+    inside = (u >= 0) & (ch < 2 * digits + 1) & (gu < 3)
+    number = np.where(ch < digits, xs // period, coord_y)
+    place = np.where(ch < digits, digits - 1 - ch, 2 * digits - ch)
+    digit = (number // 10 ** np.clip(place, 0, digits - 1)) % 10
+    glyph = np.where(ch == digits, 10, digit)
+    bits = _GLYPHS[np.clip(glyph, 0, 10), gv]
+    return inside & ((bits >> (2 - np.clip(gu, 0, 2))) & 1).astype(bool)
 
 
 def checker_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.ndarray:
-    ys = np.arange(y0, y1)[:, None]
-    xs = np.arange(width)[None, :]
-    cy, cx = ys // _CELL, xs // _CELL
-    u, v = xs % _CELL, ys % _CELL
-    # Cell colour: hashed hue, light and dark cells alternating.
-    cells_x = np.arange(-(-width // _CELL))
-    base = lattice_noise(np.arange(y0 // _CELL, (y1 - 1) // _CELL + 1), cells_x, _salt(seed, 99))
-    hue = (base + 1.0) * 0.5  # (cell rows, cell cols) in [0, 1)
-    hue = hue[cy - y0 // _CELL, cx]
-    light = ((cx + cy) % 2 == 0).astype(np.float32)
-    rgb = np.empty(hue.shape + (3,), np.float32)
-    for c, phase in enumerate((0.0, 1 / 3, 2 / 3)):
-        rgb[..., c] = 0.5 + 0.5 * np.cos(2 * np.pi * (hue + phase))
-    rgb = (np.float32(70.0) + np.float32(110.0) * light)[..., None] + np.float32(60.0) * rgb
-    # Label "cx,cy" at the top-left of each cell, 3x5 glyphs scaled by 4 (16 x 24 texel advance).
-    digits = max(1, len(str(max(1, -(-max(width, height) // _CELL) - 1))))
-    text_len = 2 * digits + 1
-    scale, adv, x_off, y_off = 4, 16, 8, 8
-    ch = (u - x_off) // adv
-    gu = ((u - x_off) % adv) // scale
-    gv = (v - y_off) // scale
-    inside = (u >= x_off) & (ch < text_len) & (gu < 3) & (v >= y_off) & (gv < 5)
-    # The character at each texel: digit of cx, comma, digit of cy.
-    place = np.where(ch < digits, digits - 1 - ch, 2 * digits - ch)
-    number = np.where(ch < digits, cx, cy)
-    digit = (number // (10 ** np.clip(place, 0, digits - 1))) % 10
-    glyph = np.where(ch == digits, 10, digit)
-    font = np.array([_FONT[str(d)] for d in range(10)] + [_FONT[","]], np.int64)
-    bits = font[np.clip(glyph, 0, 10), np.clip(gv, 0, 4)]
-    on = inside & ((bits >> (2 - np.clip(gu, 0, 2))) & 1).astype(bool)
-    rgb[on] = 255.0
-    # Grid lines: 1 texel every cell, 4 texels every 1024.
-    line = (u == 0) | (v == 0)
-    thick = ((xs % 1024) < 4) | ((ys % 1024) < 4)
-    rgb[np.broadcast_to(line, rgb.shape[:2])] = 20.0
-    rgb[np.broadcast_to(thick, rgb.shape[:2])] = (230.0, 40.0, 40.0)
-    out = np.empty(rgb.shape[:2] + (4,), np.uint8)
-    out[..., :3] = np.clip(rgb, 0, 255)
+    out = np.empty((y1 - y0, width, 4), np.uint8)
     out[..., 3] = 255
+    n_cells = -(-width // _CELL)
+    cell_digits = len(str(max(1, -(-max(width, height) // _CELL) - 1)))
+    block_digits = len(str(max(1, -(-max(width, height) // _BLOCK) - 1)))
+    cx = np.arange(n_cells)
+    phase = np.array([0.0, 1 / 3, 2 / 3])
+    for cy in range(y0 // _CELL, (y1 - 1) // _CELL + 1):
+        # One row of cells: hashed hue, alternating light and dark.
+        hue = (lattice_noise(np.array([cy]), cx, _salt(seed, 99))[0] + 1.0) * 0.5
+        light = (cx + cy) % 2 == 0
+        rgb = 0.5 + 0.5 * np.cos(2 * np.pi * (hue[:, None] + phase[None, :]))
+        rgb = np.where(light[:, None], 180.0, 70.0) + 60.0 * rgb
+        row = np.repeat(rgb.astype(np.uint8), _CELL, axis=0)[:width]  # (width, 3)
+        ink = np.where(np.repeat(light, _CELL)[:width], 16, 250).astype(np.uint8)
+        r0, r1 = max(y0, cy * _CELL), min(y1, (cy + 1) * _CELL)
+        for c in range(3):
+            out[r0 - y0 : r1 - y0, :, c] = row[:, c]
+        for y in range(r0, r1):
+            o = out[y - y0]
+            on = _label_row(y % _CELL, width, _CELL, 4, 8, y // _CELL, cell_digits)
+            big = _label_row(y % _BLOCK, width, _BLOCK, 16, 48, y // _BLOCK, block_digits)
+            for c in range(3):
+                o[on, c] = ink[on]
+                o[big, c] = 0
+    # Grid: 1 texel every cell, 4 red texels every block.
+    xs = np.arange(width)
+    ys = np.arange(y0, y1)
+    out[(ys % _CELL) == 0, :, :3] = 20
+    out[:, (xs % _CELL) == 0, :3] = 20
+    thick_rows, thick_cols = (ys % _BLOCK) < 4, (xs % _BLOCK) < 4
+    out[thick_rows, :, :3] = (230, 40, 40)
+    out[:, thick_cols, :3] = (230, 40, 40)
     return out
 
 

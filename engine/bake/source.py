@@ -57,6 +57,7 @@ class Source(Protocol):
                   after the source was made (in-memory images): forked workers then read their
                   bands straight from the inherited memory, in any order.
     ``describe()``  a dict for the pack's metadata.
+    ``read_rows_into(y0, y1, out)``  `read_rows` writing into a given array (saves a copy).
 
     Sources with neither flag are read by the baker's main process only, strictly top to bottom.
     """
@@ -87,32 +88,37 @@ def describe(source: Source) -> dict:
 
 
 # ---- conversions ---------------------------------------------------------------------------------
-def _grey(g: np.ndarray, alpha: np.ndarray | None = None) -> np.ndarray:
-    out = np.empty(g.shape + (4,), np.uint8)
+def _grey(g: np.ndarray, alpha: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        out = np.empty(g.shape + (4,), np.uint8)
     for c in range(3):  # one channel at a time: numpy's inner loops then run along the row
         out[..., c] = g
     out[..., 3] = 255 if alpha is None else alpha
     return out
 
 
-def _rgb(rgb: np.ndarray) -> np.ndarray:
-    out = np.empty(rgb.shape[:2] + (4,), np.uint8)
+def _rgb(rgb: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        out = np.empty(rgb.shape[:2] + (4,), np.uint8)
     for c in range(3):  # `out[..., :3] = rgb` would loop over 3 bytes at a time, 5x slower
         out[..., c] = rgb[..., c]
     out[..., 3] = 255
     return out
 
 
-def _expand(a: np.ndarray) -> np.ndarray:
+def _expand(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """(H, W, 1..4) uint8 -> RGBA by the channel rules (grey, grey + alpha, RGB, RGBA)."""
     c = a.shape[2]
     if c == 1:
-        return _grey(a[..., 0])
+        return _grey(a[..., 0], None, out)
     if c == 2:
-        return _grey(a[..., 0], a[..., 1])
+        return _grey(a[..., 0], a[..., 1], out)
     if c == 3:
-        return _rgb(a)
-    return a
+        return _rgb(a, out)
+    if out is None:
+        return a
+    out[...] = a
+    return out
 
 
 def u16_to_u8(v: np.ndarray) -> np.ndarray:
@@ -249,11 +255,15 @@ class VipsSource:
     """A file streamed by libvips, converted to RGBA8 strip by strip.
 
     Only the strip being read (and libvips' small caches) is in memory, whatever the image's size.
-    Formats read sequentially (PNG, JPEG, WebP, ...) are opened with access="sequential", so rows
-    must be requested top to bottom; formats libvips reads region by region on their own (TIFF,
-    its native .v) are opened for random access, which streams them just as well.
+    Formats read sequentially (PNG, JPEG, WebP, ...) are opened with access="sequential": libvips
+    then decodes each line once, so rows must be requested top to bottom, and every strip this
+    class asks libvips for starts at a multiple of `ALIGN` rows (a new request must start on the
+    loader's own strip grid, or libvips reports an out-of-order read); rows read past the end of a
+    request wait in a small buffer for the next one. Formats libvips reads region by region on
+    their own (TIFF, its native .v) are opened for random access, which streams them as well.
     """
 
+    ALIGN = 256  # a multiple of every loader's strip height (8, 16, ... 256 rows)
     _REGION_LOADERS = ("tiffload", "vipsload")
 
     def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
@@ -264,7 +274,8 @@ class VipsSource:
         try:
             img = pyvips.Image.new_from_file(str(self.path), access="sequential", fail_on="error")
             loader = img.get("vips-loader") if "vips-loader" in img.get_fields() else ""
-            if loader.startswith(self._REGION_LOADERS) or self.path.suffix.lower() == ".v":
+            self.random = loader.startswith(self._REGION_LOADERS) or self.path.suffix.lower() == ".v"
+            if self.random:
                 img = pyvips.Image.new_from_file(str(self.path), access="random", fail_on="error")
             self.mode = f"{img.interpretation}/{img.format}/{img.bands}"
             self._img, self.channels = self._convert(img)
@@ -272,7 +283,10 @@ class VipsSource:
             raise SourceError(f"{self.path}: cannot open with libvips: {_vips_reason(exc)}") from None
         self.loader = loader
         self.width, self.height = self._img.width, self._img.height
-        self._next = 0
+        self._next = 0  # rows before this were handed out
+        self._buf = np.empty((0, self.width, self.channels), np.uint8)  # rows [_buf_lo, _fetched)
+        self._buf_lo = 0
+        self._fetched = 0
 
     @staticmethod
     def _convert(img: object) -> tuple[object, int]:
@@ -286,25 +300,44 @@ class VipsSource:
         if fmt in ("complex", "dpcomplex"):
             raise SourceError(f"complex-valued images are not supported (format {fmt})")
         if fmt in ("float", "double"):
-            img = (img.cast("double").max_pair(0.0).min_pair(1.0) * 255.0).rint().cast("uchar")
+            img = (img.cast("double").clamp(min=0.0, max=1.0) * 255.0).rint().cast("uchar")
         elif fmt != "uchar":  # ushort, short, uint, int, char: clip 0..65535, round(v / 257)
-            img = ((img.cast("double").max_pair(0.0).min_pair(65535.0)) / 257.0).rint().cast("uchar")
+            img = (img.cast("double").clamp(min=0.0, max=65535.0) / 257.0).rint().cast("uchar")
         if not 1 <= img.bands <= 4:
             raise SourceError(f"{img.bands}-band images are not supported (expected 1 to 4 bands)")
         return img.cast("uchar"), img.bands  # expanded to RGBA per strip (numpy is faster at it)
 
     def read_rows(self, y0: int, y1: int) -> np.ndarray:
-        import pyvips
+        return self.read_rows_into(y0, y1, None)
 
+    def read_rows_into(self, y0: int, y1: int, out: np.ndarray | None) -> np.ndarray:
+        """`read_rows`, written into `out` ((y1 - y0, width, 4) uint8) when given: saves a copy."""
         _check_range(self, y0, y1)
         if y0 < self._next:
-            raise ValueError(f"{self.name} streams top to bottom: row {y0} was requested after row {self._next}")
+            raise ValueError(
+                f"{self.name} streams top to bottom: row {y0} was requested after row {self._next}"
+            )
+        if self.random:
+            rows = self._fetch(y0, y1)
+        else:
+            if y1 > self._fetched:  # fetch aligned strips up to and past y1; keep the rest buffered
+                end = min(self.height, -(-y1 // self.ALIGN) * self.ALIGN)
+                new = self._fetch(self._fetched, end)  # from where the last fetch ended: in order
+                old = self._buf[max(0, y0 - self._buf_lo) :]  # buffered rows still wanted
+                self._buf = np.concatenate([old, new]) if old.shape[0] else new
+                self._buf_lo, self._fetched = self._fetched - old.shape[0], end
+            rows = self._buf[y0 - self._buf_lo : y1 - self._buf_lo]
+        self._next = y1
+        return _expand(rows, out)
+
+    def _fetch(self, y0: int, y1: int) -> np.ndarray:
+        import pyvips
+
         try:
             data = self._img.crop(0, y0, self.width, y1 - y0).write_to_memory()  # type: ignore[attr-defined]
         except pyvips.Error as exc:
             raise SourceError(f"{self.path}: cannot read rows {y0}..{y1}: {_vips_reason(exc)}") from None
-        self._next = y1
-        return _expand(np.frombuffer(data, np.uint8).reshape(y1 - y0, self.width, self.channels))
+        return np.frombuffer(data, np.uint8).reshape(y1 - y0, self.width, self.channels)
 
     def describe(self) -> dict:
         return {"source_kind": "vips", "source_mode": self.mode, "source_loader": self.loader}

@@ -84,6 +84,10 @@ class CachePool:
         self.gl_format = gl_format(fmt, srgb)
         cfg = streamer.config
         self.slots = SlotPool(self.name, capacity, geometry, cfg.frames_in_flight)
+        # Frame from which each slot may be overwritten: a tile evicted at frame E was still mapped
+        # by the page tables of draws E-1, E-2, ... that may be in flight, so the next tile's upload
+        # into its slot waits until E + frames_in_flight (no implicit GPU sync, no stale reads).
+        self.writable_at = np.zeros(capacity, np.int64)
         self.texture: TextureArray | None = None
         self.textures: list[VirtualTexture] = []
         self._allocate_texture(capacity)
@@ -129,6 +133,7 @@ class CachePool:
                     vt.table.move_slots(result.moves_from[m], result.moves_to[m])
         old.release()
         self.texture = new
+        self.writable_at = np.zeros(capacity, np.int64)  # a fresh array: no draw in flight samples it
         for rec in (result.cancelled,):
             if len(rec):
                 self.streamer._cancel_loads(rec)
@@ -225,7 +230,8 @@ class Streamer:
         self._ready: deque[tuple[IOJob, CachePool, int, int]] = deque()
         self.last = FrameStats()
         self._st = self.last  # the frame being built by update(); evictions are counted into it
-        self._last_sampled = WantedPages.empty()  # newest feedback's pages (no bias), re-touched while none arrives
+        # the newest feedback's pages without the bias, re-touched while no feedback arrives
+        self._last_sampled = WantedPages.empty()
         self.totals: dict[str, int] = {"uploads": 0, "upload_bytes": 0, "evicted": 0, "failed": 0, "stalls": 0,
                                        "requested": 0, "cancelled": 0}  # fmt: skip
         self.latencies: deque[int] = deque(maxlen=4096)
@@ -456,7 +462,7 @@ class Streamer:
             self._last_sampled = wanted if self.budget.bias_levels == 0 else self._reduce(data, 0)
         st.feedback_age = self.feedback.age
         st.wanted_pages = len(wanted)
-        self._touch(wanted, frame)
+        self._touch(self._last_sampled, frame)
 
         # 2. Budget pressure -> mip bias.
         if raw and self.textures:
@@ -483,7 +489,7 @@ class Streamer:
         st.queued = self.scheduler.queued_count
         st.update_ms = (time.perf_counter() - t0) * 1e3
         if self.ring is not None:
-            st.stalls = self.ring.stats().stalls
+            st.stalls = self.ring._stalls  # RingStats counts every slot's state: too slow per frame
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
@@ -561,7 +567,7 @@ class Streamer:
         issued = 0
         # Cache slots are reserved (evicting resident tiles) only for loads the ring can stage now;
         # the rest go back to the scheduler. The batch is in priority order, parents first.
-        room = self.ring.stats().free if self.ring is not None else 0
+        room = len(self.ring._free) if self.ring is not None else 0  # FREE slots (RingStats is O(slots))
         if room < len(batch):
             dropped.append(batch.keys[room:])
         # Prefetch takes free slots only: evicting for it would trade tiles the screen used a few
@@ -582,7 +588,7 @@ class Streamer:
                 m = m[~cut]
             free_left[pool.key] -= m.size
             slots = pool.slots.allocate_many(frame, batch.tex[m], batch.level[m], batch.x[m], batch.y[m])
-            self._on_evicted(pool.slots.take_evicted())
+            self._on_evicted(pool.slots.take_evicted(), pool)
             for i, slot in zip(m.tolist(), slots.tolist(), strict=True):
                 if slot < 0:
                     dropped.append(batch.keys[i : i + 1])
@@ -602,9 +608,15 @@ class Streamer:
         self.totals["requested"] += issued
         return issued
 
+    @staticmethod
+    def _job_keys(jobs: list[IOJob]) -> np.ndarray:
+        """Tile keys of jobs, in one vectorized call (per-tile tile_keys calls cost ~30 us each)."""
+        fields = np.array([(j.tex_id, j.level, j.x, j.y) for j in jobs], np.int64).reshape(-1, 4)
+        return tile_keys(fields[:, 0], fields[:, 1], fields[:, 2], fields[:, 3])
+
     def _collect_io(self, st: FrameStats) -> None:
-        for job in self.io.drain():
-            key = int(tile_keys(job.tex_id, job.level, job.x, job.y))
+        jobs = self.io.drain()
+        for job, key in zip(jobs, self._job_keys(jobs).tolist(), strict=True):
             entry = self._jobs.get(key)
             if entry is None or entry[0] is not job:  # cancelled by close() or a resize
                 self._abandon_staging(job)
@@ -639,27 +651,30 @@ class Streamer:
         budget_bytes, budget_tiles = cfg.upload_bytes_per_frame, cfg.upload_tiles_per_frame
         by_pool: dict[PoolKey, list[tuple[IOJob, CachePool, int, int]]] = {}
         nbytes = 0
+        waiting: list[tuple[IOJob, CachePool, int, int]] = []  # their slot's old tile may still be sampled
         while self._ready and st.uploads < budget_tiles:
-            job, pool, slot, started = self._ready[0]
+            job, pool, slot, started = entry = self._ready[0]
             size = pool.geometry.slot_bytes
             if st.uploads and nbytes + size > budget_bytes:
                 break
             self._ready.popleft()
-            by_pool.setdefault(pool.key, []).append((job, pool, slot, started))
+            if pool.writable_at[slot] > frame:
+                waiting.append(entry)
+                continue
+            by_pool.setdefault(pool.key, []).append(entry)
             nbytes += size
             st.uploads += 1
+        self._ready.extendleft(reversed(waiting))
         for entries in by_pool.values():
             pool = entries[0][1]
             self._upload(pool, [(job.slot, slot) for job, _, slot, _ in entries])
             slots = np.array([slot for _, _, slot, _ in entries])
             pool.slots.mark_uploading(slots)
             pool.slots.mark_resident(slots, frame)
-            keys = []
             for job, _, slot, started in entries:
                 self._textures_by_id[job.tex_id].table.set_resident(job.level, job.x, job.y, slot)
-                keys.append(tile_keys(job.tex_id, job.level, job.x, job.y))
                 st.latency_frames.append(frame - started)
-            self.scheduler.mark_resident(np.array(keys, np.int64))
+            self.scheduler.mark_resident(self._job_keys([e[0] for e in entries]))
         self.latencies.extend(st.latency_frames)
         st.upload_bytes = nbytes
         self.totals["uploads"] += st.uploads
@@ -675,9 +690,11 @@ class Streamer:
         with self.ring.batch(stagings) as pbo:
             self.gl.upload_cells(pool.texture, regions, s, pbo)
 
-    def _on_evicted(self, evicted: TileRecords) -> None:
+    def _on_evicted(self, evicted: TileRecords, pool: CachePool | None = None) -> None:
         if not len(evicted):
             return
+        if pool is not None:
+            pool.writable_at[evicted.slot] = self.frame + self.config.frames_in_flight
         self._st.evicted += len(evicted)
         self.totals["evicted"] += len(evicted)
         for tex_id, level, x, y in zip(evicted.tex.tolist(), evicted.level.tolist(), evicted.x.tolist(),

@@ -30,7 +30,6 @@ from texstream.render import PlaneRenderer, render
 from texstream.runtime.feedback_reduce import unpack_feedback
 from texstream.runtime.staging import SlotState
 from texstream.runtime.streamer import Streamer
-from texstream.runtime.tile_cache import TileRecords, tile_keys
 from texstream.scene.camera import View
 
 pytestmark = pytest.mark.gl
@@ -92,8 +91,8 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> Packs:
     root = tmp_path_factory.mktemp("packs")
     bc1 = BakeConfig(tile_size=64, jobs=2, progress=False)
     bake(ArraySource(colour_image(2048), "waves"), root / "colour.tpk", bc1)
-    bake_procedural(root / "normals.tpk", 1024, "normals", 1,
-                    BakeConfig(texel_format=TexelFormat.BC5, tile_size=64, jobs=2, progress=False))  # fmt: skip
+    bc5 = BakeConfig(texel_format=TexelFormat.BC5, tile_size=64, jobs=2, progress=False)
+    bake_procedural(root / "normals.tpk", 1024, "normals", 1, bc5)
     bake_procedural(root / "big.tpk", 4096, "checker", 1, bc1)
     return Packs(root / "colour.tpk", root / "normals.tpk", root / "big.tpk", root)
 
@@ -113,6 +112,15 @@ def run(streamer: Streamer, renderer: PlaneRenderer, vt, view: View, frames: int
         yield renderer.read(), streamer.stats()
 
 
+def last_frame(streamer: Streamer, renderer: PlaneRenderer, vt, view: View, frames: int) -> np.ndarray:  # noqa: ANN001
+    """`frames` frames of `view`; the last one."""
+    frame = None
+    for frame, _st in run(streamer, renderer, vt, view, frames):  # noqa: B007
+        pass
+    assert frame is not None
+    return frame
+
+
 # ---- image quality ---------------------------------------------------------------------------
 VIEWS = {
     "1to1": View(0.5, 0.5, 1.0),
@@ -123,12 +131,16 @@ VIEWS = {
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
-def test_streamed_frames_converge_and_are_never_black(gl_ctx: moderngl.Context, packs: Packs, name: str) -> None:
+def test_streamed_frames_converge_and_are_never_black(
+    gl_ctx: moderngl.Context, packs: Packs, name: str
+) -> None:
     view = VIEWS[name]
     ref = reference(gl_ctx, packs.colour, view)
     plane = ~black(ref)  # the oblique view sees the horizon: the clear colour above it is excluded
     assert plane.mean() > 0.5
-    result = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config())
+    result = render(
+        gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config()
+    )
     scores = [psnr(f, ref) for f in result.frames]
     for i, frame in enumerate(result.frames):
         assert not (black(frame) & plane).any(), f"{name}: black texels in frame {i}"
@@ -235,6 +247,34 @@ def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, rende
             assert psnr(frame, ref) >= CONVERGED_DB
 
 
+def test_close_while_streaming_returns_every_staging_slot(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    """Closing a texture with loads queued, in flight and read-but-not-uploaded (a 2-tile upload cap
+    keeps a backlog) gives their ring slots back; the other texture streams on, and a texture
+    opened again (taking the freed id) converges."""
+    view_c, view_n = View(0.5, 0.5, 0.5), View(0.5, 0.5, 0.8)
+    ref_c, ref_n = reference(gl_ctx, packs.colour, view_c), reference(gl_ctx, packs.normals, view_n)
+    first, second = PlaneRenderer(gl_ctx, SIZE), PlaneRenderer(gl_ctx, SIZE)
+    try:
+        with Streamer(gl_ctx, config(32.0, upload_tiles_per_frame=2)) as s:
+            s.scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up in _ready
+            colour, normals = s.open(packs.colour), s.open(packs.normals)
+            for _ in range(4):
+                s.update()
+                first.draw(colour, view_c)
+                second.draw(normals, view_n)
+            assert any(job.tex_id == normals.id for job, *_ in s._ready), "no backlog to test"
+            s.close(normals)
+            assert psnr(last_frame(s, first, colour, view_c, 60), ref_c) >= CONVERGED_DB
+            rs = s.ring.stats()
+            assert not s.busy and rs.ready == rs.filling == 0, rs
+            again = s.open(packs.normals)
+            assert again.id == normals.id
+            assert psnr(last_frame(s, second, again, view_n, FRAMES * 2), ref_n) >= CONVERGED_DB
+    finally:
+        first.release()
+        second.release()
+
+
 # ---- bad data --------------------------------------------------------------------------------
 def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
     bad = packs.root / "corrupt.tpk"
@@ -253,9 +293,10 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
     region[128 - 8 : 192 + 8, 128 - 8 : 192 + 8] = True  # the tile, plus a bilinear margin
     with Streamer(gl_ctx, config(retry_frames=4)) as s:
         vt = s.open(bad)
-        for frame, st in run(s, renderer, vt, view, FRAMES):
+        for frame, _st in run(s, renderer, vt, view, FRAMES):
             assert not black(frame).any()
             assert psnr(frame, ref) >= FLOOR_DB
+        st = s.stats()
         assert st["corrupt_tiles"] >= 2  # failed, and failed again on retry
         assert st["totals"]["failed"] == st["corrupt_tiles"]
         assert not vt.table.is_resident(np.array([0]), np.array([tx]), np.array([ty]))[0]
@@ -266,51 +307,62 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
 
 
 # ---- eviction delay and fence-gated ring reuse -------------------------------------------------
-def test_no_tile_evicted_while_a_frame_in_flight_samples_it(gl_ctx: moderngl.Context, packs: Packs) -> None:
-    """Exhaustive feedback (every fragment, read right after each draw) names exactly the tiles a
-    draw sampled; under budget pressure with a moving camera no tile sampled by draw N is evicted
-    before update N + frames_in_flight."""
+def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
+    gl_ctx: moderngl.Context, packs: Packs
+) -> None:
+    """Exhaustive feedback (every fragment, read right after each draw) names exactly the slots a
+    draw sampled through its page table. Under budget pressure, with the camera jumping back to a
+    view whose tiles went cold (the engine learns that draw N sampled them only at N + 2), no slot
+    sampled by draw N receives another tile before update N + frames_in_flight, and every evicted
+    tile's last known use is at least frames_in_flight updates old."""
     size = (192, 192)
     fif = 3
-    cfg = config(256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif)
+    cfg = config(256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif, upload_tiles_per_frame=8)
     renderer = PlaneRenderer(gl_ctx, size)
-    sampled: dict[int, int] = {}  # tile key -> last draw that sampled it
-    evictions: list[tuple[int, int]] = []  # (update frame, key)
+    early: list[tuple[int, int, int]] = []  # (update, slot, last draw that sampled it)
+    ages: list[int] = []
+    uploads = 0
+    a, b = View(0.3, 0.3, 0.5, 40.0, 0.0), View(0.7, 0.7, 0.5, 40.0, 180.0)
     try:
         with Streamer(gl_ctx, cfg) as s:
-            # the default feedback ring is sized for 1920x1080; exhaustive feedback of 192^2 is enough
+            # the default feedback ring is sized for 1920x1080 (126 MiB at divisor 1): size it for 192^2
             s.budget.release("feedback")
             s.feedback.release()
             s.feedback = s._make_feedback(size)
-            s.set_budget(4.0)
+            s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
             vt = s.open(packs.big)
             pool = vt.pool.slots
-            keys_of_slots = pool.keys
+            sampled = np.full(pool.capacity, -(1 << 30), np.int64)  # slot -> last draw sampling it
+            upload = s._upload
 
-            def on_evict(rec: TileRecords) -> None:
-                evictions.extend((s.frame, int(k)) for k in rec.keys().tolist())
+            def checked_upload(p, items):  # noqa: ANN001, ANN202
+                nonlocal uploads
+                for _staging, slot in items:
+                    uploads += 1
+                    if s.frame - sampled[slot] < fif:
+                        early.append((s.frame, slot, int(sampled[slot])))
+                return upload(p, items)
 
-            pool.on_evict = on_evict
-            for i in range(60):
-                view = View(0.2 + 0.01 * i, 0.5 - 0.004 * i, 0.6 if i < 30 else 0.3, 50.0, 10.0)
+            s._upload = checked_upload  # type: ignore[method-assign]
+            pool.on_evict = lambda rec: ages.extend((s.frame - pool.last_used[rec.slot]).tolist())
+            for view in [b] * 12 + ([a] * 4 + [b]) * 8:
                 s.update()
                 fb = s.feedback._current
                 renderer.draw(vt, view)
                 gl_ctx.finish()
                 n = int(np.frombuffer(fb.buffer.read(size=4), np.uint32)[0])
                 ids = np.frombuffer(fb.buffer.read(size=4 * n, offset=16), np.uint32)
-                tex, level, x, y = unpack_feedback(np.unique(ids))
-                slots = vt.table.used_slots(level, x, y)
-                for key in keys_of_slots()[slots].tolist():
-                    sampled[key] = s.frame
+                _tex, level, x, y = unpack_feedback(np.unique(ids))
+                sampled[vt.table.used_slots(level, x, y)] = s.frame
                 assert s.budget.usage <= s.budget.budget
-            stats = s.stats()
+            pool.check()
     finally:
         renderer.release()
-    assert stats["mip_bias"] > 0 or stats["totals"]["evicted"] > 0
-    assert len(evictions) > 50, "the run must evict to test anything"
-    early = [(f, k, sampled[k]) for f, k in evictions if k in sampled and f - sampled[k] < fif]
-    assert not early, f"evicted before frames in flight ended (update, key, sampled by draw): {early[:5]}"
+    assert len(ages) > 30 and uploads > 100, "the run must evict and reuse slots to test anything"
+    assert min(ages) >= fif
+    assert not early, (
+        f"slots overwritten while a frame in flight sampled them (update, slot, draw): {early[:5]}"
+    )
 
 
 class HeldFence:
@@ -348,17 +400,16 @@ def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, pack
 
         ring.acquire = checked_acquire  # type: ignore[method-assign]
         view = View(0.5, 0.5, 0.6)
-        for i in range(40):  # pan: keeps asking for new tiles while no upload fence signals
-            for frame, _st in run(s, renderer, vt, View(0.25 + 0.012 * i, 0.5, 0.6), 1):
+        for i in range(48):  # pan: keeps asking for new tiles while no upload fence signals
+            for frame, _st in run(s, renderer, vt, View(0.2 + 0.013 * i, 0.3 + 0.008 * i, 0.5), 1):
                 assert not black(frame).any()
             fenced |= {sl.index for sl in ring.slots if sl.state is SlotState.IN_FLIGHT}
         rs = ring.stats()
         assert not reused, f"slots {reused[:8]} handed out again before their fence signalled"
-        assert rs.in_flight == len(fenced) > 0 and rs.free + rs.in_flight + rs.ready + rs.filling == rs.slot_count
+        assert rs.free == 0 and rs.in_flight == len(fenced) == rs.slot_count, rs  # ran dry; frames went on
         HeldFence.held = False
         ref = reference(gl_ctx, packs.colour, view)
-        for frame, _st in run(s, renderer, vt, view, FRAMES):
-            pass
+        frame = last_frame(s, renderer, vt, view, FRAMES)
         assert ring.stats().in_flight < len(fenced)
         assert psnr(frame, ref) >= CONVERGED_DB
 

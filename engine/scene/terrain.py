@@ -1,0 +1,66 @@
+"""The demo's terrain: a huge ground plane textured by virtual textures, seen from a low camera."""
+
+from __future__ import annotations
+
+import math
+
+import moderngl
+import numpy as np
+
+from ..gl.shaders import program as load_program
+from ..runtime.streamer import VirtualTexture
+from .paths import Pose
+
+SKY = (0.52, 0.66, 0.85)  # linear
+
+
+class TerrainScene:
+    """Draws the ground with an albedo virtual texture and an optional normal-map one."""
+
+    def __init__(self, ctx: moderngl.Context, albedo: VirtualTexture, normals: VirtualTexture | None = None) -> None:
+        self.ctx, self.albedo, self.normals = ctx, albedo, normals
+        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="terrain_fs.glsl")
+        quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
+        self.vbo = ctx.buffer(quad.tobytes())
+        self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
+        self.debug = 0  # 0 shaded, 1 mip level, 2 residency
+        self.sun = np.array([0.4, -0.3, -0.85])
+        self._released = False
+
+    @property
+    def size(self) -> tuple[int, int]:
+        h = self.albedo.header
+        return h.width, h.height
+
+    def draw(self, pose: Pose, fb_size: tuple[int, int]) -> None:
+        w, h = self.size
+        p = self.program
+        vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)
+        p["u_view_proj"].write(vp.T.astype(np.float32).tobytes())
+        p["u_size"].value = (float(w), float(h))
+        p["u_eye"].value = tuple(float(v) for v in pose.eye)
+        p["u_sun"].value = tuple(float(v) for v in self.sun)
+        p["u_sky"].value = SKY
+        p["u_fog_distance"].value = float(max(w, h)) * 0.35
+        p["u_debug"].value = self.debug
+        p["u_has_normals"].value = self.normals is not None
+        self.albedo.bind(p, "u_albedo")
+        if self.normals is not None:
+            self.normals.bind(p, "u_normals")
+        else:  # the sampler still needs a valid page table and cache: reuse the albedo's
+            self.albedo.bind(p, "u_normals")
+        self.vao.render(moderngl.TRIANGLE_STRIP)
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        for obj in (self.vao, self.vbo, self.program):
+            obj.release()
+
+
+def sky_clear_colour() -> tuple[float, float, float]:
+    """The fog colour as display (sRGB) values, for glClear."""
+    def enc(c: float) -> float:
+        return 12.92 * c if c <= 0.0031308 else 1.055 * c ** (1 / 2.4) - 0.055
+    return tuple(enc(c) for c in SKY)  # type: ignore[return-value]

@@ -1,0 +1,549 @@
+"""Per-frame telemetry of a `Streamer`: frame records, rolling histories, JSONL export, run summary.
+
+Typical loop::
+
+    telemetry = Telemetry(streamer)              # dt=1/60 for deterministic benchmark figures
+    telemetry.write_jsonl("run.jsonl")           # optional: one line per frame from now on
+    while running:
+        telemetry.update()                       # = streamer.update(), timed, then recorded
+        telemetry.gpu_begin()
+        draw_scene()                             # the draws that sample the virtual textures
+        telemetry.gpu_end()
+        overlay.draw(telemetry, fb_size)         # optional HUD (texstream.telemetry.Overlay)
+    telemetry.write_summary("summary.json")
+    telemetry.release()
+
+Each frame record is a flat dict whose fields are listed in `FRAME_SCHEMA` (docs/TELEMETRY.md);
+`summary()` returns a `SUMMARY_SCHEMA` dict for the whole run. Rates (upload MB/s, evictions/s)
+use a frame clock: real time (``time.perf_counter``) by default, or a fixed ``dt`` per frame so that
+a scripted benchmark gives the same figures on every machine. CPU and GPU timings are always measured.
+
+Cost per frame: a handful of numpy operations over the history rings (`history` entries) and one
+comparison over the cache's slot states (re-fetch detection); no Python loop over tiles.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..gl.gl_ext import Feature, GpuTimer
+from ..runtime.tile_cache import TileState, tile_keys
+from .schema import FRAME_FIELDS, validate_summary
+
+if TYPE_CHECKING:
+    from ..runtime.streamer import Streamer, VirtualTexture
+
+__all__ = ["HISTORY_SERIES", "History", "Telemetry"]
+
+log = logging.getLogger(__name__)
+
+MB = 1_000_000
+MAX_GPU_MS = 10_000.0  # a longer GPU frame time is a driver error, not a measurement
+HISTORY_SERIES = (
+    "dt_s",
+    "update_ms",
+    "gpu_ms",  # NaN where no GPU time finished that frame
+    "uploads",
+    "upload_bytes",
+    "upload_mb_s",
+    "evicted",
+    "evictions_per_s",
+    "vram_bytes",
+    "mip_bias",
+    "missing_pages",
+    "in_flight",
+    "queued",
+)
+_LATENCY_BINS = 4096  # run-wide latency histogram: one bin per frame, the last bin collects the rest
+_TOTALS = ("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled")
+
+
+class History:
+    """A fixed-size ring of float64 samples; `values()` returns them oldest first."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"history capacity must be >= 1, got {capacity!r}")
+        self._data = np.full(capacity, np.nan)
+        self._next = 0
+        self._count = 0
+
+    @property
+    def capacity(self) -> int:
+        return int(self._data.size)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def push(self, value: float) -> None:
+        self._data[self._next] = value
+        self._next = (self._next + 1) % self._data.size
+        self._count = min(self._count + 1, self._data.size)
+
+    def values(self) -> np.ndarray:
+        """The samples, oldest first (a copy)."""
+        if self._count < self._data.size:
+            return self._data[: self._count].copy()
+        return np.concatenate([self._data[self._next :], self._data[: self._next]])
+
+    def newest(self, n: int) -> np.ndarray:
+        """The newest `n` samples (fewer when fewer were pushed), newest first."""
+        n = min(n, self._count)
+        idx = (self._next - 1 - np.arange(n)) % self._data.size
+        return self._data[idx]
+
+    @property
+    def latest(self) -> float:
+        """The newest sample (NaN when empty)."""
+        return float(self._data[(self._next - 1) % self._data.size]) if self._count else math.nan
+
+    def clear(self) -> None:
+        self._data.fill(np.nan)
+        self._next = self._count = 0
+
+
+class _RefetchTracker:
+    """Counts uploads of tiles that had been resident before, from the pools' slot arrays.
+
+    Each check compares every slot's resident tile with the previous check (one vectorized pass per
+    pool); tiles newly resident are looked up in a per-texture "was resident once" bitmap.
+    """
+
+    def __init__(self) -> None:
+        self._prev: dict[str, np.ndarray] = {}  # pool name -> tile key per slot (-1: not resident)
+        self._seen: dict[int, tuple[VirtualTexture, np.ndarray]] = {}  # tex id -> (texture, bitmap)
+
+    def check(self, streamer: Streamer) -> int:
+        """Mark newly resident tiles seen; returns how many had been seen before."""
+        by_id = {vt.id: vt for vt in streamer.textures}
+        for tex_id in [t for t, (vt, _) in self._seen.items() if by_id.get(t) is not vt]:
+            del self._seen[tex_id]  # closed (its id may be reused by another texture)
+        refetched = 0
+        names = set()
+        for pool in streamer.pools.values():
+            sp = pool.slots
+            names.add(pool.name)
+            resident = np.flatnonzero(sp.state == TileState.RESIDENT)
+            cur = np.full(sp.capacity, -1, np.int64)
+            cur[resident] = tile_keys(sp.tex[resident], sp.level[resident], sp.x[resident], sp.y[resident])
+            prev = self._prev.get(pool.name)
+            if prev is not None and prev.size == cur.size:
+                new = resident[cur[resident] != prev[resident]]
+            elif prev is not None:  # resized: slots moved, compare as sets
+                new = resident[~np.isin(cur[resident], prev)]
+            else:
+                new = resident
+            self._prev[pool.name] = cur
+            if new.size:
+                refetched += self._mark(by_id, sp.tex[new], sp.level[new], sp.x[new], sp.y[new])
+        for name in set(self._prev) - names:
+            del self._prev[name]
+        return refetched
+
+    def _mark(self, by_id: dict[int, VirtualTexture], tex: np.ndarray, level: np.ndarray, x: np.ndarray,
+              y: np.ndarray) -> int:  # fmt: skip
+        count = 0
+        for tex_id in np.unique(tex).tolist():
+            vt = by_id.get(tex_id)
+            if vt is None:
+                continue
+            entry = self._seen.get(tex_id)
+            if entry is None:
+                entry = self._seen[tex_id] = (vt, np.zeros(vt.header.tile_count, bool))
+            seen = entry[1]
+            m = tex == tex_id
+            flat = vt.table.flat_index(level[m], x[m], y[m])
+            count += int(np.count_nonzero(seen[flat]))
+            seen[flat] = True
+        return count
+
+
+class Telemetry:
+    """Records one frame of a `Streamer` per `update()` (or `record()`); see the module docstring.
+
+    Args:
+        streamer: the streamer to observe (render thread only, like the streamer itself).
+        history: samples kept per graph series (`HISTORY_SERIES`).
+        dt: fixed frame-clock step in seconds (deterministic rates); None: real time.
+        clock: real-time source in seconds when `dt` is None (default ``time.perf_counter``).
+        rate_window_s: upload MB/s and evictions/s are averaged over this much frame-clock time.
+        timer_depth: GPU timer queries in rotation (results are read up to depth - 1 frames late).
+    """
+
+    def __init__(
+        self,
+        streamer: Streamer,
+        *,
+        history: int = 240,
+        dt: float | None = None,
+        clock: Callable[[], float] | None = None,
+        rate_window_s: float = 0.5,
+        timer_depth: int = 4,
+    ) -> None:
+        if dt is not None and not (isinstance(dt, int | float) and math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt must be a positive number of seconds or None, got {dt!r}")
+        if not rate_window_s > 0:
+            raise ValueError(f"rate window must be positive, got {rate_window_s!r} s")
+        if history < 2:
+            raise ValueError(f"history must keep at least 2 frames, got {history!r}")
+        if timer_depth < 2:
+            raise ValueError(f"timer depth must be >= 2, got {timer_depth!r}")
+        self.streamer = streamer
+        self.dt = None if dt is None else float(dt)
+        self.clock = clock or time.perf_counter
+        self.rate_window_s = float(rate_window_s)
+        self.timer_depth = timer_depth
+        self._histories = {name: History(history) for name in HISTORY_SERIES}
+        self._timer: GpuTimer | None = None
+        self._timer_failed = False
+        self._gpu_results = 0
+        self._jsonl: IO[str] | None = None
+        self.jsonl_path: Path | None = None
+        self._warned: set[str] = set()
+        self._refetch = _RefetchTracker()
+        self.last: dict[str, Any] | None = None
+        self._released = False
+        self.reset()
+
+    # ---- recording ----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every recorded frame (histories, run accumulators); the JSONL file stays open."""
+        for h in self._histories.values():
+            h.clear()
+        self.frames = 0
+        self._t0 = self.clock()
+        self._t_prev = self._t0
+        self._time = 0.0
+        self._update_ms = array.array("d")
+        self._gpu_ms = array.array("d")
+        self._latency_hist = np.zeros(_LATENCY_BINS, np.int64)
+        self._latency_max = -1
+        # cumulative counters now: per-frame figures are differences from these
+        base = self.streamer.stats()
+        self._prev_totals = self._totals(base)
+        self._prev_stalls = int(base.get("ring_stalls", 0))
+        self._prev_dropped = int(base.get("feedback_dropped", 0))
+        self._run = {"uploads": 0, "upload_bytes": 0, "requested": 0, "evicted": 0, "failed": 0, "refetched": 0,
+                     "ring_stalls": 0, "feedback_dropped": 0, "max_missing": 0}  # fmt: skip
+        self._max_bias = 0.0
+        self._total_refetched = 0
+        self.last = None
+
+    def update(self) -> dict[str, Any]:
+        """Run `streamer.update()`, timing it, then `record()` the frame; returns the frame record."""
+        t = time.perf_counter()
+        self.streamer.update()
+        return self.record(update_ms=(time.perf_counter() - t) * 1e3)
+
+    def record(self, update_ms: float | None = None) -> dict[str, Any]:
+        """Record the frame the latest `streamer.update()` produced; returns its record (`FRAME_SCHEMA`)."""
+        s = self.streamer.stats()
+        if self.dt is not None:
+            dt = self.dt
+            self._time += dt
+        else:
+            now = self.clock()
+            dt = max(0.0, now - self._t_prev)
+            self._t_prev = now
+            self._time = now - self._t0
+        cur_totals = self._totals(s)
+        evicted = cur_totals["evicted"] - self._prev_totals["evicted"]
+        self._prev_totals = cur_totals
+        stalls = int(self._get(s, "ring_stalls", 0))
+        stalls_frame = stalls - self._prev_stalls
+        self._prev_stalls = stalls
+        dropped = int(self._get(s, "feedback_dropped", 0))
+        dropped_frame = dropped - self._prev_dropped
+        self._prev_dropped = dropped
+        uploads = int(self._get(s, "uploads", 0))
+        upload_bytes = int(self._get(s, "upload_bytes", 0))
+        refetched = self._refetch.check(self.streamer) if uploads or self.frames == 0 else 0
+        self._total_refetched += refetched
+        gpu_ms = self._poll_gpu()
+        if update_ms is None:
+            update_ms = float(self._get(s, "update_ms", 0.0))
+        self._record_latencies(s)
+
+        h = self._histories
+        h["dt_s"].push(dt)
+        h["upload_bytes"].push(upload_bytes)
+        h["evicted"].push(evicted)
+        upload_mb_s = self._rate("upload_bytes") / MB
+        evictions_per_s = self._rate("evicted")
+        budget = int(self._get(s, "budget_bytes", 0))
+        vram = int(self._get(s, "vram_bytes", 0))
+        frame: dict[str, Any] = {
+            "frame": int(self._get(s, "frame", self.streamer.frame)),
+            "time_s": float(self._time),
+            "dt_s": float(dt),
+            "update_ms": float(update_ms),
+            "upload_ms": float(self._get(s, "upload_ms", 0.0)),
+            "gpu_ms": gpu_ms,
+            "uploads": uploads,
+            "upload_bytes": upload_bytes,
+            "upload_mb_s": float(upload_mb_s),
+            "requested": int(self._get(s, "requested", 0)),
+            "wanted_pages": int(self._get(s, "wanted_pages", 0)),
+            "missing_pages": int(self._get(s, "missing_pages", 0)),
+            "resident_tiles": int(self._get(s, "resident_tiles", 0)),
+            "in_flight": int(self._get(s, "in_flight", 0)),
+            "queued": int(self._get(s, "queued", 0)),
+            "evicted": int(evicted),
+            "evictions_per_s": float(evictions_per_s),
+            "refetched": int(refetched),
+            "failed": int(self._get(s, "failed", 0)),
+            "corrupt_tiles": int(self._get(s, "corrupt_tiles", 0)),
+            "feedback_age": int(self._get(s, "feedback_age", -1)),
+            "feedback_dropped": dropped,
+            "latency_p50_frames": float(self._get(s, "latency_p50_frames", 0.0)),
+            "latency_p95_frames": float(self._get(s, "latency_p95_frames", 0.0)),
+            "latency_p99_frames": float(self._get(s, "latency_p99_frames", 0.0)),
+            "ring_occupancy": float(self._get(s, "ring_occupancy", 0.0)),
+            "ring_stalls": stalls,
+            "ring_stalls_frame": int(stalls_frame),
+            "vram_bytes": vram,
+            "vram_peak_bytes": int(self._get(s, "vram_peak_bytes", vram)),
+            "budget_bytes": budget,
+            "headroom_bytes": budget - vram,
+            "budget_source": str(self._get(s, "budget_source", "")),
+            "vram_breakdown": {str(k): int(v) for k, v in self._get(s, "vram_breakdown", {}).items()},
+            "mip_bias": float(self._get(s, "mip_bias", 0.0)),
+            **{f"total_{k}": v for k, v in cur_totals.items()},
+            "total_refetched": self._total_refetched,
+        }
+        assert len(frame) == len(FRAME_FIELDS), "frame record and FRAME_FIELDS disagree"
+        for name in ("update_ms", "uploads", "upload_mb_s", "evictions_per_s", "vram_bytes", "mip_bias",
+                     "missing_pages", "in_flight", "queued"):  # fmt: skip
+            h[name].push(frame[name])
+        h["gpu_ms"].push(math.nan if gpu_ms is None else gpu_ms)
+
+        self.frames += 1
+        self._update_ms.append(frame["update_ms"])
+        if gpu_ms is not None:
+            self._gpu_ms.append(gpu_ms)
+        run = self._run
+        run["uploads"] += uploads
+        run["upload_bytes"] += upload_bytes
+        run["requested"] += frame["requested"]
+        run["evicted"] += evicted
+        run["failed"] += frame["failed"]
+        run["refetched"] += refetched
+        run["ring_stalls"] += stalls_frame
+        run["feedback_dropped"] += dropped_frame
+        run["max_missing"] = max(run["max_missing"], frame["missing_pages"])
+        self._max_bias = max(self._max_bias, frame["mip_bias"])
+        self.last = frame
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps(frame, separators=(",", ":"), allow_nan=False) + "\n")
+            self._jsonl.flush()
+        return frame
+
+    def _totals(self, stats: dict[str, Any]) -> dict[str, int]:
+        totals = self._get(stats, "totals", {})
+        return {k: int(totals.get(k, 0)) for k in _TOTALS}
+
+    def _get(self, stats: dict[str, Any], key: str, default: Any) -> Any:
+        """`stats[key]`, or `default` (logged once) when the streamer does not report it."""
+        if key in stats:
+            return stats[key]
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("Streamer.stats() has no %r; telemetry records %r", key, default)
+        return default
+
+    def _rate(self, series: str) -> float:
+        """Sum of `series` per frame-clock second over the newest `rate_window_s` (at least one frame)."""
+        dts = self._histories["dt_s"].newest(self._histories["dt_s"].capacity)
+        vals = self._histories[series].newest(dts.size)
+        within = np.cumsum(dts) <= self.rate_window_s + 1e-12
+        n = max(1, int(np.count_nonzero(within)))
+        span = float(dts[:n].sum())
+        return float(vals[:n].sum()) / span if span > 0 else 0.0
+
+    def _record_latencies(self, stats: dict[str, Any]) -> None:
+        last = getattr(self.streamer, "last", None)
+        lat = getattr(last, "latency_frames", None)
+        if lat is None or getattr(last, "frame", None) != stats.get("frame"):
+            return
+        if lat:
+            a = np.asarray(lat, np.int64)
+            self._latency_max = max(self._latency_max, int(a.max()))
+            self._latency_hist += np.bincount(np.clip(a, 0, _LATENCY_BINS - 1), minlength=_LATENCY_BINS)
+
+    # ---- GPU time -----------------------------------------------------------------------------
+    def gpu_begin(self) -> None:
+        """Start timing this frame's GPU work (pair with `gpu_end`); never waits for the GPU."""
+        timer = self._gpu_timer()
+        if timer is not None:
+            timer.begin()
+
+    def gpu_end(self) -> None:
+        if self._timer is not None:
+            self._timer.end()
+
+    def _gpu_timer(self) -> GpuTimer | None:
+        if self._timer is None and not self._timer_failed:
+            gl = self.streamer.gl
+            if not gl.has(Feature.TIMER_QUERY):
+                self._timer_failed = True
+                log.info("no GL timer queries on this context: GPU frame times are not measured")
+                return None
+            self._timer = gl.timer(self.timer_depth)
+        return self._timer
+
+    def _poll_gpu(self) -> float | None:
+        """The newest GPU time finished since the previous frame record, or None."""
+        if self._timer is None:
+            return None
+        value = self._timer.poll()
+        self._timer.last_ms = None  # the next record reports only measurements newer than this one
+        if value is None:
+            return None
+        self._gpu_results += 1
+        # The first query of a context can be garbage (Mesa llvmpipe reports ~the time since boot).
+        if self._gpu_results == 1 or not 0.0 <= value < MAX_GPU_MS:
+            log.debug(
+                "GPU time %.3f ms discarded (%s)", value, "first query" if self._gpu_results == 1 else "implausible"
+            )
+            return None
+        return float(value)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def history(self, name: str) -> np.ndarray:
+        """Recorded values of series `name` (one of `HISTORY_SERIES`), oldest first."""
+        try:
+            return self._histories[name].values()
+        except KeyError:
+            raise ValueError(f"unknown history series {name!r}; one of {', '.join(HISTORY_SERIES)}") from None
+
+    @property
+    def history_capacity(self) -> int:
+        return self._histories["dt_s"].capacity
+
+    def latency_percentiles(self, percentiles: tuple[float, ...] = (50, 95, 99)) -> tuple[float | None, ...]:
+        """Request-to-resident latency (frames) over the whole run, nearest rank; None without samples."""
+        counts = self._latency_hist
+        n = int(counts.sum())
+        if n == 0:
+            return tuple(None for _ in percentiles)
+        cdf = np.cumsum(counts)
+        out = []
+        for p in percentiles:
+            rank = max(1, math.ceil(p / 100.0 * n))
+            v = int(np.searchsorted(cdf, rank))
+            out.append(float(self._latency_max if v == _LATENCY_BINS - 1 else v))
+        return tuple(out)
+
+    def summary(self) -> dict[str, Any]:
+        """End-of-run figures (`SUMMARY_SCHEMA`) over every frame recorded since creation or `reset()`."""
+        st = self.streamer
+        budget = st.budget
+        run = self._run
+        wall = float(self._time)  # the sum of every recorded frame's dt_s
+        upd = np.frombuffer(self._update_ms, np.float64) if self.frames else np.zeros(0)
+        gpu = np.frombuffer(self._gpu_ms, np.float64) if len(self._gpu_ms) else np.zeros(0)
+        p50, p95, p99 = self.latency_percentiles()
+        last = self.last or {}
+        out: dict[str, Any] = {
+            "frames": self.frames,
+            "wall_s": wall,
+            "fps_mean": self.frames / wall if wall > 0 else 0.0,
+            "textures": len(st.textures),
+            "budget_bytes": int(budget.budget),
+            "budget_source": str(budget.source),
+            "vram_peak_bytes": int(budget.peak),
+            "vram_peak_fraction": budget.peak / budget.budget if budget.budget else 0.0,
+            "vram_final_bytes": int(budget.usage),
+            "uploads": run["uploads"],
+            "upload_bytes": run["upload_bytes"],
+            "upload_mb_s_mean": run["upload_bytes"] / MB / wall if wall > 0 else 0.0,
+            "requested": run["requested"],
+            "latency_samples": int(self._latency_hist.sum()),
+            "latency_p50_frames": p50,
+            "latency_p95_frames": p95,
+            "latency_p99_frames": p99,
+            "latency_max_frames": float(self._latency_max) if self._latency_max >= 0 else None,
+            "update_ms_mean": _stat(upd, np.mean),
+            "update_ms_p50": _stat(upd, lambda a: np.percentile(a, 50)),
+            "update_ms_p95": _stat(upd, lambda a: np.percentile(a, 95)),
+            "update_ms_max": _stat(upd, np.max),
+            "gpu_samples": int(gpu.size),
+            "gpu_ms_p50": _stat(gpu, lambda a: np.percentile(a, 50)),
+            "gpu_ms_p95": _stat(gpu, lambda a: np.percentile(a, 95)),
+            "gpu_ms_max": _stat(gpu, np.max),
+            "evictions": run["evicted"],
+            "refetches": run["refetched"],
+            "refetch_fraction": run["refetched"] / run["uploads"] if run["uploads"] else 0.0,
+            "failed": run["failed"],
+            "corrupt_tiles": int(sum(vt.corrupt_tiles for vt in st.textures)),
+            "max_mip_bias": float(self._max_bias),
+            "final_mip_bias": float(budget.bias),
+            "max_missing_pages": run["max_missing"],
+            "final_missing_pages": int(last.get("missing_pages", 0)),
+            "ring_stalls": run["ring_stalls"],
+            "feedback_dropped": run["feedback_dropped"],
+        }
+        validate_summary(out)
+        return out
+
+    # ---- export -------------------------------------------------------------------------------
+    def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
+        """Stream every frame recorded from now on to `path`, one JSON object a line (flushed each frame).
+
+        The file is opened once (truncated) and stays open until `close_jsonl()` / `release()`;
+        calling this again closes the previous file first.
+        """
+        self.close_jsonl()
+        p = Path(path)
+        self._jsonl = p.open("w", encoding="utf-8", newline="\n")
+        self.jsonl_path = p
+        log.info("telemetry: writing frames to %s", p)
+        return p
+
+    def close_jsonl(self) -> None:
+        if self._jsonl is not None:
+            f, self._jsonl = self._jsonl, None
+            f.close()
+
+    def write_summary(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Write `summary()` to `path` as indented JSON (written to a temp file, then renamed)."""
+        data = self.summary()
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        os.replace(tmp, p)
+        return data
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def release(self) -> None:
+        """Close the JSONL file and free the GPU timer queries (idempotent; render thread)."""
+        if self._released:
+            return
+        self._released = True
+        self.close_jsonl()
+        if self._timer is not None:
+            self._timer.release()
+            self._timer = None
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def _stat(values: np.ndarray, fn: Callable[[np.ndarray], Any]) -> float | None:
+    return float(fn(values)) if values.size else None

@@ -1,0 +1,93 @@
+"""Mip filtering: exact transfer tables, the 2x2 box against a float64 reference, band independence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from texstream.bake.mips import LevelRows, Transfer, band_levels, decode_table, next_window, reduce_level
+from texstream.pack import AddressMode
+
+from . import reference as ref
+
+MODES = [AddressMode.CLAMP, AddressMode.WRAP]
+
+
+def test_decode_table_is_the_exact_srgb_curve() -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    np.testing.assert_allclose(decode_table(True), ref.srgb_decode(codes), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(decode_table(False), codes / 255.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("srgb", [True, False])
+def test_every_code_survives_decode_encode(srgb: bool) -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    rgba = np.stack([codes, codes[::-1], codes, codes[::-1]], axis=-1).reshape(16, 16, 4)
+    t = Transfer(srgb=srgb)
+    assert np.array_equal(t.encode(t.decode(rgba)), rgba)
+
+
+@pytest.mark.parametrize("srgb", [True, False])
+def test_encode_rounds_like_the_formula(srgb: bool) -> None:
+    rng = np.random.default_rng(3)
+    lin = rng.random((64, 256, 4), dtype=np.float32)
+    lin[0, :8] = [[0, 0, 0, 0], [1, 1, 1, 1], [-0.5, 2.0, np.nan, 0.5]] + [[0.25] * 4] * 5
+    got = Transfer(srgb=srgb).encode(lin).astype(int)
+    want = ref.to_u8(np.nan_to_num(lin.astype(np.float64)), srgb).astype(int)
+    diff = np.abs(got - want)
+    assert diff.max() <= 1
+    assert (diff > 0).mean() < 0.01  # off by one only within 2^-12 of a rounding boundary
+    assert got[0, 2, 0] == 0 and got[0, 2, 1] == 255 and got[0, 2, 2] == 0  # clipped, NaN -> 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", [(6, 8), (7, 9), (1, 5), (5, 1), (1, 1), (2, 3)])
+@pytest.mark.parametrize("alpha", [False, True])
+def test_reduce_matches_float64_reference(mode: AddressMode, shape: tuple[int, int], alpha: bool) -> None:
+    rng = np.random.default_rng(sum(shape))
+    img = rng.integers(0, 256, shape + (4,), dtype=np.uint8)
+    if not alpha:
+        img[..., 3] = 255
+    t = Transfer(srgb=True, alpha=alpha)
+    want = ref.next_level(ref.to_linear(img, True), mode is AddressMode.WRAP)
+    got_u8 = reduce_level(img, t, mode)  # from 8-bit texels (pair table)
+    got_f = reduce_level(t.decode(img), t, mode)  # from float32 linear
+    np.testing.assert_allclose(got_u8, want, atol=2e-6)
+    np.testing.assert_allclose(got_f, want, atol=2e-6)
+
+
+def test_reduce_keeps_alpha_linear_and_colour_in_linear_light() -> None:
+    img = np.zeros((2, 2, 4), np.uint8)
+    img[0, 0] = (255, 255, 255, 255)  # one white texel, three black; alpha 255,0,0,0
+    out = reduce_level(img, Transfer(srgb=True, alpha=True))
+    assert out[0, 0, 0] == pytest.approx(0.25)  # linear mean, so sRGB ~137, not 64
+    assert out[0, 0, 3] == pytest.approx(0.25)
+    assert Transfer(srgb=True).encode(out)[0, 0, 0] == 137
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bands_reproduce_the_whole_level_bit_for_bit(mode: AddressMode) -> None:
+    """Rows of later levels made from a band of rows equal those made from the whole image."""
+    rng = np.random.default_rng(5)
+    h, w = 77, 53
+    img = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+    t = Transfer(srgb=True, alpha=True)
+
+    def dims(level: int) -> tuple[int, int]:
+        return max(1, -(-w // (1 << level))), max(1, -(-h // (1 << level)))
+
+    levels = [img]
+    for _ in range(3):
+        levels.append(reduce_level(levels[-1], t, mode))
+    for lo, hi in [(0, 24), (16, 48), (40, 77), (8, 77)]:
+
+        def row_zero(level: int) -> np.ndarray:
+            return levels[level][0]
+
+        for lr in band_levels(LevelRows(0, lo, hi, img[lo:hi]), 3, dims, t, mode, row_zero):
+            assert np.array_equal(lr.data, levels[lr.level][lr.lo : lr.hi]), (lo, hi, lr.level)
+
+
+def test_next_window() -> None:
+    assert next_window(0, 10, 21) == (0, 5)
+    assert next_window(4, 21, 21) == (2, 11)  # the odd last row pairs with the address mode's row
+    assert next_window(3, 9, 40) == (2, 4)  # only rows whose two sources are present
