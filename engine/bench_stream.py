@@ -409,7 +409,7 @@ def print_stream(r: dict) -> None:
          f"batches of {up['batch']}, fenced + finished"),
         ("(b) end to end, drawn", f"{e2e['tiles_per_s']:,.0f} tiles/s",
          f"{e2e['mib_per_s']:,.0f} MiB/s, {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
-         f"({e2e['fps']:.0f} fps), loads pending after {e2e['backlog_frames_share']:.0%} of updates"),
+         f"({e2e['fps']:.0f} fps)"),
         ("    I/O per tile", f"{e2e['io_us_per_tile']:,.0f} us",
          f"read + decompress + checksum: {e2e['io_capacity_tiles_per_s']:,.0f} tiles/s "
          f"on {e2e['io_threads']} threads{bound}"),

@@ -52,9 +52,7 @@ def bc7_params(quality: str, perceptual: bool) -> etcpak.BC7CompressBlockParams:
     return p
 
 
-def encode_slot(
-    slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True
-) -> bytes:
+def encode_slot(slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True) -> bytes:
     """Encode an (S, S, 4) uint8 RGBA slot; returns exactly `raw_size(fmt, S)` bytes.
 
     `srgb` only steers BC7's error metric (perceptual for colour, plain RGBA for linear data).

@@ -31,6 +31,7 @@ the output path is never left half-written.
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import multiprocessing as mp
@@ -40,15 +41,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..config import BakeConfig
 from ..errors import EngineError
 from ..pack import codec
-from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+from ..pack.format import MAX_METADATA, AddressMode, PackHeader, Supercompression, TexelFormat
 from ..pack.writer import PackWriter
 from . import bcn
 from .mips import LevelRows, Transfer, band_levels
@@ -178,10 +181,6 @@ class RingRef:
     width: int
     dtype: str
 
-    @property
-    def nbytes(self) -> int:
-        return self.rows * self.width * 4 * np.dtype(self.dtype).itemsize
-
 
 @dataclass
 class BandJob:
@@ -287,7 +286,13 @@ def _band_input(job: BandJob, state: _WorkerState, lo: int, hi: int) -> np.ndarr
         return ref
     source = job.source or state.source
     assert source is not None
-    return np.ascontiguousarray(source.read_rows(lo, hi))
+    rows = source.read_rows(lo, hi)
+    if rows.shape != (hi - lo, source.width, 4) or rows.dtype != np.uint8:
+        raise EngineError(
+            f"source {source.name} returned {rows.shape} {rows.dtype} for rows {lo}..{hi}, "
+            f"expected ({hi - lo}, {source.width}, 4) uint8"
+        )
+    return np.ascontiguousarray(rows)
 
 
 def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
@@ -438,9 +443,7 @@ class _Feed:
 
     def _drop(self, hi: int) -> None:
         nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
-        self.chunks = [
-            (s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt
-        ]
+        self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
 
 
 class _InlineExecutor:
@@ -484,15 +487,13 @@ class _Baker:
         band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
         self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs)
         self.metadata = metadata
-        self.max_in_flight = self.jobs + 1  # one queued band per worker pool keeps every worker busy
+        self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
         self.fork = "fork" in mp.get_all_start_methods()
         # Who reads the source: workers generate picklable ones themselves; forked workers (or
         # this process, with one job) read shareable ones directly; else this process reads it.
         self.pickled_source = bool(getattr(source, "parallel", False))
         self.shared_source = (
-            not self.pickled_source
-            and bool(getattr(source, "forkable", False))
-            and (self.fork or self.jobs == 1)
+            not self.pickled_source and bool(getattr(source, "forkable", False)) and (self.fork or self.jobs == 1)
         )
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
@@ -502,7 +503,7 @@ class _Baker:
         self.free_slots: list[int] = []
         self.slot_bytes = 0
         self.writer: PackWriter | None = None
-        self.bar = None
+        self.bar: Any = None  # tqdm progress bar
         self.raw_bytes = 0
 
     # ---- pool -------------------------------------------------------------------------------------
@@ -588,7 +589,10 @@ class _Baker:
 
     def _process_oldest(self, pool: _Executor) -> None:
         fut, job, slot = self.pending.popleft()
-        res = fut.result()
+        try:
+            res = fut.result()
+        except BrokenProcessPool:
+            raise EngineError("a bake worker process died (killed, out of memory or crashed)") from None
         if slot is not None:
             self.free_slots.append(slot)
         writer = self.writer
@@ -696,12 +700,22 @@ def bake(
     config = config or BakeConfig()
     if not isinstance(config, BakeConfig):
         raise TypeError(f"config must be a BakeConfig, got {type(config).__name__}")
-    for attr in ("width", "height", "channels", "read_rows"):
+    for attr in ("name", "width", "height", "channels", "read_rows"):
         if not hasattr(source, attr):
             raise TypeError(f"source {source!r} has no {attr!r}: it is not a texstream Source")
+    if source.channels not in (1, 2, 3, 4):
+        raise ValueError(f"source {source.name} has {source.channels!r} channels, expected 1 to 4")
     out = Path(out_path)
+    if out.is_dir():
+        raise EngineError(f"output {out} is a folder")
     meta = creation_metadata(source, config)
     meta.update(metadata or {})
+    try:  # found out now, not when the pack is written after the whole bake
+        size = len(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
+    if size > MAX_METADATA:
+        raise ValueError(f"metadata is {size} bytes, over the {MAX_METADATA}-byte cap")
     baker = _Baker(source, out, config, meta)
     log.info("baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s", source.name, source.width,
              source.height, out, baker.header.level_count, baker.header.tile_count,

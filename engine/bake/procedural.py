@@ -330,9 +330,7 @@ _CELL = 128  # checker cell: one tile of the default size
 _BLOCK = 1024  # labelled block: readable down to level 3
 
 
-def _label_row(
-    v: int, width: int, period: int, scale: int, offset: int, coord_y: int, digits: int
-) -> np.ndarray:
+def _label_row(v: int, width: int, period: int, scale: int, offset: int, coord_y: int, digits: int) -> np.ndarray:
     """Texels of one row that belong to the labels "x,y" written every `period` texels.
 
     `v` is the row inside its cell, `coord_y` the cell's row number; glyphs are 3x5 at `scale`.

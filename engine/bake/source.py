@@ -314,9 +314,7 @@ class VipsSource:
         """`read_rows`, written into `out` ((y1 - y0, width, 4) uint8) when given: saves a copy."""
         _check_range(self, y0, y1)
         if y0 < self._next:
-            raise ValueError(
-                f"{self.name} streams top to bottom: row {y0} was requested after row {self._next}"
-            )
+            raise ValueError(f"{self.name} streams top to bottom: row {y0} was requested after row {self._next}")
         if self.random:
             rows = self._fetch(y0, y1)
         else:

@@ -187,6 +187,16 @@ class StagingRing:
         return self._closed
 
     # -- any thread -----------------------------------------------------------------------------
+    @property
+    def free_count(self) -> int:
+        """Slots FREE right now (O(1), unlike `stats()` which counts every state)."""
+        return len(self._free)
+
+    @property
+    def stall_count(self) -> int:
+        """Times `acquire` found no free slot."""
+        return self._stalls
+
     def acquire(self, tag: Any = None) -> Slot | None:
         """A FREE slot, now FILLING; None (and a counted stall) when none is free or after release."""
         with self._lock:

@@ -235,6 +235,7 @@ class Streamer:
         self.totals: dict[str, int] = {"uploads": 0, "upload_bytes": 0, "evicted": 0, "failed": 0, "stalls": 0,
                                        "requested": 0, "cancelled": 0}  # fmt: skip
         self.latencies: deque[int] = deque(maxlen=4096)
+        self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
@@ -325,7 +326,9 @@ class Streamer:
             g = p.geometry
             share = int(left * weight[k] / total_w) // g.slot_bytes
             need = -(-pinned[k] // g.cells) * g.cells
-            cap = max(g.round_capacity(share), need, g.cells)
+            # Never more slots than the pool's textures have tiles (small packs leave budget unused).
+            every = -(-sum(vt.header.tile_count for vt in p.textures) // g.cells) * g.cells
+            cap = max(min(g.round_capacity(share), every), need, g.cells)
             cap = min(cap, self.gl.max_array_layers * g.cells)
             plan[k] = cap
         need_bytes = sum(plan[k] // p.geometry.cells * p.geometry.layer_bytes for k, p in self.pools.items())
@@ -456,6 +459,8 @@ class Streamer:
         # signal when the GPU gets there); until newer feedback arrives, the frames in flight are
         # assumed to sample what the newest feedback named, so those slots stay touched.
         raw = self.feedback.collect(frame)
+        if self.freeze_feedback:  # keep streaming what is queued; want nothing new
+            raw = []
         data = self._feedback_data(raw)
         wanted = self._reduce(data)
         if raw:
@@ -489,7 +494,7 @@ class Streamer:
         st.queued = self.scheduler.queued_count
         st.update_ms = (time.perf_counter() - t0) * 1e3
         if self.ring is not None:
-            st.stalls = self.ring._stalls  # RingStats counts every slot's state: too slow per frame
+            st.stalls = self.ring.stall_count
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
@@ -567,7 +572,7 @@ class Streamer:
         issued = 0
         # Cache slots are reserved (evicting resident tiles) only for loads the ring can stage now;
         # the rest go back to the scheduler. The batch is in priority order, parents first.
-        room = len(self.ring._free) if self.ring is not None else 0  # FREE slots (RingStats is O(slots))
+        room = self.ring.free_count if self.ring is not None else 0
         if room < len(batch):
             dropped.append(batch.keys[room:])
         # Prefetch takes free slots only: evicting for it would trade tiles the screen used a few
@@ -757,11 +762,18 @@ class Streamer:
         """True while loads are queued, in flight or waiting to upload."""
         return bool(self._jobs or self._ready or self.scheduler.queued_count)
 
+    def memory_summary(self) -> str:
+        """A readable table of what the engine holds on the GPU, per pool and per texture."""
+        from ..telemetry.memory import memory_summary
+
+        return memory_summary(self)
+
     def stats(self) -> dict:
         """Telemetry of the latest update() plus running totals (plain dict, stable keys)."""
         st = self.last
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
-        ring = self.ring.stats() if self.ring is not None else None
+        ring = self.ring
+        occupancy = 1.0 - ring.free_count / len(ring.slots) if ring is not None and ring.slots else 0.0
         return {
             "frame": st.frame,
             "update_ms": st.update_ms,
@@ -786,8 +798,9 @@ class Streamer:
             "latency_p50_frames": float(np.percentile(lat, 50)),
             "latency_p95_frames": float(np.percentile(lat, 95)),
             "latency_p99_frames": float(np.percentile(lat, 99)),
-            "ring_occupancy": ring.occupancy if ring else 0.0,
-            "ring_stalls": ring.stalls if ring else 0,
+            "ring_occupancy": occupancy,
+            "ring_stalls": ring.stall_count if ring is not None else 0,
+            "feedback_frozen": self.freeze_feedback,
             "feedback_dropped": self.feedback.dropped,
             "totals": dict(self.totals),
         }

@@ -26,9 +26,7 @@ def test_raw_size_matches_the_pack_header(fmt: TexelFormat) -> None:
     slot = _slots("coffee.png", 1)[0]
     data = encode_slot(slot, fmt, bc7_quality="fast")
     assert (
-        len(data)
-        == raw_size(fmt, S)
-        == PackHeader(width=300, height=300, texel_format=fmt, srgb=False).tile_raw_size
+        len(data) == raw_size(fmt, S) == PackHeader(width=300, height=300, texel_format=fmt, srgb=False).tile_raw_size
     )
 
 
@@ -36,9 +34,7 @@ def test_raw_size_matches_the_pack_header(fmt: TexelFormat) -> None:
 def test_bc1_and_bc7_quality_on_photographs(name: str) -> None:
     slots = _slots(name)
     got1 = np.stack([decode(encode_slot(s, TexelFormat.BC1), TexelFormat.BC1, S) for s in slots])
-    got7 = np.stack(
-        [decode(encode_slot(s, TexelFormat.BC7, bc7_quality="fast"), TexelFormat.BC7, S) for s in slots]
-    )
+    got7 = np.stack([decode(encode_slot(s, TexelFormat.BC7, bc7_quality="fast"), TexelFormat.BC7, S) for s in slots])
     src = np.stack(slots)
     assert ref.psnr(got1[..., :3], src[..., :3]) >= 30
     assert ref.psnr(got7, src) >= 40

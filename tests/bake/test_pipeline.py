@@ -20,9 +20,7 @@ from .conftest import ASSETS, PHOTOS, assemble, leftovers, load_photo, read_slot
 class Plain:
     """A minimal Source read by the main process only (no `forkable`/`parallel`), that can fail."""
 
-    def __init__(
-        self, rgba: np.ndarray, fail_at: int | None = None, exc: BaseException | None = None
-    ) -> None:
+    def __init__(self, rgba: np.ndarray, fail_at: int | None = None, exc: BaseException | None = None) -> None:
         self.rgba, self.fail_at, self.exc = rgba, fail_at, exc
         self.name = "plain"
         self.height, self.width = rgba.shape[:2]
@@ -145,9 +143,7 @@ def test_degenerate_sizes(tmp_path: Path, w: int, h: int) -> None:
 
 def test_4097_square_round_trips(tmp_path: Path) -> None:
     out = tmp_path / "big.tpk"
-    report = bake_procedural(
-        out, 4097, "checker", 3, _cfg(texel_format=TexelFormat.BC1, jobs=2, tile_size=128)
-    )
+    report = bake_procedural(out, 4097, "checker", 3, _cfg(texel_format=TexelFormat.BC1, jobs=2, tile_size=128))
     with PackReader(out) as r:
         assert (r.header.width, r.header.height, r.header.level_count) == (4097, 4097, 7)
         assert r.verify() == []
@@ -216,6 +212,10 @@ def test_bad_arguments(tmp_path: Path) -> None:
         bake(object(), tmp_path / "a.tpk", _cfg())  # type: ignore[arg-type]
     with pytest.raises(EngineError, match="does not exist"):
         bake(ArraySource(np.zeros((4, 4), np.uint8)), tmp_path / "no" / "a.tpk", _cfg())
+    with pytest.raises(EngineError, match="is a folder"):
+        bake(ArraySource(np.zeros((4, 4), np.uint8)), tmp_path, _cfg())
+    with pytest.raises(ValueError, match="JSON"):
+        bake(ArraySource(np.zeros((4, 4), np.uint8)), tmp_path / "a.tpk", _cfg(), {"bad": object()})
     assert isinstance(ArraySource(np.zeros((4, 4), np.uint8)), Source)
 
 
@@ -237,9 +237,7 @@ def test_stage_plan_bounds_band_memory() -> None:
 
 
 @pytest.mark.parametrize("mode", [AddressMode.CLAMP, AddressMode.WRAP])
-def test_streamed_file_bakes_like_the_decoded_one(
-    tmp_path: Path, small_bands: None, mode: AddressMode
-) -> None:
+def test_streamed_file_bakes_like_the_decoded_one(tmp_path: Path, small_bands: None, mode: AddressMode) -> None:
     """libvips streaming (main process reads strips into the shared ring) == Pillow (workers read)."""
     path = ASSETS / "chelsea.png"
     streamed, decoded = tmp_path / "s.tpk", tmp_path / "d.tpk"
@@ -250,3 +248,39 @@ def test_streamed_file_bakes_like_the_decoded_one(
     assert h1 == h2 and a.keys() == b.keys()
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert np.array_equal(assemble(h1, a, 0), load_photo("chelsea.png"))
+
+
+def test_output_does_not_depend_on_the_number_of_jobs(tmp_path: Path) -> None:
+    src = _photo_odd()
+    tiles = []
+    for jobs in (1, 3):
+        out = tmp_path / f"j{jobs}.tpk"
+        bake(ArraySource(src), out, _cfg(jobs=jobs, texel_format=TexelFormat.BC1))
+        with PackReader(out) as r:
+            tiles.append([r.read_tile(*r.tile_position(i)) for i in range(r.header.tile_count)])
+    assert tiles[0] == tiles[1]
+
+
+class Crashing:
+    """A picklable worker-side source whose worker process dies on one band."""
+
+    parallel = True
+    name, width, height, channels = "crash", 64, 400, 3
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+
+    def read_rows(self, y0: int, y1: int) -> np.ndarray:
+        import os
+
+        if y0 > 200 and os.getpid() != self.parent:
+            os._exit(3)
+        return np.zeros((y1 - y0, 64, 4), np.uint8)
+
+
+def test_a_dead_worker_aborts_the_bake(tmp_path: Path, small_bands: None) -> None:
+    import os
+
+    with pytest.raises(EngineError, match="worker process died"):
+        bake(Crashing(os.getpid()), tmp_path / "c.tpk", _cfg(jobs=2))
+    assert leftovers(tmp_path) == []

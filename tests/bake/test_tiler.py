@@ -20,9 +20,7 @@ def test_resolve() -> None:
 
 @pytest.mark.parametrize("mode", [AddressMode.CLAMP, AddressMode.WRAP])
 @pytest.mark.parametrize(("w", "h", "t", "b"), [(20, 13, 8, 4), (16, 16, 8, 0), (5, 3, 8, 8), (1, 1, 4, 4)])
-def test_slots_match_the_level_read_through_the_address_mode(
-    mode: AddressMode, w: int, h: int, t: int, b: int
-) -> None:
+def test_slots_match_the_level_read_through_the_address_mode(mode: AddressMode, w: int, h: int, t: int, b: int) -> None:
     rng = np.random.default_rng(w * h)
     level = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
     cutter = LevelCutter(w, h, t, b, mode)
