@@ -35,6 +35,7 @@ from .telemetry import Overlay, Telemetry, memory_summary
 log = logging.getLogger(__name__)
 
 FPS = 60.0
+MAX_SIZE = 16384  # a side: GL_MAX_RENDERBUFFER_SIZE / GL_MAX_VIEWPORT_DIMS on common drivers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,13 +49,23 @@ class DemoConfig:
     telemetry: Path | None = None
     overlay: bool = True
 
+    def __post_init__(self) -> None:  # ValueError: the CLI prints it as one line (exit 2)
+        w, h = self.size
+        if not (isinstance(w, int) and isinstance(h, int) and 1 <= w <= MAX_SIZE and 1 <= h <= MAX_SIZE):
+            raise ValueError(f"frame size {w}x{h} must be within 1..{MAX_SIZE} a side")
+        if not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
+            raise ValueError(f"budget must be a positive number of MiB, got {self.budget_mb!r}")
+        if self.frames < 1:
+            raise ValueError(f"frames must be >= 1, got {self.frames!r}")
+
 
 def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def open_textures(streamer: Streamer, packs: tuple[str, ...], progress: bool) -> tuple[VirtualTexture,
-                                                                                      VirtualTexture | None]:  # fmt: skip
+def open_textures(
+    streamer: Streamer, packs: tuple[str, ...], progress: bool
+) -> tuple[VirtualTexture, VirtualTexture | None]:
     if not packs:
         packs = (str(ensure_asset(DEFAULT_TERRAIN, progress)), str(ensure_asset(DEFAULT_NORMALS, progress)))
     albedo = streamer.open(packs[0])
@@ -90,6 +101,7 @@ class Demo:
 
     def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> None:
         self.telemetry.update()
+        fbo.viewport = (0, 0, fb_size[0], fb_size[1])  # the window's may have been resized since
         fbo.use()
         fbo.clear(*sky_clear_colour(), 1.0)
         self.telemetry.gpu_begin()
@@ -117,19 +129,24 @@ def run_headless(cfg: DemoConfig) -> dict:
     telemetry = cfg.telemetry or out / "telemetry.jsonl"
     cfg = DemoConfig(**{**cfg.__dict__, "telemetry": telemetry})
     ctx = headless_context()
-    demo = Demo(ctx, cfg, progress=sys.stderr.isatty())
-    color = ctx.renderbuffer(cfg.size, 4)
-    fbo = ctx.framebuffer(color_attachments=[color])
     try:
-        for i in range(cfg.frames):
-            demo.frame(demo.path.pose(i / FPS), fbo, cfg.size)
-            img = np.frombuffer(fbo.read(components=4, alignment=1), np.uint8).reshape(cfg.size[1], cfg.size[0], 4)
-            write_image(img[::-1], out / f"frame_{i:04d}.png", "RGB")
-        summary = demo.telemetry.write_summary(out / "summary.json")
+        demo = Demo(ctx, cfg, progress=sys.stderr.isatty())
+        color = fbo = None
+        try:
+            color = ctx.renderbuffer(cfg.size, 4)
+            fbo = ctx.framebuffer(color_attachments=[color])
+            for i in range(cfg.frames):
+                demo.frame(demo.path.pose(i / FPS), fbo, cfg.size)
+                img = np.frombuffer(fbo.read(components=4, alignment=1), np.uint8)
+                write_image(img.reshape(cfg.size[1], cfg.size[0], 4)[::-1], out / f"frame_{i:04d}.png", "RGB")
+            summary = demo.telemetry.write_summary(out / "summary.json")
+        finally:
+            for obj in (fbo, color):
+                if obj is not None:
+                    obj.release()
+            mem = demo.close()
     finally:
-        fbo.release()
-        color.release()
-        mem = demo.close()
+        ctx.release()
     print(mem)
     print(f"wrote {cfg.frames} frames, telemetry and summary to {out}")
     return summary
@@ -161,15 +178,25 @@ class FlyCamera:
 def run_window(cfg: DemoConfig) -> None:  # pragma: no cover - exercised under Xvfb by the tests
     import glfw
 
+    errors: list[str] = []  # GLFW's own words, for the one-line error (instead of its warnings)
+
+    def on_error(code: int, description: bytes) -> None:
+        errors.append(description.decode(errors="replace") if isinstance(description, bytes) else str(description))
+        log.debug("GLFW error %s: %s", code, errors[-1])
+
+    def why() -> str:
+        return f" ({errors[-1]})" if errors else ""
+
+    glfw.set_error_callback(on_error)
     if not glfw.init():
-        raise EngineError("no display: GLFW could not initialise (use --headless)")
+        raise EngineError(f"no display: GLFW could not initialise{why()}; use --headless")
     try:
         glfw.window_hint(glfw.CONTEXT_VERSION_MAJOR, 4)
         glfw.window_hint(glfw.CONTEXT_VERSION_MINOR, 5)
         glfw.window_hint(glfw.OPENGL_PROFILE, glfw.OPENGL_CORE_PROFILE)
         window = glfw.create_window(cfg.size[0], cfg.size[1], "texstream demo", None, None)
         if not window:
-            raise EngineError("could not open an OpenGL 4.5 window (use --headless)")
+            raise EngineError(f"could not open an OpenGL 4.5 window{why()}; use --headless")
         glfw.make_context_current(window)
         glfw.swap_interval(1)
         ctx = moderngl.create_context()
@@ -189,13 +216,12 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
     last = time.perf_counter()
     mouse: tuple[float, float] | None = None
     frames_left = int(os.environ.get("TEXSTREAM_DEMO_FRAMES", "0")) or None  # tests: run N frames and quit
-    pressed: set[int] = set()
+    screenshot = False
 
     def on_key(win, key, scancode, action, mods) -> None:  # noqa: ANN001
-        nonlocal replay_from
+        nonlocal replay_from, screenshot
         if action != glfw.PRESS:
             return
-        pressed.add(key)
         if key == glfw.KEY_ESCAPE:
             glfw.set_window_should_close(win, True)
         elif key == glfw.KEY_H:
@@ -213,12 +239,8 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
                 demo.streamer.set_budget(demo.streamer.budget.budget / 2**20 / 1.25)
             except EngineError as exc:
                 log.warning("%s", exc)
-        elif key == glfw.KEY_P:
-            w, h = glfw.get_framebuffer_size(win)
-            img = np.frombuffer(ctx.screen.read(components=4, alignment=1), np.uint8).reshape(h, w, 4)[::-1]
-            shot = Path(f"texstream-{time.strftime('%Y%m%d-%H%M%S')}.png")
-            write_image(img, shot, "RGB")
-            print(f"screenshot {shot}")
+        elif key == glfw.KEY_P:  # taken after the next draw: the back buffer is undefined after a swap
+            screenshot = True
         elif key == glfw.KEY_SPACE:
             replay_from = time.perf_counter() if replay_from is None else None
 
@@ -254,7 +276,17 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
             cam.z = min(cam.z, -2.0)
             pose = cam.pose()
         size = glfw.get_framebuffer_size(window)
+        if size[0] < 1 or size[1] < 1:  # minimised: nothing to draw into
+            glfw.wait_events_timeout(0.1)
+            continue
         demo.frame(pose, ctx.screen, size)
+        if screenshot:
+            screenshot = False
+            w, h = size
+            data = ctx.screen.read(viewport=(0, 0, w, h), components=4, alignment=1)
+            shot = Path(f"texstream-{time.strftime('%Y%m%d-%H%M%S')}.png")
+            write_image(np.frombuffer(data, np.uint8).reshape(h, w, 4)[::-1], shot, "RGB")
+            print(f"screenshot {shot}")
         glfw.swap_buffers(window)
         if frames_left is not None:
             frames_left -= 1

@@ -16,11 +16,11 @@ terrain  The default demo asset. A fractal height field (fBm) made by hierarchic
          their spacing (Hurst exponent 0.9), so slopes, and the hill shading that shows them,
          exist at every scale: relief is visible from the whole-texture view down to single
          texels. Slopes steepen with altitude (rugged mountains, gentle lowlands). Colour comes
-         from one table indexed by (height, Lambert term, slope): depth-tinted water (lit as a
-         flat surface), sand, meadow, grass, forest, scrub, rock on steep slopes, snow on high
-         ground that is not too steep; the sun is low in the north-west. Per texel the work is
-         one subdivision, central differences, a few arithmetic passes and one table gather,
-         on strips small enough to stay in cache.
+         from one table indexed by (height, Lambert term, slope): depth-tinted water (the sea
+         bed's relief showing faintly through it), sand, meadow, grass, forest, scrub, rock on
+         steep slopes, snow on high ground that is not too steep; the sun is low in the
+         north-west. Per texel the work is one subdivision, central differences, a few
+         arithmetic passes and one table gather, on strips small enough to stay in cache.
 normals  The same height field's normals, (x, y, z) * 0.5 + 0.5 in R, G, B (A = 255), water flat:
          the companion normal map for BC5 (which keeps R, G) of the terrain with the same seed
          and size. Its slopes are the unexaggerated ones (the terrain's colour table exaggerates
@@ -212,6 +212,7 @@ _RELIEF_FROM, _RELIEF_GAIN = 0.45, 2.2  # slopes steepen with altitude above sea
 _SLOPE_MAX = 2.0  # slope (rise over run) mapped to the last slope bin
 _SUN = np.array([-0.55, -0.45, 0.70]) / np.linalg.norm([-0.55, -0.45, 0.70])
 _AMBIENT = 0.32
+_SEABED = 0.3  # how much of the sea bed's relief shows through the water
 
 
 def _smooth(x: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -239,8 +240,9 @@ def _terrain_table() -> np.ndarray:
     snow = (_smooth(h, 1.42, 1.56) * (1 - _smooth(sl, 0.7, 1.3)))[..., None]
     col = col + (np.array(_SNOW) - col) * snow
     light = _AMBIENT + (1 - _AMBIENT) * 1.25 * shade[None, :, None, None]
-    flat = _AMBIENT + (1 - _AMBIENT) * 1.25 * _SUN[2]  # water is lit as a flat surface
-    lit = np.where(land, col * light, col * flat)
+    flat = _AMBIENT + (1 - _AMBIENT) * 1.25 * _SUN[2]
+    water = flat + _SEABED * (light - flat)  # the surface is flat; the sea bed shows through faintly
+    lit = np.where(land, col * light, col * water)
     rgba = np.empty(lit.shape[:3] + (4,), np.uint8)
     rgba[..., :3] = np.clip(np.rint(lit), 0, 255)
     rgba[..., 3] = 255

@@ -229,6 +229,8 @@ class PillowSource:
                 raise SourceError(f"{path}: no such file") from None
             except UnidentifiedImageError:
                 raise SourceError(f"{path}: not an image Pillow can read") from None
+            except Image.DecompressionBombError:
+                raise SourceError(f"{path}: too large for Pillow (open it with open_source or VipsSource)") from None
             except OSError as exc:
                 raise SourceError(f"{path}: cannot open: {_first_line(exc)}") from None
         self.mode = img.mode

@@ -225,7 +225,9 @@ class Streamer:
         self.scheduler = RequestScheduler(config)
         self.io = IOWorkers(config.io_threads)
         self.ring: StagingRing | None = None
-        self.feedback: FeedbackRing = self._make_feedback((1920, 1080))
+        # Sized for 1920x1080 (or the current viewport if larger); grown when a larger viewport is seen.
+        vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
+        self.feedback: FeedbackRing = self._make_feedback((max(1920, vw), max(1080, vh)))
         self._jobs: dict[int, tuple[IOJob, CachePool, int, int]] = {}  # key -> job, pool, cache slot, frame
         self._ready: deque[tuple[IOJob, CachePool, int, int]] = deque()
         self.last = FrameStats()
@@ -381,12 +383,28 @@ class Streamer:
         self.budget.reserve("staging-ring", size)
         self.ring = StagingRing(self.ctx, self.gl, size, tile_bytes)
 
-    def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
+    def _feedback_capacity(self, fb_size: tuple[int, int]) -> int:
         stride = self.config.feedback_divisor
-        cap = 4 * (-(-fb_size[0] // stride)) * (-(-fb_size[1] // stride))
-        ring = FeedbackRing(self.ctx, self.gl, cap, stride)
+        return 4 * (-(-fb_size[0] // stride)) * (-(-fb_size[1] // stride))  # up to 4 samples per cell
+
+    def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
+        ring = FeedbackRing(self.ctx, self.gl, self._feedback_capacity(fb_size), self.config.feedback_divisor)
         self.budget.reserve("feedback", ring.nbytes)
         return ring
+
+    def _fit_feedback(self) -> None:
+        """Grow the feedback buffers when the viewport the draws use outgrew them (e.g. a resize)."""
+        vp = self.ctx.viewport
+        if not vp or self._feedback_capacity((vp[2], vp[3])) <= self.feedback.capacity:
+            return
+        old = self.feedback
+        self.budget.release("feedback")
+        try:
+            self.feedback = self._make_feedback((vp[2], vp[3]))
+        except BudgetError:
+            self.budget.reserve("feedback", old.nbytes)  # keep the smaller one; drops are counted
+            return
+        old.release()
 
     def _load_pinned(self, vt: VirtualTexture) -> None:
         """Load the coarsest levels synchronously through the ring (the never-black fallback)."""
@@ -452,6 +470,7 @@ class Streamer:
         assert self.ring is not None or not self.textures
         if self.ring is not None:
             self.ring.reclaim()
+        self._fit_feedback()
 
         # 1. Feedback -> wanted pages; touch the slots the draws sampled. Those are the pages the
         # feedback names *without* the mip bias (the shader samples the finest resident level,

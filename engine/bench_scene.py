@@ -1,0 +1,911 @@
+"""`texstream bench scene`: the terrain demo's scripted camera paths, measured in one run.
+
+Over a procedural terrain (albedo BC1 + a BC5 normal map at half resolution; quick: 4096^2 + 2048^2
+baked into a temp folder in about a second; full: the default 32768^2 + 16384^2 assets), each path
+plays with a fixed frame clock (dt = 1/60 s: the same poses on every machine) on a fresh Streamer,
+drawn by TerrainScene into an offscreen framebuffer (quick 480x270, full 1920x1080):
+
+- flythrough, whip_pans, region_cuts at the regular budget (quick 8 MiB, full 192 MiB: the demo's);
+- oversubscribed at a budget whose cache holds half the path's working set (2x oversubscribed).
+  The working set is measured first on an all-resident reference: the distinct tiles (wanted pages
+  plus their parents, pinned levels excluded: what the budget controller counts) that the feedback
+  of a few frames names at poses sampled along the path; the budget is then the smallest whose
+  most loaded pool holds at most half of its peak working set in unpinned slots.
+
+Per path: uploads, tiles/s and MB/s (10^6 B/s) on the frame clock (what a 60 fps run asks for, also
+its peak over 0.5 s windows) and on the wall clock, against the raw upload ceiling measured in the
+same run (`bench_stream.upload_ceiling`: fenced glCompressedTexSubImage3D from the staging ring);
+update() ms p50/p95, as measured and without the feedback fence's glMemoryBarrier (on llvmpipe that
+call waits for the frame's rasterization); request-to-resident latency p50/p95/p99 in frames; engine
+VRAM peak against the budget; re-fetches (tiles uploaded again within 30 frames of their eviction,
+plus Telemetry's count of any re-upload); max mip bias.
+
+region_cuts: after each cut, every frame is read back (PBOs, read two frames later, so the pipeline
+keeps running) and compared with the same pose rendered by a second Streamer on which every tile
+was made resident (`make_all_resident`); frames to converge is the index of the first frame after
+the cut (the cut frame is 0) whose PSNR is >= 45 dB.
+
+Naive side by side: level 0 of a pack extracted to PNG (not timed), then Pillow load + one
+mipmapped moderngl texture (RGBA8 sRGB, glGenerateMipmap) and a plain sampler2D shader with the
+terrain's lighting and fog, at the largest size that fits here (quick: 4096^2; full: up to 16384^2);
+time to first frame, VRAM (w * h * 4 * 4/3) and mean frame time over the flythrough's first frames,
+against texstream on the same pack (open + first update + draw; then frames until fully resident).
+
+llvmpipe: the "GPU" is the same two cores as the I/O threads and the render thread; wall-clock
+figures are of this machine, the frame-clock ones are the paths' demand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import moderngl
+import numpy as np
+
+from .config import BakeConfig, BudgetConfig, StreamerConfig
+from .errors import BudgetError, EngineError
+from .pack.format import TexelFormat
+from .pack.reader import PackReader
+from .runtime.feedback_reduce import WantedPages
+from .runtime.streamer import Streamer, VirtualTexture
+from .runtime.tile_cache import TileState, tile_keys
+from .scene.paths import CameraPath, Pose, flythrough, named_path
+from .scene.terrain import SKY, TerrainScene, sky_clear_colour
+from .telemetry import Telemetry
+
+__all__ = ["run_scene_bench"]
+
+log = logging.getLogger(__name__)
+
+FPS = 60.0
+DT = 1.0 / FPS
+CONVERGED_DB = 45.0
+REFETCH_WINDOW = 30  # frames: a tile uploaded again this soon after its eviction is a re-fetch
+OVERSUBSCRIPTION = 2.0
+PATHS = ("flythrough", "whip_pans", "region_cuts", "oversubscribed")
+MB = 1_000_000
+MIB = 1 << 20
+GL_SRGB8_ALPHA8 = 0x8C43
+
+
+@dataclass(frozen=True)
+class Mode:
+    quick: bool
+    frame_size: tuple[int, int]
+    budget_mb: float  # the regular paths' VRAM budget
+    ceiling_tiles: int  # tiles uploaded to measure the ceiling
+    naive_max: int  # largest naive texture side tried
+    compare_frames: int  # flythrough frames each side of the naive comparison draws
+    ws_stride: int  # oversubscribed path: working set sampled every this many frames
+
+
+QUICK = Mode(True, (480, 270), 8.0, 4096, 4096, 240, 10)
+FULL = Mode(False, (1920, 1080), 192.0, 32768, 16384, 600, 10)
+
+
+@dataclass(frozen=True)
+class Packs:
+    albedo: Path
+    normals: Path
+
+
+def _make_packs(mode: Mode, folder: Path) -> Packs:
+    if mode.quick:
+        from .bake.pipeline import bake_procedural
+
+        albedo, normals = folder / "terrain-4096-bc1-t128.tpk", folder / "normals-2048-bc5-t128.tpk"
+        bake_procedural(albedo, 4096, "terrain", 1, BakeConfig(tile_size=128, progress=False))
+        bake_procedural(normals, 2048, "normals", 1,
+                        BakeConfig(texel_format=TexelFormat.BC5, tile_size=128, progress=False))  # fmt: skip
+        return Packs(albedo, normals)
+    from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset
+
+    return Packs(ensure_asset(DEFAULT_TERRAIN, progress=False), ensure_asset(DEFAULT_NORMALS, progress=False))
+
+
+def _pack_info(path: Path) -> dict:
+    with PackReader(path) as r:
+        h = r.header
+        return {"file": path.name, "size": [h.width, h.height], "format": h.texel_format.name.lower(),
+                "srgb": bool(h.srgb), "tile": h.tile_size, "levels": h.level_count, "tiles": h.tile_count,
+                "all_resident_bytes": h.tile_count * h.tile_raw_size}  # fmt: skip
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of the RGB channels of two uint8 RGBA images (99 when identical)."""
+    d = a[..., :3].astype(np.float64) - b[..., :3].astype(np.float64)
+    mse = float(np.mean(d * d))
+    return 99.0 if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+
+
+# ---- a streamer drawing the terrain into an offscreen framebuffer ---------------------------------
+class _Rig:
+    """A Streamer with the terrain's packs open, its TerrainScene and an RGBA8 framebuffer."""
+
+    def __init__(self, ctx: moderngl.Context, packs: Packs, size: tuple[int, int], budget_mb: float,
+                 normals: bool = True, albedo: Path | None = None) -> None:  # fmt: skip
+        self.ctx, self.size = ctx, size
+        self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
+        self.scene: TerrainScene | None = None
+        self.fbo: moderngl.Framebuffer | None = None
+        try:
+            self.albedo: VirtualTexture = self.streamer.open(albedo or packs.albedo)
+            self.normals = self.streamer.open(packs.normals) if normals else None
+            self.scene = TerrainScene(ctx, self.albedo, self.normals)
+            self.color = ctx.renderbuffer(size, 4)
+            self.fbo = ctx.framebuffer(color_attachments=[self.color])
+        except BaseException:
+            self.release()
+            raise
+
+    def draw(self, pose: Pose) -> None:
+        assert self.fbo is not None and self.scene is not None
+        self.fbo.use()
+        self.fbo.clear(*sky_clear_colour(), 1.0)
+        self.scene.draw(pose, self.size)
+
+    def read(self) -> np.ndarray:
+        assert self.fbo is not None
+        data = self.fbo.read(components=4, alignment=1)
+        return np.frombuffer(data, np.uint8).reshape(self.size[1], self.size[0], 4)
+
+    def release(self) -> None:
+        if self.fbo is not None:
+            _release_fbo(self.ctx, self.fbo)
+            self.color.release()
+            self.fbo = None
+        if self.scene is not None:
+            self.scene.release()
+            self.scene = None
+        self.streamer.release()
+
+
+def _release_fbo(ctx: moderngl.Context, fbo: moderngl.Framebuffer) -> None:
+    if ctx.fbo is fbo:  # moderngl keeps the current framebuffer; a released one breaks the next one
+        ctx.detect_framebuffer(0).use()
+    fbo.release()
+
+
+def _pool_working_set(streamer: Streamer, wanted: WantedPages) -> dict[str, int]:
+    """Per pool: distinct unpinned tiles `wanted` samples plus their parents (trilinear reads both),
+    as the budget controller counts them (Streamer._pressure)."""
+    out = {}
+    for pool in streamer.pools.values():
+        keys = [np.zeros(0, np.int64)]
+        for vt in pool.textures:
+            m = wanted.tex == vt.id
+            lv, x, y = wanted.level[m], wanted.x[m], wanted.y[m]
+            first = vt.table.first_pinned_level
+            own, up = lv < first, lv + 1 < first
+            keys.append(tile_keys(vt.id, lv[own], x[own], y[own]))
+            keys.append(tile_keys(vt.id, lv[up] + 1, x[up] >> 1, y[up] >> 1))
+        out[pool.name] = int(np.unique(np.concatenate(keys)).size)
+    return out
+
+
+def _pool_slots(streamer: Streamer) -> dict[str, int]:
+    """Unpinned cache slots per pool."""
+    return {p.name: p.slots.capacity - p.slots.pinned_count for p in streamer.pools.values()}
+
+
+class _Reference:
+    """Every tile of both packs resident (make_all_resident) in a second Streamer: the reference
+    frames for convergence, and the working set of a pose without any budget pressure."""
+
+    def __init__(self, ctx: moderngl.Context, packs: Packs, size: tuple[int, int]) -> None:
+        budget = _reference_budget_mb(packs)
+        t0 = time.perf_counter()
+        for attempt in range(4):
+            rig = _Rig(ctx, packs, size, budget)
+            try:
+                rig.streamer.make_all_resident(rig.albedo)
+                assert rig.normals is not None
+                rig.streamer.make_all_resident(rig.normals)
+                break
+            except BudgetError:
+                rig.release()
+                if attempt == 3:
+                    raise
+                budget *= 1.5
+        self.rig = rig
+        self.seconds = time.perf_counter() - t0
+        self.budget_mb = budget
+        self.streamer = rig.streamer
+        self.streamer.update()
+        self._images: dict[bytes, np.ndarray] = {}
+
+    def image(self, pose: Pose) -> np.ndarray:
+        key = pose.eye.tobytes() + pose.target.tobytes()
+        img = self._images.get(key)
+        if img is None:
+            self.streamer.update()
+            self.rig.draw(pose)
+            img = self._images[key] = self.rig.read().copy()
+        return img
+
+    def working_set(self, pose: Pose, frames: int = 3) -> dict[str, int]:
+        """Working set per pool named by the feedback of `frames` draws of `pose` (the feedback
+        samples one fragment per 8x8 cell, in a phase that moves each frame: the union of a few
+        frames is closer to every tile the view samples than one frame's)."""
+        s = self.streamer
+        self.rig.ctx.finish()
+        s.update()
+        s.update()  # every earlier draw's feedback collected
+        parts: list[WantedPages] = []
+        seen = s._last_sampled
+        for i in range(frames + 2):
+            if i < frames:
+                self.rig.draw(pose)
+            else:
+                self.rig.ctx.finish()
+            s.update()
+            if s._last_sampled is not seen:
+                seen = s._last_sampled
+                parts.append(seen)
+        union = WantedPages(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)])
+                              for f in ("tex", "level", "x", "y", "count")))  # fmt: skip
+        return _pool_working_set(s, union)
+
+    def release(self) -> None:
+        self.rig.release()
+        self._images.clear()
+
+
+def _reference_budget_mb(packs: Packs) -> float:
+    """A budget whose pools hold every tile: the pools share the budget in proportion to level-0
+    tile counts, so the pool needing the most per share sets it; plus ring, feedback, slack."""
+    headers = []
+    for p in (packs.albedo, packs.normals):
+        with PackReader(p) as r:
+            headers.append(r.header)
+    weights = [h.tiles_in_level(0)[0] * h.tiles_in_level(0)[1] for h in headers]
+    need = max(h.tile_count * h.tile_raw_size * sum(weights) / w for h, w in zip(headers, weights, strict=True))
+    return (need * 1.05 + 112 * MIB) / MIB
+
+
+# ---- measurements while a path plays --------------------------------------------------------------
+class _BarrierTimer:
+    """Times the feedback ring's begin_frame (glMemoryBarrier + fence) inside update(): on llvmpipe
+    the barrier waits for the previous draw's rasterization, which is not the render thread's work."""
+
+    def __init__(self, streamer: Streamer) -> None:
+        self.ms = 0.0
+        fb = streamer.feedback
+        begin = fb.begin_frame
+
+        def timed(frame: int) -> None:
+            t = time.perf_counter()
+            begin(frame)
+            self.ms = (time.perf_counter() - t) * 1e3
+
+        fb.begin_frame = timed  # type: ignore[method-assign]
+
+
+class _RefetchWindow:
+    """Counts uploads of tiles evicted at most `window` frames earlier, from the pools' slot arrays
+    (one vectorized pass over the resident slots on frames with uploads or evictions)."""
+
+    def __init__(self, streamer: Streamer, window: int) -> None:
+        self.streamer, self.window = streamer, window
+        self.base: dict[int, int] = {}
+        n = 0
+        for vt in streamer.textures:
+            self.base[vt.id] = n
+            n += vt.header.tile_count
+        self.evicted_at = np.full(n, -(1 << 40), np.int64)
+        self.prev = self._resident()
+        self.count = 0
+        self.evictions = 0
+
+    def _resident(self) -> np.ndarray:
+        parts = [np.zeros(0, np.int64)]
+        for pool in self.streamer.pools.values():
+            sp = pool.slots
+            r = np.flatnonzero(sp.state == TileState.RESIDENT)
+            for vt in pool.textures:
+                rr = r[sp.tex[r] == vt.id]
+                parts.append(self.base[vt.id] + vt.table.flat_index(sp.level[rr], sp.x[rr], sp.y[rr]))
+        return np.unique(np.concatenate(parts))
+
+    def check(self, frame: int) -> None:
+        cur = self._resident()
+        gone = np.setdiff1d(self.prev, cur, assume_unique=True)
+        new = np.setdiff1d(cur, self.prev, assume_unique=True)
+        self.evicted_at[gone] = frame
+        self.evictions += int(gone.size)
+        self.count += int(np.count_nonzero(frame - self.evicted_at[new] <= self.window))
+        self.prev = cur
+
+
+class _Grabber:
+    """Reads frames back through a ring of pixel-pack buffers; each is read two frames later."""
+
+    def __init__(self, ctx: moderngl.Context, size: tuple[int, int], depth: int = 3) -> None:
+        self.size, self.depth = size, depth
+        self.buffers = [ctx.buffer(reserve=size[0] * size[1] * 4) for _ in range(depth)]
+        self.pending: deque[tuple[moderngl.Buffer, int, Any]] = deque()
+        self.next = 0
+
+    def grab(self, fbo: moderngl.Framebuffer, frame: int, tag: Any) -> list[tuple[Any, np.ndarray]]:
+        out = self.take(frame) if len(self.pending) < self.depth else [self._pop()]
+        buf = self.buffers[self.next]
+        self.next = (self.next + 1) % self.depth
+        fbo.read_into(buf, components=4, alignment=1)
+        self.pending.append((buf, frame, tag))
+        return out
+
+    def take(self, frame: int | None = None) -> list[tuple[Any, np.ndarray]]:
+        """Frames grabbed at least depth - 1 frames before `frame` (None: all of them)."""
+        out = []
+        while self.pending and (frame is None or frame - self.pending[0][1] >= self.depth - 1):
+            out.append(self._pop())
+        return out
+
+    def _pop(self) -> tuple[Any, np.ndarray]:
+        buf, _, tag = self.pending.popleft()
+        return tag, np.frombuffer(buf.read(), np.uint8).reshape(self.size[1], self.size[0], 4)
+
+    def release(self) -> None:
+        self.pending.clear()
+        for b in self.buffers:
+            b.release()
+
+
+class _Convergence:
+    """Frames from each cut of a path to the first frame matching the all-resident reference."""
+
+    def __init__(self, ctx: moderngl.Context, path: CameraPath, reference: _Reference, size: tuple[int, int]) -> None:
+        self.path, self.reference = path, reference
+        n = path.frames(FPS)
+        starts = [math.ceil(t * FPS - 1e-9) for t in path.cut_times()]
+        ends = starts[1:] + [n]
+        self.cuts = [{"cut_time_s": t, "frame": a, "hold_frames": b - a, "frames_to_converge": None,
+                      "psnr_first_db": None, "psnr_converged_db": None}
+                     for t, a, b in zip(path.cut_times(), starts, ends, strict=True)]  # fmt: skip
+        self._window = {f: k for k, (a, b) in enumerate(zip(starts, ends, strict=True)) for f in range(a, b)}
+        for a, b in zip(starts, ends, strict=True):  # the references, rendered before the run
+            for f in range(a, b):
+                reference.image(path.pose(f * DT))
+        self.grabber = _Grabber(ctx, size)
+
+    def after_draw(self, frame: int, pose: Pose, fbo: moderngl.Framebuffer) -> None:
+        k = self._window.get(frame)
+        if k is not None and self.cuts[k]["frames_to_converge"] is None:
+            done = self.grabber.grab(fbo, frame, (k, frame, pose))
+        else:
+            done = self.grabber.take(frame)
+        for tag, img in done:
+            self._score(*tag, img)
+
+    def finish(self) -> None:
+        for tag, img in self.grabber.take():
+            self._score(*tag, img)
+        self.grabber.release()
+
+    def _score(self, k: int, frame: int, pose: Pose, img: np.ndarray) -> None:
+        cut = self.cuts[k]
+        if cut["frames_to_converge"] is not None:
+            return
+        db = psnr(img, self.reference.image(pose))
+        if frame == cut["frame"]:
+            cut["psnr_first_db"] = round(db, 2)
+        if db >= CONVERGED_DB:
+            cut["frames_to_converge"] = frame - cut["frame"]
+            cut["psnr_converged_db"] = round(db, 2)
+
+
+# ---- one path ---------------------------------------------------------------------------------------
+def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, budget_mb: float,
+             ceiling: dict, reference: _Reference | None = None, jsonl: IO[str] | None = None) -> dict:  # fmt: skip
+    """Play `path` on a fresh Streamer at `budget_mb`; the path's figures (see the module docstring)."""
+    rig = _Rig(ctx, packs, mode.frame_size, budget_mb)
+    telemetry = Telemetry(rig.streamer, dt=DT)
+    conv = _Convergence(ctx, path, reference, mode.frame_size) if reference is not None and path.cut_times() else None
+    try:
+        s = rig.streamer
+        barrier = _BarrierTimer(s)
+        refetch = _RefetchWindow(s, REFETCH_WINDOW)
+        frames = path.frames(FPS)
+        own_ms = np.zeros(frames)
+        mb_s_peak = pressure_peak = 0.0
+        lines = 0
+        ctx.finish()
+        t0 = time.perf_counter()
+        for i in range(frames):
+            pose = path.pose(i * DT)
+            barrier.ms = 0.0
+            rec = telemetry.update()
+            own_ms[i] = rec["update_ms"] - barrier.ms
+            telemetry.gpu_begin()
+            rig.draw(pose)
+            telemetry.gpu_end()
+            if rec["uploads"] or rec["evicted"]:
+                refetch.check(i)
+            mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
+            need, cap = s._pressure(s._last_sampled)
+            pressure_peak = max(pressure_peak, need / cap)
+            if conv is not None:
+                conv.after_draw(i, pose, rig.fbo)
+            if jsonl is not None:
+                jsonl.write(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
+                lines += 1
+        ctx.finish()
+        wall = time.perf_counter() - t0
+        if conv is not None:
+            conv.finish()
+        sm = telemetry.summary()
+        seconds = frames * DT
+        ceil_mb_s = ceiling["mb_per_s"]
+        out = {
+            "frames": frames,
+            "duration_s": seconds,
+            "wall_s": wall,
+            "fps_wall": frames / wall,
+            "budget_bytes": sm["budget_bytes"],
+            "vram_peak_bytes": sm["vram_peak_bytes"],
+            "vram_peak_fraction": sm["vram_peak_fraction"],
+            "cache_slots": _pool_slots(s),
+            "uploads": sm["uploads"],
+            "upload_bytes": sm["upload_bytes"],
+            "evictions": sm["evictions"],
+            "tiles_per_s": sm["uploads"] / seconds,
+            "mb_per_s": sm["upload_bytes"] / MB / seconds,
+            "mb_per_s_peak": mb_s_peak,
+            "tiles_per_s_wall": sm["uploads"] / wall,
+            "mb_per_s_wall": sm["upload_bytes"] / MB / wall,
+            "ceiling_fraction": sm["upload_bytes"] / MB / seconds / ceil_mb_s,
+            "ceiling_fraction_peak": mb_s_peak / ceil_mb_s,
+            "ceiling_fraction_wall": sm["upload_bytes"] / MB / wall / ceil_mb_s,
+            "update_ms_p50": sm["update_ms_p50"],
+            "update_ms_p95": sm["update_ms_p95"],
+            "update_own_ms_p50": float(np.percentile(own_ms, 50)),
+            "update_own_ms_p95": float(np.percentile(own_ms, 95)),
+            "gpu_ms_p50": sm["gpu_ms_p50"],
+            "latency_samples": sm["latency_samples"],
+            "latency_p50_frames": sm["latency_p50_frames"],
+            "latency_p95_frames": sm["latency_p95_frames"],
+            "latency_p99_frames": sm["latency_p99_frames"],
+            "refetches": refetch.count,
+            "refetch_rate": refetch.count / sm["uploads"] if sm["uploads"] else 0.0,
+            "refetches_any": sm["refetches"],
+            "refetch_fraction_any": sm["refetch_fraction"],
+            "max_mip_bias": sm["max_mip_bias"],
+            "final_mip_bias": sm["final_mip_bias"],
+            "pressure_peak": pressure_peak,
+            "max_missing_pages": sm["max_missing_pages"],
+            "final_missing_pages": sm["final_missing_pages"],
+            "failed": sm["failed"],
+            "ring_stalls": sm["ring_stalls"],
+            "telemetry_lines": lines,
+        }
+        if conv is not None:
+            got = [c["frames_to_converge"] for c in conv.cuts]
+            out["cuts"] = conv.cuts
+            out["converged_all"] = all(g is not None for g in got)
+            ok = [g for g in got if g is not None]
+            out["converge_frames_max"] = max(ok) if ok else None
+            out["converge_frames_mean"] = float(np.mean(ok)) if ok else None
+        return out
+    finally:
+        telemetry.release()
+        rig.release()
+
+
+# ---- the oversubscribed budget ------------------------------------------------------------------------
+def _oversubscribed_budget(ctx: moderngl.Context, packs: Packs, working_set: dict[str, int],
+                           start_mb: float) -> tuple[float, dict[str, int]]:  # fmt: skip
+    """Smallest budget (bisection, 2 % steps) whose most loaded pool holds at most 1/OVERSUBSCRIPTION of
+    its working set in unpinned slots... i.e. the largest oversubscription not above 2x."""
+
+    def slots(mb: float) -> dict[str, int] | None:
+        try:
+            with Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=mb))) as s:
+                s.open(packs.albedo)
+                s.open(packs.normals)
+                return _pool_slots(s)
+        except BudgetError:
+            return None
+
+    def ratio(got: dict[str, int] | None) -> float:
+        if got is None:
+            return math.inf
+        return max(working_set[k] / max(1, got[k]) for k in working_set)
+
+    hi = start_mb
+    hi_slots = slots(hi)
+    while ratio(hi_slots) > OVERSUBSCRIPTION:
+        hi *= 2
+        hi_slots = slots(hi)
+    lo = hi / 256
+    while hi / lo > 1.02:
+        mid = math.sqrt(lo * hi)
+        got = slots(mid)
+        if ratio(got) > OVERSUBSCRIPTION:
+            lo = mid
+        else:
+            hi, hi_slots = mid, got
+    assert hi_slots is not None
+    return hi, hi_slots
+
+
+# ---- the naive approach side by side ------------------------------------------------------------------
+NAIVE_FS = """#version 450 core
+// The naive baseline: one mipmapped sRGB texture, the terrain's lighting (flat normal) and fog.
+#include "texstream/common.glsl"
+uniform sampler2D u_tex;
+uniform vec3 u_eye;
+uniform vec3 u_sun;
+uniform vec3 u_sky;
+uniform float u_fog_distance;
+in vec2 v_uv;
+in vec3 v_world;
+out vec4 f_color;
+
+void main() {
+    vec3 albedo = texture(u_tex, v_uv).rgb;
+    float light = 0.35 + 0.9 * max(dot(vec3(0.0, 0.0, -1.0), normalize(u_sun)), 0.0);
+    float fog = 1.0 - exp(-distance(u_eye, v_world) / u_fog_distance);
+    vec3 c = mix(albedo * light, u_sky, clamp(fog, 0.0, 1.0));
+    f_color = vec4(ts_linear_to_srgb(clamp(c, 0.0, 1.0)), 1.0);
+}
+"""
+
+
+class _NaiveScene:
+    """TerrainScene's geometry and shading over one plain texture."""
+
+    def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
+        from .gl.shaders import program as load_program
+
+        self.ctx, self.size = ctx, size
+        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment=NAIVE_FS)
+        self.vbo = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
+        self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
+        self.sun = np.array([0.4, -0.3, -0.85])
+
+    def draw(self, tex: moderngl.Texture, pose: Pose, fb_size: tuple[int, int]) -> None:
+        w, h = self.size
+        p = self.program
+        vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)
+        p["u_view_proj"].write(vp.T.astype(np.float32).tobytes())
+        p["u_size"].value = (float(w), float(h))
+        p["u_eye"].value = tuple(float(v) for v in pose.eye)
+        p["u_sun"].value = tuple(float(v) for v in self.sun)
+        p["u_sky"].value = SKY
+        p["u_fog_distance"].value = float(max(w, h)) * 0.35
+        tex.use(0)
+        p["u_tex"].value = 0
+        self.vao.render(moderngl.TRIANGLE_STRIP)
+
+    def release(self) -> None:
+        for obj in (self.vao, self.vbo, self.program):
+            obj.release()
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _naive_pack(mode: Mode, size: int, packs: Packs, folder: Path) -> Path:
+    """A terrain pack of `size`^2 texels: the albedo pack when it has that size, else one baked."""
+    with PackReader(packs.albedo) as r:
+        if (r.header.width, r.header.height) == (size, size):
+            return packs.albedo
+    from .assets import AssetRecipe, ensure_asset
+
+    recipe = AssetRecipe(name="bench-naive", pattern="terrain", size=size, seed=1, texel_format=TexelFormat.BC1)
+    return ensure_asset(recipe, progress=False, folder=folder if mode.quick else None)
+
+
+def _naive_png(pack: Path, folder: Path) -> Path:
+    """Level 0 of `pack` as an RGB PNG (Pillow's default compression), written once."""
+    from PIL import Image
+
+    from .pack.extract import extract_level
+
+    png = folder / f"{pack.stem}-level0.png"
+    if not png.exists():
+        rgba = extract_level(pack, 0)
+        tmp = png.with_name(png.name + ".tmp")
+        Image.fromarray(np.ascontiguousarray(rgba[..., :3]), "RGB").save(tmp, format="PNG")
+        del rgba
+        os.replace(tmp, png)
+    return png
+
+
+def naive_run(ctx: moderngl.Context, png: Path, fb_size: tuple[int, int], frames: int) -> dict:
+    """Pillow load + one mipmapped texture; time to first frame, then mean frame time on the flythrough."""
+    from PIL import Image
+
+    color = ctx.renderbuffer(fb_size, 4)
+    fbo = ctx.framebuffer(color_attachments=[color])
+    tex = scene = None
+    limit = Image.MAX_IMAGE_PIXELS
+    try:
+        ctx.finish()
+        t0 = time.perf_counter()
+        Image.MAX_IMAGE_PIXELS = None  # a huge texture is the point: no decompression-bomb guard
+        with Image.open(png) as img:
+            img.load()
+            w, h = img.size
+            data = (img if img.mode == "RGBA" else img.convert("RGBA")).tobytes()
+        t1 = time.perf_counter()
+        scene = _NaiveScene(ctx, (w, h))
+        t2 = time.perf_counter()
+        tex = ctx.texture((w, h), 4, data, internal_format=GL_SRGB8_ALPHA8)
+        del data
+        ctx.finish()
+        t3 = time.perf_counter()
+        tex.build_mipmaps()
+        tex.repeat_x = tex.repeat_y = False
+        tex.anisotropy = 4.0  # what vt_sample's taps allow with 4-texel borders
+        ctx.finish()
+        t4 = time.perf_counter()
+        err = ctx.error
+        if err != "GL_NO_ERROR":
+            raise EngineError(f"naive texture of {w}x{h}: {err}")
+        path = flythrough(w, h)
+        fbo.use()
+        fbo.clear(*sky_clear_colour(), 1.0)
+        scene.draw(tex, path.pose(0.0), fb_size)
+        ctx.finish()
+        t5 = time.perf_counter()
+        for i in range(frames):
+            fbo.use()
+            fbo.clear(*sky_clear_colour(), 1.0)
+            scene.draw(tex, path.pose(i * DT), fb_size)
+        ctx.finish()
+        t6 = time.perf_counter()
+        return {
+            "size": [w, h],
+            "png_bytes": png.stat().st_size,
+            "load_s": t1 - t0,
+            "program_s": t2 - t1,
+            "upload_s": t3 - t2,
+            "mipmaps_s": t4 - t3,
+            "first_draw_s": t5 - t4,
+            "first_frame_s": t5 - t0,
+            "vram_bytes": w * h * 4 * 4 // 3,
+            "frames": frames,
+            "frame_ms_mean": (t6 - t5) / frames * 1e3,
+        }
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+        if tex is not None:
+            tex.release()
+        if scene is not None:
+            scene.release()
+        _release_fbo(ctx, fbo)
+        color.release()
+
+
+def texstream_run(ctx: moderngl.Context, pack: Path, packs: Packs, fb_size: tuple[int, int], budget_mb: float,
+                  frames: int, settle_max: int = 600) -> dict:  # fmt: skip
+    """The same image through the streamer: time to first frame, frames until fully resident at the first
+    pose, then the mean frame time (update + draw) on the flythrough."""
+    ctx.finish()
+    t0 = time.perf_counter()
+    rig = _Rig(ctx, packs, fb_size, budget_mb, normals=False, albedo=pack)
+    try:
+        t1 = time.perf_counter()
+        s = rig.streamer
+        h = rig.albedo.header
+        path = flythrough(h.width, h.height)
+        s.update()
+        rig.draw(path.pose(0.0))
+        ctx.finish()
+        t2 = time.perf_counter()
+        settle = None
+        for k in range(1, settle_max + 1):
+            st = s.update()
+            rig.draw(path.pose(0.0))
+            if st.feedback_age >= 0 and st.wanted_pages and not st.missing_pages and not s.busy:
+                settle = k
+                break
+        ctx.finish()
+        t3 = time.perf_counter()
+        for i in range(frames):
+            s.update()
+            rig.draw(path.pose(i * DT))
+        ctx.finish()
+        t4 = time.perf_counter()
+        return {
+            "pack": pack.name,
+            "size": [h.width, h.height],
+            "open_s": t1 - t0,
+            "first_frame_s": t2 - t0,
+            "settle_frames": settle,
+            "settle_s": t3 - t0 if settle is not None else None,
+            "budget_bytes": s.budget.budget,
+            "vram_peak_bytes": s.budget.peak,
+            "frames": frames,
+            "frame_ms_mean": (t4 - t3) / frames * 1e3,
+        }
+    finally:
+        rig.release()
+
+
+def naive_comparison(ctx: moderngl.Context, mode: Mode, packs: Packs, folder: Path) -> dict:
+    """The naive approach at the largest size that fits here, and texstream on the same image."""
+    with PackReader(packs.albedo) as r:
+        top = min(r.header.width, mode.naive_max, ctx.info["GL_MAX_TEXTURE_SIZE"])
+    sizes = [top >> k for k in range(4) if top >> k >= 1024]
+    attempts = []
+    for size in sizes:
+        need = size * size * 4 * (0.75 + 1 + 1 + 4 / 3)  # PIL RGB + RGBA + bytes + the texture (llvmpipe: RAM)
+        avail = _mem_available()
+        if avail is not None and need > 0.8 * avail:
+            attempts.append({"size": size, "error": f"needs ~{need / 2**30:.1f} GiB, {avail / 2**30:.1f} available"})
+            continue
+        try:
+            pack = _naive_pack(mode, size, packs, folder)
+            png = _naive_png(pack, folder if mode.quick else pack.parent)
+            naive = naive_run(ctx, png, mode.frame_size, mode.compare_frames)
+        except (MemoryError, moderngl.Error, EngineError) as exc:
+            attempts.append({"size": size, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
+            while ctx.error != "GL_NO_ERROR":
+                pass
+            continue
+        attempts.append({"size": size, "error": None})
+        ts = texstream_run(ctx, pack, packs, mode.frame_size, mode.budget_mb, mode.compare_frames)
+        return {"size": size, "attempts": attempts, "naive": naive, "texstream": ts,
+                "first_frame_speedup": naive["first_frame_s"] / ts["first_frame_s"],
+                "vram_ratio": naive["vram_bytes"] / ts["vram_peak_bytes"],
+                "frame_time_ratio": ts["frame_ms_mean"] / naive["frame_ms_mean"]}  # fmt: skip
+    raise EngineError(f"the naive approach fits none of {sizes} here: {attempts}")
+
+
+# ---- the run ----------------------------------------------------------------------------------------
+def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | None = None) -> dict:
+    """Run the scene benchmark on a fresh headless context; print a table; write the results as JSON
+    to `json_path` and every path's frame records (FRAME_SCHEMA, one a line, paths in order; the
+    result's `telemetry` names each path's line range) to `telemetry_path` when given."""
+    from .bench_stream import upload_ceiling
+    from .gl.context import headless_context
+
+    mode = QUICK if quick else FULL
+    t_start = time.perf_counter()
+    ctx = headless_context()
+    jsonl = Path(telemetry_path).open("w", encoding="utf-8", newline="\n") if telemetry_path else None
+    try:
+        info = ctx.info
+        result: dict = {
+            "bench": "scene",
+            "quick": quick,
+            "gl_renderer": info.get("GL_RENDERER", "?"),
+            "gl_vendor": info.get("GL_VENDOR", "?"),
+            "gl_version": info.get("GL_VERSION", "?"),
+            "cpu_count": os.cpu_count(),
+            "dt_s": DT,
+            "frame_size": list(mode.frame_size),
+            "converged_db": CONVERGED_DB,
+            "refetch_window_frames": REFETCH_WINDOW,
+        }
+        up = upload_ceiling(ctx, mode.ceiling_tiles)
+        up["mb_per_s"] = up["tiles_per_s"] * up["tile_bytes"] / MB
+        result["upload_ceiling"] = up
+        with tempfile.TemporaryDirectory(prefix="texstream-bench-scene-") as tmp:
+            folder = Path(tmp)
+            t0 = time.perf_counter()
+            packs = _make_packs(mode, folder)
+            result["packs_seconds"] = time.perf_counter() - t0
+            result["packs"] = {"albedo": _pack_info(packs.albedo), "normals": _pack_info(packs.normals)}
+            with PackReader(packs.albedo) as r:
+                w, h = r.header.width, r.header.height
+            reference = _Reference(ctx, packs, mode.frame_size)
+            try:
+                result["reference"] = {"budget_bytes": reference.streamer.budget.budget,
+                                       "make_all_resident_s": reference.seconds}  # fmt: skip
+                # The oversubscribed path's working set, then its budget.
+                over = named_path("oversubscribed", w, h)
+                ws: dict[str, int] = {}
+                for f in range(0, over.frames(FPS), mode.ws_stride):
+                    for k, v in reference.working_set(over.pose(f * DT)).items():
+                        ws[k] = max(ws.get(k, 0), v)
+                over_mb, over_slots = _oversubscribed_budget(ctx, packs, ws, mode.budget_mb)
+                budgets = {name: mode.budget_mb for name in PATHS}
+                budgets["oversubscribed"] = over_mb
+                result["budget_mb"] = mode.budget_mb
+                result["paths"] = {}
+                index = {}
+                line = 1
+                for name in PATHS:
+                    log.info("bench scene: %s", name)
+                    r = run_path(ctx, packs, mode, named_path(name, w, h), budgets[name], up,
+                                 reference=reference if name == "region_cuts" else None, jsonl=jsonl)  # fmt: skip
+                    index[name] = {"first_line": line, "lines": r["telemetry_lines"]}
+                    line += r["telemetry_lines"]
+                    result["paths"][name] = r
+                result["paths"]["oversubscribed"].update({
+                    "working_set_tiles": ws,
+                    "working_set_samples": len(range(0, over.frames(FPS), mode.ws_stride)),
+                    "cache_slots": over_slots,
+                    "oversubscription": max(ws[k] / max(1, over_slots[k]) for k in ws),
+                })  # fmt: skip
+            finally:
+                reference.release()
+            result["naive_comparison"] = naive_comparison(ctx, mode, packs, folder)
+        if telemetry_path:
+            result["telemetry"] = {"path": str(telemetry_path), "lines": index}
+        result["seconds"] = time.perf_counter() - t_start
+    finally:
+        if jsonl is not None:
+            jsonl.close()
+        ctx.release()
+    print_scene(result)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def _mib(n: float) -> str:
+    return f"{n / MIB:.1f}"
+
+
+def _f(v: float | None, fmt: str = ".0f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def print_scene(r: dict) -> None:
+    """The results as tables: per path, convergence after cuts, naive vs texstream."""
+    quick = " (quick)" if r["quick"] else ""
+    fw, fh = r["frame_size"]
+    up = r["upload_ceiling"]
+    a, n = r["packs"]["albedo"], r["packs"]["normals"]
+    print(f"texstream bench scene{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs; "
+          f"{fw}x{fh}, fixed dt 1/60 s")  # fmt: skip
+    print(f"  terrain {a['size'][0]}^2 {a['format']} t{a['tile']} ({a['tiles']} tiles) + normals {n['size'][0]}^2 "
+          f"{n['format']} t{n['tile']} ({n['tiles']} tiles); ready in {r['packs_seconds']:.1f} s")  # fmt: skip
+    print(f"  upload ceiling: {up['tiles_per_s']:,.0f} tiles/s = {up['mb_per_s']:,.0f} MB/s "
+          f"({up['tiles']} {up['format']} {up['slot']}^2 tiles, batches of {up['batch']}, fenced + finished)")
+    head = (f"  {'path':<15}{'frames':>7}{'budget':>8}{'peak':>7}{'uploads':>8}{'tiles/s':>8}{'MB/s':>7}"
+            f"{'peak':>7}{'x ceil':>7}{'update p50/95':>15}{'own p50/95':>12}{'latency 50/95/99':>17}"
+            f"{'refetch':>8}{'bias':>5}{'fps':>6}")  # fmt: skip
+    print(head)
+    print(f"  {'':<15}{'':>7}{'MiB':>8}{'MiB':>7}{'':>8}{'60 fps':>8}{'60fps':>7}{'MB/s':>7}{'peak':>7}"
+          f"{'ms':>15}{'ms':>12}{'frames':>17}{'<=30f':>8}{'max':>5}{'wall':>6}")  # fmt: skip
+    for name, p in r["paths"].items():
+        lat = f"{_f(p['latency_p50_frames'])}/{_f(p['latency_p95_frames'])}/{_f(p['latency_p99_frames'])}"
+        print(f"  {name:<15}{p['frames']:>7}{_mib(p['budget_bytes']):>8}{_mib(p['vram_peak_bytes']):>7}"
+              f"{p['uploads']:>8}{p['tiles_per_s']:>8.0f}{p['mb_per_s']:>7.2f}{p['mb_per_s_peak']:>7.2f}"
+              f"{p['ceiling_fraction_peak']:>7.3f}"
+              f"{p['update_ms_p50']:>8.1f}/{p['update_ms_p95']:<6.1f}{p['update_own_ms_p50']:>5.1f}/"
+              f"{p['update_own_ms_p95']:<6.1f}{lat:>17}{p['refetches']:>8}{p['max_mip_bias']:>5.2f}"
+              f"{p['fps_wall']:>6.0f}")  # fmt: skip
+    o = r["paths"]["oversubscribed"]
+    print(f"  oversubscribed: working set {o['working_set_tiles']} tiles (peak of {o['working_set_samples']} poses, "
+          f"all-resident reference) vs unpinned slots {o['cache_slots']}: {o['oversubscription']:.2f}x")
+    print("  'own': update() without the feedback fence's glMemoryBarrier (llvmpipe rasterizes the frame there); "
+          "'x ceil': peak 60 fps MB/s / ceiling")
+    rc = r["paths"]["region_cuts"]
+    conv = ", ".join(f"{c['cut_time_s']:.0f}s: {_f(c['frames_to_converge'])} ({_f(c['psnr_first_db'], '.1f')} dB "
+                     f"first)" for c in rc.get("cuts", []))  # fmt: skip
+    print(f"  region_cuts, frames to >= {r['converged_db']:.0f} dB vs all-resident after each cut: {conv}")
+    c = r["naive_comparison"]
+    nv, ts = c["naive"], c["texstream"]
+    print(f"  naive vs texstream on the same {c['size']}^2 image (flythrough, {nv['frames']} frames):")
+    print(f"    naive (Pillow PNG + mipmapped RGBA8 texture): first frame {nv['first_frame_s']:.2f} s "
+          f"(load {nv['load_s']:.2f}, upload {nv['upload_s']:.2f}, mipmaps {nv['mipmaps_s']:.2f}), "
+          f"VRAM {_mib(nv['vram_bytes'])} MiB, frame {nv['frame_ms_mean']:.2f} ms")  # fmt: skip
+    settle = "never" if ts["settle_s"] is None else f"{ts['settle_s']:.2f} s ({ts['settle_frames']} frames)"
+    print(f"    texstream: first frame {ts['first_frame_s']:.2f} s, fully resident at {settle}, VRAM peak "
+          f"{_mib(ts['vram_peak_bytes'])} of {_mib(ts['budget_bytes'])} MiB, frame {ts['frame_ms_mean']:.2f} ms")
+    tried = [t for t in c["attempts"] if t["error"]]
+    if tried:
+        print(f"    larger sizes tried: {tried}")
+    print(f"  {r['seconds']:.0f} s in all")
