@@ -22,14 +22,17 @@ import numpy as np
 from .config import BakeConfig
 from .pack.format import Supercompression, TexelFormat
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# The repository's sample photographs (a checkout, or the current folder for an installed package).
+ASSET_DIRS = (Path(__file__).resolve().parent.parent / "assets", Path.cwd() / "assets")
 
 
 def _photo_source(size: int, folder: Path) -> Path:
     """A size x size uncompressed TIFF tiled from a bundled photograph (real image statistics)."""
     import pyvips
 
-    photo = ASSETS / "astronaut.png"
+    photo = next((d / "astronaut.png" for d in ASSET_DIRS if (d / "astronaut.png").exists()), None)
+    if photo is None:
+        raise FileNotFoundError("assets/astronaut.png (run the bench from the repository folder)")
     img = pyvips.Image.new_from_file(str(photo))
     if img.bands == 3:
         img = img.bandjoin(255)
@@ -151,6 +154,11 @@ def run_bench(args: argparse.Namespace) -> int:
         from .bench_stream import run_stream_bench
 
         run_stream_bench(quick=args.quick, json_path=args.json)
+        return 0
+    if args.what == "scene":
+        from .bench_scene import run_scene_bench
+
+        run_scene_bench(quick=args.quick, json_path=args.json, telemetry_path=getattr(args, "telemetry", None))
         return 0
     size = 2048 if args.quick and args.size == 16384 else args.size
     if size < 256:

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -234,14 +235,22 @@ def _init_worker(state: _WorkerState) -> None:
 def _tune_malloc() -> None:
     """Keep freed band buffers in the heap (glibc): every band allocates the same ~100 MiB, and
     returning it to the kernel each time costs a page fault per 4 KiB when it comes back."""
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+
+
+@lru_cache(maxsize=1)
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt, looked up in the main process before it forks (dlopen in a forked child
+    could wait forever on a loader lock another thread of the parent held)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+        return ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
-        pass
+        return None
 
 
 def _warm_tables(settings: Settings) -> None:
@@ -252,10 +261,10 @@ def _warm_tables(settings: Settings) -> None:
 
 def _run_job(job: BandJob | CutJob) -> JobResult:
     assert _worker is not None, "worker not initialised"
-    return execute(job, _worker)
+    return _execute(job, _worker)
 
 
-def execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
+def _execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
     """Run one job (in a worker process, or inline when jobs == 1)."""
     if isinstance(job, CutJob):
         res = JobResult()
@@ -455,7 +464,7 @@ class _InlineExecutor:
     def submit(self, fn: Callable, job: BandJob | CutJob) -> Future:
         fut: Future = Future()
         try:
-            fut.set_result(execute(job, self.state))
+            fut.set_result(_execute(job, self.state))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
@@ -510,6 +519,7 @@ class _Baker:
     def _start_pool(self) -> _Executor:
         state = _WorkerState(self.settings, None, self.source if self.shared_source else None)
         _warm_tables(self.settings)  # built once here; forked workers inherit the tables
+        _mallopt()
         if self.jobs == 1:
             return _InlineExecutor(state)
         if self.fork:

@@ -19,13 +19,17 @@ CMYK, YCbCr, LAB,     converted to RGB by Pillow (libvips: colourspace to sRGB),
 HSV
 ====================  ==========================================================================
 
+libvips images: 16-bit and other integer formats (any band count) use the I;16 rule per band,
+float formats the F rule; 1, 2, 3 and 4 bands mean grey, grey + alpha, RGB and RGBA.
+
 Multi-frame files (GIF, APNG, TIFF pages) use their first frame. EXIF orientation is not applied:
 texels are baked in stored order. Anything else raises `SourceError` with a one-line message
 naming the file.
 
 Pillow decodes a whole image at once, so images above `VIPS_THRESHOLD` pixels (or that Pillow
-cannot read) are opened with libvips in sequential mode and converted strip by strip; a 16K^2 image
-never sits in memory whole.
+cannot read) are opened with libvips and converted strip by strip (sequential access; TIFF and .v
+files, which libvips reads region by region anyway, with random access); a 16K^2 image never sits
+in memory whole.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ VIPS_THRESHOLD = 16 * 1024 * 1024  # pixels; larger images are streamed through 
 
 @runtime_checkable
 class Source(Protocol):
-    """What the baker reads. Rows are requested top to bottom, each row at most once.
+    """What the baker reads: full-width RGBA8 strips. Unless a flag below says otherwise, rows are
+    requested top to bottom, each row once, by the baker's main process only.
 
     Optional attributes the baker looks for:
 
@@ -58,8 +63,6 @@ class Source(Protocol):
                   bands straight from the inherited memory, in any order.
     ``describe()``  a dict for the pack's metadata.
     ``read_rows_into(y0, y1, out)``  `read_rows` writing into a given array (saves a copy).
-
-    Sources with neither flag are read by the baker's main process only, strictly top to bottom.
     """
 
     name: str

@@ -284,3 +284,18 @@ def test_a_dead_worker_aborts_the_bake(tmp_path: Path, small_bands: None) -> Non
     with pytest.raises(EngineError, match="worker process died"):
         bake(Crashing(os.getpid()), tmp_path / "c.tpk", _cfg(jobs=2))
     assert leftovers(tmp_path) == []
+
+
+def test_spawned_workers_where_fork_is_missing(
+    tmp_path: Path, small_bands: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without fork (macOS, Windows): spawned workers, bands pickled, no shared ring; same pack."""
+    from texstream.bake import pipeline
+
+    src = _photo_odd()
+    forked, spawned = tmp_path / "f.tpk", tmp_path / "s.tpk"
+    bake(Plain(src), forked, _cfg(jobs=2, address_mode=AddressMode.WRAP))
+    monkeypatch.setattr(pipeline.mp, "get_all_start_methods", lambda: ["spawn"])
+    bake(Plain(src), spawned, _cfg(jobs=2, address_mode=AddressMode.WRAP))
+    a, b = read_slots(forked)[1], read_slots(spawned)[1]
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
