@@ -281,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("bench", help="measure throughput against ceilings measured in the same run")
-    s.add_argument("what", nargs="?", default="bake", choices=["bake", "stream"], help="bake or stream (default bake)")
+    s.add_argument("what", nargs="?", default="bake", choices=["bake", "stream", "scene"],
+                   help="bake, stream or scene (default bake)")
+    s.add_argument("--telemetry", default=None, help="bench scene: per-frame JSONL telemetry of every path")
     s.add_argument("--quick", action="store_true", help="small sizes, for CI")
     s.add_argument("--size", type=int, default=16384, help="source image size for bench bake (default 16384)")
     s.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")

@@ -90,6 +90,7 @@ class CachePool:
         self.writable_at = np.zeros(capacity, np.int64)
         self.texture: TextureArray | None = None
         self.textures: list[VirtualTexture] = []
+        self.reference_pins = 0  # slots pinned by Streamer.make_all_resident (not pinned levels)
         self._allocate_texture(capacity)
 
     @property
@@ -318,8 +319,9 @@ class Streamer:
         names = [p.name for p in self.pools.values()]
         pinned = {k: sum(_pinned_tile_count(vt.header, self.config.pinned_levels) for vt in p.textures)
                   for k, p in self.pools.items()}  # fmt: skip
-        weight = {k: sum(vt.header.tiles_in_level(0)[0] * vt.header.tiles_in_level(0)[1] for vt in p.textures)
-                  for k, p in self.pools.items()}  # fmt: skip
+        # Equal slots per texture: textures drawn over the same surface (albedo + normal map) want about
+        # as many tiles each whatever their resolution, so bytes go by slot size, not by texture size.
+        weight = {k: len(p.textures) * p.geometry.slot_bytes for k, p in self.pools.items()}
         total_w = sum(weight.values()) or 1
         held = self.budget.usage - sum(self.budget.reserved(n) for n in names)
         left = (self.budget.budget if budget is None else budget) - held
@@ -547,7 +549,8 @@ class Streamer:
                 keys.append(tile_keys(vt.id, lv[own], x[own], y[own]))
                 keys.append(tile_keys(vt.id, lv[up] + 1, x[up] >> 1, y[up] >> 1))
             n = int(np.unique(np.concatenate(keys)).size) if keys else 0
-            cap = max(1, pool.slots.capacity - pool.slots.pinned_count)
+            # Slots pinned by make_all_resident hold streamable levels: they count as capacity.
+            cap = max(1, pool.slots.capacity - pool.slots.pinned_count + pool.reference_pins)
             if n * worst[1] > worst[0] * cap:
                 worst = (n, cap)
         return worst
@@ -757,23 +760,34 @@ class Streamer:
                 f"{vt.path}: all {need} tiles need {need * h.tile_raw_size / 2**20:.1f} MiB of cache; the "
                 f"{vt.pool.name} pool holds {vt.pool.slots.capacity} slots (raise --budget-mb)"
             )
-        for lv in range(h.level_count - 1, -1, -1):
-            tx, ty = h.tiles_in_level(lv)
-            for y in range(ty):
-                for x in range(tx):
-                    if vt.table.is_resident(np.array([lv]), np.array([x]), np.array([y]))[0]:
-                        continue
-                    slot = vt.pool.slots.allocate(self.frame, vt.id, lv, x, y)
-                    if slot is None:
-                        raise BudgetError(f"{vt.path}: cache full while loading every tile")
-                    vt.pool.slots.pin(slot)
-                    staging = self._acquire_blocking()
+        missing = [(lv, x, y) for lv in range(h.level_count - 1, -1, -1)  # coarse to fine
+                   for y in range(h.tiles_in_level(lv)[1]) for x in range(h.tiles_in_level(lv)[0])]  # fmt: skip
+        arr = np.array(missing, np.int64).reshape(-1, 3)
+        missing = [t for t, r in zip(missing, vt.table.is_resident(arr[:, 0], arr[:, 1], arr[:, 2]), strict=True)
+                   if not r]  # fmt: skip
+        assert self.ring is not None
+        batch_size = max(1, min(256, len(self.ring.slots)))
+        for i in range(0, len(missing), batch_size):  # one upload batch (one fence) per chunk
+            items = []
+            for lv, x, y in missing[i : i + batch_size]:
+                slot = vt.pool.slots.allocate(self.frame, vt.id, lv, x, y)
+                if slot is None:
+                    raise BudgetError(f"{vt.path}: cache full while loading every tile")
+                vt.pool.slots.pin(slot)
+                vt.pool.reference_pins += 1
+                staging = self._acquire_blocking()
+                try:
                     vt.reader.read_tile_into(lv, x, y, staging.view)
-                    self.ring.mark_ready(staging, h.tile_raw_size)
-                    self._upload(vt.pool, [(staging, slot)])
-                    vt.pool.slots.mark_uploading(slot)
-                    vt.pool.slots.mark_resident(slot, self.frame)
-                    vt.table.set_resident(lv, x, y, slot)
+                except BaseException:
+                    self.ring.abandon(staging)
+                    raise
+                self.ring.mark_ready(staging, h.tile_raw_size)
+                items.append((staging, slot, lv, x, y))
+            self._upload(vt.pool, [(st, slot) for st, slot, *_ in items])
+            for _st, slot, lv, x, y in items:
+                vt.pool.slots.mark_uploading(slot)
+                vt.pool.slots.mark_resident(slot, self.frame)
+                vt.table.set_resident(lv, x, y, slot)
         vt._upload_page_table()
 
     @property
