@@ -40,8 +40,10 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("encoding")
     g.add_argument("--format", default="bc1", help="bc1 (default), bc3, bc4, bc5, bc7 or rgba8")
     srgb = g.add_mutually_exclusive_group()
-    srgb.add_argument("--srgb", dest="srgb", action="store_true", default=None, help="colour data (default for colour formats)")
-    srgb.add_argument("--linear", dest="srgb", action="store_false", help="linear data: normal maps, masks (default for bc4/bc5)")
+    srgb.add_argument("--srgb", dest="srgb", action="store_true", default=None,
+                      help="colour data (default for colour formats)")
+    srgb.add_argument("--linear", dest="srgb", action="store_false",
+                      help="linear data: normal maps, masks (default for bc4/bc5)")
     g.add_argument("--tile", type=int, default=128, help="tile content size: 64, 128 (default) or 256")
     g.add_argument("--border", type=int, default=4, help="border texels, multiple of 4 (default 4)")
     g.add_argument("--address", default="clamp", help="clamp (default) or wrap")
@@ -128,7 +130,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  address     {info['address_mode']}, supercompression {info['supercompression']} "
           f"(x{info['compression_ratio']}), {info['tile_count']:,} tiles")  # fmt: skip
     for e in info["level_table"]:
-        print(f"  level {e['level']:2d}    {e['width']:>6} x {e['height']:<6} {e['tiles_x']:>4} x {e['tiles_y']:<4} tiles")
+        print(f"  level {e['level']:2d}    {e['width']:>6} x {e['height']:<6} "
+              f"{e['tiles_x']:>4} x {e['tiles_y']:<4} tiles")  # fmt: skip
     if info["metadata"]:
         print(f"  metadata    {json.dumps(info['metadata'], sort_keys=True)}")
     return 0
@@ -150,9 +153,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .pack.extract import extract_level, parse_region, write_image
-
-    from .pack.extract import image_mode_for
+    from .pack.extract import extract_level, image_mode_for, parse_region, write_image
     from .pack.reader import PackReader
 
     try:
@@ -210,7 +211,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
     cfg = DemoConfig(packs=tuple(args.packs), size=(w, h), budget_mb=args.budget_mb, headless=args.headless,
                      frames=args.frames, out=Path(args.out) if args.out else None,
-                     telemetry=Path(args.telemetry) if args.telemetry else None, overlay=not args.no_overlay)  # fmt: skip
+                     telemetry=Path(args.telemetry) if args.telemetry else None,
+                     overlay=not args.no_overlay)  # fmt: skip
     run(cfg)
     return 0
 
@@ -262,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("pack")
     s.add_argument("--out", required=True, help="output image (.png)")
     s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
-    s.add_argument("--view", default="0.5,0.5,1", help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees")
+    s.add_argument("--view", default="0.5,0.5,1",
+                   help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees")
     s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
     s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
     s.add_argument("--all-resident", action="store_true", help="load every tile first (the reference image)")

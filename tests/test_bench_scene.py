@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from texstream.bench_scene import (
     COMPARISON_FIELDS,
     CUT_FIELDS,

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
 from texstream.cli import main
 from texstream.pack import PackReader
 

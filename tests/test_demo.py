@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
 from texstream.demo import DemoConfig

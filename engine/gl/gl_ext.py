@@ -28,13 +28,12 @@ import enum
 import logging
 import sys
 import threading
-
-import numpy as np
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import moderngl
+import numpy as np
 
 from ..errors import GLError
 from ..pack.format import TexelFormat
@@ -1039,7 +1038,8 @@ class GLExt:
         n = 0
         for sl, sx, sy, dl, dx, dy in moves:
             self._f.glCopyImageSubData(src.glo, GL_TEXTURE_2D_ARRAY, 0, sx, sy, sl,
-                                       dst.glo, GL_TEXTURE_2D_ARRAY, 0, dx, dy, dl, cell_size, cell_size, 1)  # fmt: skip
+                                       dst.glo, GL_TEXTURE_2D_ARRAY, 0, dx, dy, dl,
+                                       cell_size, cell_size, 1)  # fmt: skip
             n += 1
         return n
 

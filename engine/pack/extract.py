@@ -78,7 +78,8 @@ def extract_level(
                 # Intersection of this tile's content with the region, in level texels.
                 ax, ay = max(x0, tx * t), max(y0, ty * t)
                 bx, by = min(x0 + w, (tx + 1) * t), min(y0 + hh, (ty + 1) * t)
-                out[ay - y0 : by - y0, ax - x0 : bx - x0] = content[ay - ty * t : by - ty * t, ax - tx * t : bx - tx * t]
+                src = content[ay - ty * t : by - ty * t, ax - tx * t : bx - tx * t]
+                out[ay - y0 : by - y0, ax - x0 : bx - x0] = src
         return out
     finally:
         if reader is not pack:

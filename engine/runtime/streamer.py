@@ -124,8 +124,9 @@ class CachePool:
             s = self.geometry.slot_size
             fl, fx, fy = self.geometry.locate(result.moves_from)
             tl, tx, ty = self.geometry.locate(result.moves_to)
-            gl.copy_cells(old, new, zip(fl.tolist(), (fx * s).tolist(), (fy * s).tolist(), tl.tolist(),
-                                        (tx * s).tolist(), (ty * s).tolist()), s)  # fmt: skip
+            moves = zip(fl.tolist(), (fx * s).tolist(), (fy * s).tolist(), tl.tolist(), (tx * s).tolist(),
+                        (ty * s).tolist(), strict=True)  # fmt: skip
+            gl.copy_cells(old, new, moves, s)
             by_tex = self.streamer._textures_by_id
             for tex_id in np.unique(result.moved.tex).tolist():
                 m = result.moved.tex == tex_id

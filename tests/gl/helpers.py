@@ -8,6 +8,7 @@ import etcpak
 import moderngl
 import numpy as np
 import texture2ddecoder
+
 from texstream.gl import shaders
 from texstream.gl.gl_ext import GLExt, TextureArray
 from texstream.pack.format import TexelFormat

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import moderngl
 import numpy as np
 import pytest
+
 from texstream.errors import GLError
 from texstream.gl.gl_ext import (
     GL_COMPRESSED_RED_RGTC1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import moderngl
 import pytest
+
 from texstream.errors import ShaderError
 from texstream.gl import shaders
 from texstream.gl.shaders import ShaderCompileError, ShaderSource, load_source, preprocess

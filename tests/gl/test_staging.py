@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import moderngl
 import pytest
+
 from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt, gl_format
 from texstream.pack.format import TexelFormat

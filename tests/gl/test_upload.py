@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import moderngl
 import numpy as np
 import pytest
+
 from texstream.gl.gl_ext import GLExt, gl_format
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import StagingRing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.config import BudgetConfig
 from texstream.errors import BudgetError
 from texstream.runtime.budget import MIB, BudgetManager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.pack.format import PackHeader
 from texstream.runtime.feedback_reduce import (
     FEEDBACK_EMPTY,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from texstream.pack.format import PackHeader
 from texstream.runtime.page_table import GPU_NONE, NO_LEVEL, NO_SLOT, PageTable
 from texstream.runtime.tile_cache import SlotGeometry

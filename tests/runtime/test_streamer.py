@@ -20,6 +20,7 @@ import moderngl
 import numpy as np
 import pytest
 from PIL import Image
+
 from texstream.bake.pipeline import bake, bake_procedural
 from texstream.bake.source import ArraySource
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.errors import BudgetError
 from texstream.runtime.tile_cache import (
     SlotGeometry,

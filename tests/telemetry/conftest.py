@@ -8,6 +8,7 @@ from pathlib import Path
 
 import moderngl
 import pytest
+
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.pack.format import TexelFormat

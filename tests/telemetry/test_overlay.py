@@ -9,6 +9,7 @@ import moderngl
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
+
 from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt
 from texstream.render import PlaneRenderer

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
+
 from texstream.telemetry import FRAME_SCHEMA, SUMMARY_SCHEMA, GlyphAtlas, History, load_font, validate_frame
 from texstream.telemetry.schema import FRAME_FIELDS, SUMMARY_FIELDS, schema_markdown, validate_summary
 

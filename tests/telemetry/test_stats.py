@@ -11,6 +11,7 @@ from pathlib import Path
 import moderngl
 import numpy as np
 import pytest
+
 from texstream.render import PlaneRenderer
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
