@@ -37,6 +37,7 @@ import mmap
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -455,6 +456,26 @@ class _Feed:
         self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
 
 
+def _gl_driver_threads() -> bool:
+    """True when a GL driver's worker threads run in this process (Mesa names them llvmpipe-N, lp:N,
+    gallium..., NVIDIA's driver threads have no such names: a loaded libGLX_nvidia/libEGL_nvidia is
+    taken as the sign)."""
+    try:
+        names = []
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:
+                continue
+        if any(n.startswith(("llvmpipe", "lp:", "gallium", "radeonsi", "si_", "iris", "zink")) for n in names):
+            return True
+        with open("/proc/self/maps") as f:
+            return "_nvidia.so" in f.read()
+    except OSError:
+        return False
+
+
 class _InlineExecutor:
     """jobs == 1: run each job at submission, in this process."""
 
@@ -497,7 +518,9 @@ class _Baker:
         self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs)
         self.metadata = metadata
         self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
-        self.fork = "fork" in mp.get_all_start_methods()
+        # fork unless a GL driver runs threads in this process (a child forked while they hold locks
+        # can deadlock); then spawn, slower to start but safe. Idle BLAS pools are harmless.
+        self.fork = "fork" in mp.get_all_start_methods() and not _gl_driver_threads()
         # Who reads the source: workers generate picklable ones themselves; forked workers (or
         # this process, with one job) read shareable ones directly; else this process reads it.
         self.pickled_source = bool(getattr(source, "parallel", False))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import texture2ddecoder as t2d
 from PIL import Image
+
 from texstream.bake import pipeline
 from texstream.pack import PackHeader, PackReader, TexelFormat
 

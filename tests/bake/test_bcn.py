@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.bake.bcn import encode_slot, raw_size
 from texstream.pack import PackHeader, TexelFormat
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.bake.mips import LevelRows, Transfer, band_levels, decode_table, next_window, reduce_level
 from texstream.pack import AddressMode
 

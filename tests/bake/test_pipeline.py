@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from texstream.bake import ArraySource, bake, bake_file, bake_procedural, open_source, plan_stages
 from texstream.bake.source import Source
 from texstream.config import BakeConfig

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.bake.procedural import PATTERNS, ProceduralSource, fbm, lattice_noise
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import pyvips
 from PIL import Image
+
 from texstream.bake import ArraySource, PillowSource, VipsSource, bake, open_source
 from texstream.config import BakeConfig
 from texstream.errors import SourceError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from texstream.bake.tiler import LevelCutter, resolve
 from texstream.pack import AddressMode
 
