@@ -37,7 +37,6 @@ import mmap
 import multiprocessing as mp
 import os
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
