@@ -95,6 +95,9 @@ GL_PIXEL_PACK_BUFFER = 0x88EB
 GL_PIXEL_UNPACK_BUFFER = 0x88EC
 GL_COPY_WRITE_BUFFER = 0x8F37
 GL_MAP_WRITE_BIT = 0x0002
+GL_MAP_READ_BIT = 0x0001
+GL_CLIENT_STORAGE_BIT = 0x0200
+GL_COPY_READ_BUFFER = 0x8F36
 GL_MAP_PERSISTENT_BIT = 0x0040
 GL_MAP_COHERENT_BIT = 0x0080
 
@@ -295,6 +298,7 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glIsBuffer": (ctypes.c_ubyte, (_u,), None),
     "glBindBuffer": (None, (_u, _u), None),
     "glBufferStorage": (None, (_u, _sz, _p, _u), Feature.BUFFER_STORAGE),
+    "glCopyBufferSubData": (None, (_u, _u, _sz, _sz, _sz), None),
     "glMapBufferRange": (_p, (_u, _sz, _sz, _u), None),
     "glUnmapBuffer": (ctypes.c_ubyte, (_u,), None),
     "glFenceSync": (_p, (_u, _u), Feature.SYNC),
@@ -1128,8 +1132,9 @@ class GLExt:
         )
 
     # -- buffers --------------------------------------------------------------------------------
-    def create_mapped_buffer(self, size: int) -> MappedBuffer:
-        """A persistent, coherent, write-mapped buffer of `size` bytes (needs buffer storage)."""
+    def create_mapped_buffer(self, size: int, *, read: bool = False) -> MappedBuffer:
+        """A persistent, coherent, mapped buffer of `size` bytes (needs buffer storage): write-mapped
+        for uploads, or read-mapped (client storage) for GPU-to-CPU readback with ``read=True``."""
         if size < 1:
             raise ValueError(f"buffer size must be positive, got {size!r}")
         if not self.has(Feature.BUFFER_STORAGE):
@@ -1139,10 +1144,10 @@ class GLExt:
         f = self._f
         self._clear_stale("creating a mapped buffer")
         (name,) = self._gen_names(f.glGenBuffers, 1)
-        flags = GL_MAP_WRITE_BIT | GL_MAP_PERSISTENT_BIT | GL_MAP_COHERENT_BIT
+        flags = (GL_MAP_READ_BIT if read else GL_MAP_WRITE_BIT) | GL_MAP_PERSISTENT_BIT | GL_MAP_COHERENT_BIT
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, name)
         try:
-            f.glBufferStorage(GL_COPY_WRITE_BUFFER, size, None, flags)
+            f.glBufferStorage(GL_COPY_WRITE_BUFFER, size, None, flags | (GL_CLIENT_STORAGE_BIT if read else 0))
             address = f.glMapBufferRange(GL_COPY_WRITE_BUFFER, 0, size, flags)
         except BaseException:
             f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
@@ -1157,6 +1162,17 @@ class GLExt:
                 f"{', '.join(errors) or 'glMapBufferRange returned NULL'}"
             )
         return MappedBuffer(self, name, size, int(address))
+
+    def copy_buffer(self, src: int, dst: int, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
+        """GPU-side glCopyBufferSubData between two buffer names (e.g. an SSBO into a readback buffer)."""
+        f = self._f
+        f.glBindBuffer(GL_COPY_READ_BUFFER, src)
+        f.glBindBuffer(GL_COPY_WRITE_BUFFER, dst)
+        try:
+            f.glCopyBufferSubData(GL_COPY_READ_BUFFER, GL_COPY_WRITE_BUFFER, src_offset, dst_offset, size)
+        finally:
+            f.glBindBuffer(GL_COPY_READ_BUFFER, 0)
+            f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
 
     def _unmap_and_delete_buffer(self, name: int) -> None:
         f = self._f

@@ -1,9 +1,12 @@
 """GPU feedback: the SSBO that `vt_sample` appends wanted pages to, read back without stalling.
 
 A small ring of shader storage buffers: frame N's draw appends into buffer N % depth; at the next
-`update()` a fence is placed behind that frame, and the buffer is read (glGetBufferSubData) only
-once its fence has signalled, so the CPU never waits for the GPU. The age of the newest feedback
-read (in frames) is reported.
+`update()` the buffer is copied on the GPU into a persistent, coherent, read-mapped buffer and a
+fence is placed behind the copy; once the fence has signalled the CPU reads the mapped memory
+directly. No driver call reads GPU memory (glGetBufferSubData waits for the GPU on some drivers:
+~20 ms a frame on NVIDIA), so the CPU never waits for the GPU. Without ARB_buffer_storage the
+buffer is read with glGetBufferSubData after its fence. The age of the newest feedback read (in
+frames) is reported.
 
 Buffer layout (shaders/vt.glsl, `VTFeedback`): four uints (count, capacity, stride, phase) then
 `capacity` packed entries (engine/runtime/feedback_reduce.py holds the packing contract).
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
-from ..gl.gl_ext import FenceLike, GLExt
+from ..gl.gl_ext import FenceLike, GLExt, MappedBuffer
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +32,18 @@ GL_BUFFER_UPDATE_BARRIER_BIT = 0x00000200
 @dataclass
 class _Entry:
     buffer: moderngl.Buffer
+    readback: MappedBuffer | None = None  # persistent read mapping the buffer is copied into
     frame: int = -1  # frame whose draw wrote it; -1: free
     fence: FenceLike | None = None
+
+    def read(self, nbytes: int) -> np.ndarray:
+        """The first `nbytes` (after the fence signalled) as uint32."""
+        if self.readback is not None:
+            view = self.readback.view(0, nbytes)
+            out = np.frombuffer(view, np.uint32).copy()
+            view.release()
+            return out
+        return np.frombuffer(self.buffer.read(size=nbytes), np.uint32)
 
 
 class FeedbackRing:
@@ -41,7 +54,12 @@ class FeedbackRing:
             raise ValueError(f"bad feedback ring: capacity {capacity!r}, stride {stride!r}, depth {depth!r}")
         self.ctx, self.gl = ctx, gl
         self.capacity, self.stride, self.depth = capacity, stride, depth
-        self._entries = [_Entry(ctx.buffer(reserve=self.nbytes_each)) for _ in range(depth)]
+        mapped = gl.has_buffer_storage
+        self._entries = [
+            _Entry(ctx.buffer(reserve=self.nbytes_each), gl.create_mapped_buffer(self.nbytes_each, read=True)
+                   if mapped else None)  # fmt: skip
+            for _ in range(depth)
+        ]
         self._current: _Entry | None = None
         self._spare_entry: _Entry | None = None
         self.age = -1  # frames between the newest feedback read and the frame it was read in
@@ -54,6 +72,7 @@ class FeedbackRing:
 
     @property
     def nbytes(self) -> int:
+        """GPU bytes: the SSBOs (the read mappings live in client memory)."""
         return self.nbytes_each * self.depth
 
     def begin_frame(self, frame: int) -> None:
@@ -62,7 +81,10 @@ class FeedbackRing:
             # Shader writes reach glGetBufferSubData / glMapBuffer only through this barrier; the
             # fence behind it tells when both the draw and the barrier are done.
             self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
-            self._current.fence = self.gl.fence()
+            cur = self._current
+            if cur.readback is not None:
+                self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, self.nbytes_each)
+            cur.fence = self.gl.fence()
             self._current = None
         free = next((e for e in self._entries if e.frame < 0), None)
         capacity = self.capacity
@@ -93,12 +115,10 @@ class FeedbackRing:
         ready = [e for e in self._entries if e.fence is not None and e.fence.signalled()]
         out = []
         for e in sorted(ready, key=lambda e: e.frame):
-            head = np.frombuffer(e.buffer.read(size=HEADER_UINTS * 4), np.uint32)
-            count = int(head[0])
+            count = int(e.read(4)[0])
             n = min(count, self.capacity)
             self.dropped += count - n
-            data = np.frombuffer(e.buffer.read(size=n * 4, offset=HEADER_UINTS * 4), np.uint32) if n else (
-                np.zeros(0, np.uint32))  # fmt: skip
+            data = e.read((HEADER_UINTS + n) * 4)[HEADER_UINTS:]
             out.append(data)
             self.age = frame - e.frame
             e.fence.release()
@@ -110,6 +130,8 @@ class FeedbackRing:
             if e.fence is not None:
                 e.fence.release()
             e.buffer.release()
+            if e.readback is not None:
+                e.readback.release()
         self._entries = []
         if self._spare_entry is not None:
             self._spare_entry.buffer.release()
