@@ -16,7 +16,7 @@ demo: $(STAMP)
 	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --timeout=900 tests
 
 bench: $(STAMP)
 	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream bench
