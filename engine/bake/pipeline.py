@@ -562,14 +562,9 @@ class _Baker:
     def _stop_pool(pool: _Executor, failed: bool) -> None:
         if not isinstance(pool, ProcessPoolExecutor):
             return
-        if failed:  # don't wait for running bands: stop the workers now
-            procs = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join()
+        # On failure too, queued bands are cancelled and running ones finish (a band takes a second
+        # or so): terminating a worker while it writes its result into the executor's pipe leaves a
+        # partial message that blocks the executor's manager thread, and so the interpreter's exit.
         pool.shutdown(wait=True, cancel_futures=True)
 
     # ---- scheduling ------------------------------------------------------------------------------
