@@ -573,26 +573,6 @@ def _oversubscribed_budget(ctx: moderngl.Context, packs: Packs, working_set: dic
 
 
 # ---- the naive approach side by side ------------------------------------------------------------------
-NAIVE_FS = """#version 450 core
-// The naive baseline: one mipmapped sRGB texture, the terrain's lighting (flat normal) and fog.
-#include "texstream/common.glsl"
-uniform sampler2D u_tex;
-uniform vec3 u_eye;
-uniform vec3 u_sun;
-uniform vec3 u_sky;
-uniform float u_fog_distance;
-in vec2 v_uv;
-in vec3 v_world;
-out vec4 f_color;
-
-void main() {
-    vec3 albedo = texture(u_tex, v_uv).rgb;
-    float light = 0.35 + 0.9 * max(dot(vec3(0.0, 0.0, -1.0), normalize(u_sun)), 0.0);
-    float fog = 1.0 - exp(-distance(u_eye, v_world) / u_fog_distance);
-    vec3 c = mix(albedo * light, u_sky, clamp(fog, 0.0, 1.0));
-    f_color = vec4(ts_linear_to_srgb(clamp(c, 0.0, 1.0)), 1.0);
-}
-"""
 
 
 class _NaiveScene:
@@ -602,7 +582,7 @@ class _NaiveScene:
         from .gl.shaders import program as load_program
 
         self.ctx, self.size = ctx, size
-        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment=NAIVE_FS)
+        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="naive_terrain_fs.glsl")
         self.vbo = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
         self.sun = np.array([0.4, -0.3, -0.85])

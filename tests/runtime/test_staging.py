@@ -15,7 +15,7 @@ from texstream.gl.gl_ext import GLExt, gl_format
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import SLOT_ALIGNMENT, SlotState, StagingRing
 
-from .helpers import encode, make_image
+from tests.gl.helpers import encode, make_image
 
 pytestmark = pytest.mark.gl
 
