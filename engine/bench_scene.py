@@ -61,7 +61,7 @@ from .runtime.feedback_reduce import WantedPages
 from .runtime.streamer import Streamer, VirtualTexture
 from .runtime.tile_cache import TileState, tile_keys
 from .scene.paths import CameraPath, Pose, flythrough, named_path
-from .scene.terrain import SKY, TerrainScene, sky_clear_colour
+from .scene.terrain import TerrainScene, set_view_uniforms, sky_clear_colour
 from .telemetry import Telemetry
 
 __all__ = ["run_scene_bench"]
@@ -588,15 +588,8 @@ class _NaiveScene:
         self.sun = np.array([0.4, -0.3, -0.85])
 
     def draw(self, tex: moderngl.Texture, pose: Pose, fb_size: tuple[int, int]) -> None:
-        w, h = self.size
         p = self.program
-        vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)
-        p["u_view_proj"].write(vp.T.astype(np.float32).tobytes())
-        p["u_size"].value = (float(w), float(h))
-        p["u_eye"].value = tuple(float(v) for v in pose.eye)
-        p["u_sun"].value = tuple(float(v) for v in self.sun)
-        p["u_sky"].value = SKY
-        p["u_fog_distance"].value = float(max(w, h)) * 0.35
+        set_view_uniforms(p, pose, self.size, fb_size, self.sun)
         tex.use(0)
         p["u_tex"].value = 0
         self.vao.render(moderngl.TRIANGLE_STRIP)

@@ -311,33 +311,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"texstream {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except EngineError as exc:
-        if debug:
-            raise
-        print(f"texstream {args.command}: {exc}", file=sys.stderr)
-        return EXIT_DATA
-    except ValueError as exc:  # bad values reaching the engine (they name the value)
-        if debug:
-            raise
-        print(f"texstream {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except FileNotFoundError as exc:
-        if debug:
-            raise
-        print(f"texstream {args.command}: {exc.filename or exc}: file not found", file=sys.stderr)
-        return EXIT_DATA
-    except OSError as exc:
-        if debug:
-            raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"texstream {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_DATA
     except KeyboardInterrupt:
         print(f"texstream {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (UsageError, EngineError, ValueError, OSError) as exc:
+        if debug and not isinstance(exc, UsageError):
+            raise
+        message, code = _describe_error(exc)
+        print(f"texstream {args.command}: {message}", file=sys.stderr)
+        return code
+
+
+def _describe_error(exc: BaseException) -> tuple[str, int]:
+    """One line and an exit code: usage (2) for bad arguments or values, data (1) for the rest."""
+    if isinstance(exc, UsageError | ValueError):  # ValueErrors from the engine name the bad value
+        return str(exc), EXIT_USAGE
+    if isinstance(exc, FileNotFoundError):
+        return f"{exc.filename or exc}: file not found", EXIT_DATA
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}", EXIT_DATA
+    return str(exc), EXIT_DATA
 
 
 if __name__ == "__main__":

@@ -33,15 +33,8 @@ class TerrainScene:
         return h.width, h.height
 
     def draw(self, pose: Pose, fb_size: tuple[int, int]) -> None:
-        w, h = self.size
         p = self.program
-        vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)
-        p["u_view_proj"].write(vp.T.astype(np.float32).tobytes())
-        p["u_size"].value = (float(w), float(h))
-        p["u_eye"].value = tuple(float(v) for v in pose.eye)
-        p["u_sun"].value = tuple(float(v) for v in self.sun)
-        p["u_sky"].value = SKY
-        p["u_fog_distance"].value = float(max(w, h)) * 0.35
+        set_view_uniforms(p, pose, self.size, fb_size, self.sun)
         p["u_debug"].value = self.debug
         p["u_has_normals"].value = self.normals is not None
         self.albedo.bind(p, "u_albedo")
@@ -57,6 +50,19 @@ class TerrainScene:
         self._released = True
         for obj in (self.vao, self.vbo, self.program):
             obj.release()
+
+
+def set_view_uniforms(program: moderngl.Program, pose: Pose, size: tuple[int, int], fb_size: tuple[int, int],
+                      sun: np.ndarray) -> None:  # fmt: skip
+    """Camera, ground size, sun, sky and fog uniforms shared by terrain_vs/terrain_fs-style programs."""
+    w, h = size
+    vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)
+    program["u_view_proj"].write(vp.T.astype(np.float32).tobytes())
+    program["u_size"].value = (float(w), float(h))
+    program["u_eye"].value = tuple(float(v) for v in pose.eye)
+    program["u_sun"].value = tuple(float(v) for v in sun)
+    program["u_sky"].value = SKY
+    program["u_fog_distance"].value = float(max(w, h)) * 0.35
 
 
 def sky_clear_colour() -> tuple[float, float, float]:

@@ -10,12 +10,11 @@ from collections.abc import Iterator
 import moderngl
 import pytest
 
+from tests.gl.helpers import encode, make_image
 from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt, gl_format
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import SLOT_ALIGNMENT, SlotState, StagingRing
-
-from tests.gl.helpers import encode, make_image
 
 pytestmark = pytest.mark.gl
 
