@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .config import BakeConfig, BudgetConfig, StreamerConfig
 from .errors import (
     BudgetError,
     EngineError,
@@ -12,11 +13,17 @@ from .errors import (
     TileCorruptError,
 )
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
+from .runtime.streamer import Streamer, VirtualTexture
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AddressMode",
+    "BakeConfig",
+    "BudgetConfig",
+    "StreamerConfig",
+    "Streamer",
+    "VirtualTexture",
     "BudgetError",
     "EngineError",
     "GLError",
