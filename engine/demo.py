@@ -28,7 +28,7 @@ from .errors import EngineError
 from .pack.extract import write_image
 from .pack.format import TexelFormat
 from .runtime.streamer import Streamer, VirtualTexture
-from .scene.paths import CameraPath, Pose, flythrough
+from .scene.paths import DEMO_WAYPOINTS, FLYTHROUGH_WAYPOINTS, CameraPath, Pose, flythrough
 from .scene.terrain import TerrainScene, sky_clear_colour
 from .telemetry import Overlay, Telemetry, memory_summary
 
@@ -96,7 +96,9 @@ class Demo:
             self.streamer.release()
             raise
         w, h = self.scene.size
-        self.path: CameraPath = flythrough(w, h)
+        # The built-in terrain gets a path over its land; other packs the generic one.
+        waypoints = DEMO_WAYPOINTS if not cfg.packs else FLYTHROUGH_WAYPOINTS
+        self.path: CameraPath = flythrough(w, h, altitude=90.0, seconds=30.0, waypoints=waypoints)
         self.show_overlay = cfg.overlay
 
     def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> None:

@@ -89,9 +89,18 @@ def _ground(w: float, h: float, u: float, v: float) -> tuple[float, float]:
     return u * w, v * h
 
 
-def flythrough(w: int, h: int, altitude: float = 60.0, seconds: float = 20.0) -> CameraPath:
-    """Low over the ground along a curving line: level 0 at the feet, coarse levels at the horizon."""
-    pts = [(0.15, 0.2), (0.3, 0.35), (0.45, 0.3), (0.6, 0.5), (0.7, 0.7), (0.85, 0.8)]
+FLYTHROUGH_WAYPOINTS = ((0.15, 0.2), (0.3, 0.35), (0.45, 0.3), (0.6, 0.5), (0.7, 0.7), (0.85, 0.8))
+# Over the land of the default terrain (seed 1): the west coast, the snowy massif, the eastern islands.
+DEMO_WAYPOINTS = ((0.06, 0.52), (0.2, 0.6), (0.36, 0.64), (0.5, 0.63), (0.64, 0.55), (0.78, 0.4), (0.82, 0.3))
+
+
+def flythrough(w: int, h: int, altitude: float = 60.0, seconds: float = 20.0,
+               waypoints: tuple[tuple[float, float], ...] = FLYTHROUGH_WAYPOINTS) -> CameraPath:  # fmt: skip
+    """Low over the ground along a curving line through `waypoints` (uv), each key looking at the
+    next: level 0 at the feet, coarse levels at the horizon."""
+    pts = list(waypoints)
+    if len(pts) < 2:
+        raise ValueError(f"a flythrough needs at least 2 waypoints, got {len(pts)}")
     keys = []
     for i, (u, v) in enumerate(pts):
         x, y = _ground(w, h, u, v)
