@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="headless output folder (default: the cache's demo-frames/)")
     s.add_argument("--size", default="1280x720", help="window or frame size WxH (default 1280x720)")
     s.add_argument("--budget-mb", type=float, default=192.0, help="VRAM budget (default 192 MiB)")
-    s.add_argument("--telemetry", default=None, help="per-frame JSONL telemetry output")
+    s.add_argument("--telemetry", default=None, help="per-frame telemetry output: .jsonl, or .csv for CSV")
     s.add_argument("--no-overlay", action="store_true", help="start without the telemetry overlay")
     s.set_defaults(func=cmd_demo)
 

@@ -89,7 +89,9 @@ class Demo:
             self.albedo, self.normals = open_textures(self.streamer, cfg.packs, progress)
             self.scene = TerrainScene(ctx, self.albedo, self.normals)
             self.telemetry = Telemetry(self.streamer, dt=None if not cfg.headless else 1.0 / FPS)
-            if cfg.telemetry:
+            if cfg.telemetry and Path(cfg.telemetry).suffix.lower() == ".csv":
+                self.telemetry.write_csv(cfg.telemetry)
+            elif cfg.telemetry:
                 self.telemetry.write_jsonl(cfg.telemetry)
             self.overlay = Overlay(ctx) if cfg.overlay else None
         except BaseException:

@@ -169,6 +169,18 @@ class _RefetchTracker:
         return count
 
 
+CSV_COLUMNS: tuple[str, ...] = tuple(f.name for f in FRAME_FIELDS)
+
+
+def csv_row(frame: dict[str, Any]) -> list[str]:
+    """One frame record as CSV cells (FRAME_FIELDS order); nested objects as JSON, null as empty."""
+    cells = []
+    for name in CSV_COLUMNS:
+        v = frame.get(name)
+        cells.append("" if v is None else json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v))
+    return cells
+
+
 class Telemetry:
     """Records one frame of a `Streamer` per `update()` (or `record()`); see the module docstring.
 
@@ -209,6 +221,8 @@ class Telemetry:
         self._timer_failed = False
         self._gpu_results = 0
         self._jsonl: IO[str] | None = None
+        self._csv_file: IO[str] | None = None
+        self._csv: Any = None  # csv.writer
         self.jsonl_path: Path | None = None
         self._warned: set[str] = set()
         self._refetch = _RefetchTracker()
@@ -347,6 +361,9 @@ class Telemetry:
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(frame, separators=(",", ":"), allow_nan=False) + "\n")
             self._jsonl.flush()
+        if self._csv is not None:
+            self._csv.writerow(csv_row(frame))
+            self._csv_file.flush()
         return frame
 
     def _totals(self, stats: dict[str, Any]) -> dict[str, int]:
@@ -516,6 +533,26 @@ class Telemetry:
             f, self._jsonl = self._jsonl, None
             f.close()
 
+    def write_csv(self, path: str | os.PathLike[str]) -> Path:
+        """Stream every frame recorded from now on to `path` as CSV: a header row of the frame
+        fields (FRAME_FIELDS order), then a row a frame; `vram_breakdown` is a JSON object in its
+        cell, null is an empty cell. Stays open until `close_csv()` / `release()`."""
+        import csv
+
+        self.close_csv()
+        p = Path(path)
+        self._csv_file = p.open("w", encoding="utf-8", newline="")
+        self._csv = csv.writer(self._csv_file)
+        self._csv.writerow(CSV_COLUMNS)
+        self._csv_file.flush()
+        log.info("telemetry: writing frames to %s (CSV)", p)
+        return p
+
+    def close_csv(self) -> None:
+        if self._csv_file is not None:
+            f, self._csv_file, self._csv = self._csv_file, None, None
+            f.close()
+
     def write_summary(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Write `summary()` to `path` as indented JSON (written to a temp file, then renamed)."""
         data = self.summary()
@@ -532,6 +569,7 @@ class Telemetry:
             return
         self._released = True
         self.close_jsonl()
+        self.close_csv()
         if self._timer is not None:
             self._timer.release()
             self._timer = None

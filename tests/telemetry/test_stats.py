@@ -203,3 +203,27 @@ def test_memory_summary_works_as_a_method(gl_ctx: moderngl.Context) -> None:
         streamer.memory_summary = memory_summary.__get__(streamer)  # what `Streamer.memory_summary = ...` gives
         text = streamer.memory_summary()
     assert "(none)" in text and "Total held" in text
+
+
+def test_frames_stream_to_csv(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path) -> None:
+    import csv
+
+    from texstream.telemetry.stats import CSV_COLUMNS
+
+    path = tmp_path / "frames.csv"
+    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+        vt = streamer.open(packs.small)
+        tel.write_csv(path)
+        frames = run(tel, renderer, vt, 8)
+        assert len(path.read_text().splitlines()) == 9  # header + one flushed row a frame, while open
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0].keys()) == CSV_COLUMNS
+    assert len(rows) == len(frames)
+    for row, frame in zip(rows, frames, strict=True):
+        assert int(row["frame"]) == frame["frame"]
+        assert int(row["vram_bytes"]) == frame["vram_bytes"] <= int(row["budget_bytes"])
+        assert float(row["update_ms"]) == pytest.approx(frame["update_ms"])
+        assert json.loads(row["vram_breakdown"]) == frame["vram_breakdown"]
+        assert (row["gpu_ms"] == "") == (frame["gpu_ms"] is None)
+    assert tel._csv_file is None, "release() closed the file"  # noqa: SLF001
