@@ -138,6 +138,18 @@ def _budget_mb(packs: list[Path], fixed_mb: float = 96.0) -> float:
     return fixed_mb + 1.25 * total / MIB
 
 
+def _serpentine(xs: np.ndarray, ys: np.ndarray, max_frames: int) -> list[tuple[float, float]]:
+    """Row by row, alternating direction: each step shows a window never seen before."""
+    return [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
+
+
+def _pan_config(pack: Path) -> StreamerConfig:
+    """Budget for the whole pack, a 64 MiB ring, an I/O thread a core, caps that never bind."""
+    return StreamerConfig(budget=BudgetConfig(budget_mb=_budget_mb([pack])), ring_mb=64,
+                          io_threads=max(2, os.cpu_count() or 2), upload_tiles_per_frame=4096,
+                          upload_bytes_per_frame=256 * MIB)  # fmt: skip
+
+
 # ---- (b) end to end and (d) latency ----------------------------------------------------------------
 def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int) -> dict:
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (every
@@ -150,16 +162,8 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     with PackReader(pack) as r:
         tex_w, tex_h = r.header.width, r.header.height
     w, h = size
-    xs = np.arange(w / 2, tex_w - w / 2 + 1, w)
-    ys = np.arange(h / 2, tex_h - h / 2 + 1, h)
-    path = [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
-    cfg = StreamerConfig(
-        budget=BudgetConfig(budget_mb=_budget_mb([pack])),
-        ring_mb=64,
-        io_threads=max(2, os.cpu_count() or 2),
-        upload_tiles_per_frame=4096,
-        upload_bytes_per_frame=256 * MIB,
-    )
+    path = _serpentine(np.arange(w / 2, tex_w - w / 2 + 1, w), np.arange(h / 2, tex_h - h / 2 + 1, h), max_frames)
+    cfg = _pan_config(pack)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[int] = []
     io_seconds: list[float] = []
@@ -234,16 +238,8 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
         h = r.header
     t = h.tile_size
     w = view_px
-    xs = np.arange(0, h.width - w + 1, w)
-    ys = np.arange(0, h.height - w + 1, w)
-    path = [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
-    cfg = StreamerConfig(
-        budget=BudgetConfig(budget_mb=_budget_mb([pack])),
-        ring_mb=64,
-        io_threads=max(2, os.cpu_count() or 2),
-        upload_tiles_per_frame=4096,
-        upload_bytes_per_frame=256 * MIB,
-    )
+    path = _serpentine(np.arange(0, h.width - w + 1, w), np.arange(0, h.height - w + 1, w), max_frames)
+    cfg = _pan_config(pack)
     latencies: list[int] = []
     frames = 0
     with Streamer(ctx, cfg) as s:

@@ -559,7 +559,7 @@ class _Baker:
         return pool
 
     @staticmethod
-    def _stop_pool(pool: _Executor, failed: bool) -> None:
+    def _stop_pool(pool: _Executor) -> None:
         if not isinstance(pool, ProcessPoolExecutor):
             return
         # On failure too, queued bands are cancelled and running ones finish (a band takes a second
@@ -679,7 +679,7 @@ class _Baker:
             unfinished = [f.stage.index for f in self.feeds if not f.finished]
             if unfinished:
                 raise EngineError(f"internal error: stages {unfinished} did not finish")
-            self._stop_pool(pool, failed=False)
+            self._stop_pool(pool)
             pool = None
             self.writer.commit()
             failed = False
@@ -689,7 +689,7 @@ class _Baker:
             if failed:
                 try:
                     if pool is not None:
-                        self._stop_pool(pool, failed=True)
+                        self._stop_pool(pool)
                 finally:
                     self.writer.abort()
             if self.ring is not None:

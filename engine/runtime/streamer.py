@@ -26,7 +26,6 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 
 import moderngl
@@ -136,9 +135,8 @@ class CachePool:
         old.release()
         self.texture = new
         self.writable_at = np.zeros(capacity, np.int64)  # a fresh array: no draw in flight samples it
-        for rec in (result.cancelled,):
-            if len(rec):
-                self.streamer._cancel_loads(rec)
+        if len(result.cancelled):
+            self.streamer._cancel_loads(result.cancelled)
         return result.evicted
 
     def release(self) -> None:
@@ -806,6 +804,7 @@ class Streamer:
         """Telemetry of the latest update() plus running totals (plain dict, stable keys)."""
         st = self.last
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
+        p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
         ring = self.ring
         occupancy = 1.0 - ring.free_count / len(ring.slots) if ring is not None and ring.slots else 0.0
         return {
@@ -829,9 +828,9 @@ class Streamer:
             "mip_bias": self.budget.bias,
             "resident_tiles": sum(vt.table.resident_count for vt in self.textures),
             "corrupt_tiles": sum(vt.corrupt_tiles for vt in self.textures),
-            "latency_p50_frames": float(np.percentile(lat, 50)),
-            "latency_p95_frames": float(np.percentile(lat, 95)),
-            "latency_p99_frames": float(np.percentile(lat, 99)),
+            "latency_p50_frames": p50,
+            "latency_p95_frames": p95,
+            "latency_p99_frames": p99,
             "ring_occupancy": occupancy,
             "ring_stalls": ring.stall_count if ring is not None else 0,
             "feedback_frozen": self.freeze_feedback,
@@ -890,4 +889,4 @@ def _pinned_tile_count(h: PackHeader, pinned_levels: int) -> int:
     return int(h.level_first[-1] - h.level_first[first])
 
 
-__all__ = ["CachePool", "FrameStats", "Path", "Streamer", "VirtualTexture"]
+__all__ = ["CachePool", "FrameStats", "Streamer", "VirtualTexture"]
