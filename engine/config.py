@@ -88,6 +88,7 @@ class StreamerConfig:
     pinned_levels: int = 2  # each texture's coarsest levels stay resident (never evicted)
     retry_frames: int = 60  # a failed tile is retried after this many frames (doubling each time)
     debug_gl: bool = False  # glGetError after every raw GL call, GLError naming the call
+    native: bool = True  # compiled I/O and upload loops when built (texstream.native); False: pure Python
 
     def __post_init__(self) -> None:
         checks = {

@@ -19,7 +19,7 @@ void main() {
     vec4 c = VT_SAMPLE(u_vt, v_uv);
     if (u_debug == 1) {
         vec2 t = v_uv * u_vt.size.xy;
-        uvec4 e = vt_lookup(u_vt_pages, u_vt, t, 0);
+        uvec4 e = vt_lookup(u_vt, t, 0);
         c = vec4(mix(c.rgb, level_colour(float(e.y)), 0.6), 1.0);
     }
     f_color = u_encode_srgb ? vec4(ts_linear_to_srgb(clamp(c.rgb, 0.0, 1.0)), c.a) : c;

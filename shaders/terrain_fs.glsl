@@ -37,7 +37,7 @@ void main() {
         vec2 t = v_uv * u_albedo.size.xy;
         float lod = clamp(vt_lod(u_albedo, dFdx(t), dFdy(t)), 0.0, float(u_albedo.meta.x - 1));
         int want = int(floor(lod));
-        uvec4 e = vt_lookup(u_albedo_pages, u_albedo, t, want);
+        uvec4 e = vt_lookup(u_albedo, t, want);
         vec3 tint = u_debug == 1 ? level_colour(int(e.y))
                                  : (int(e.y) == want ? vec3(0.2, 0.9, 0.3)
                                     : int(e.y) == want + 1 ? vec3(1.0, 0.85, 0.1) : vec3(1.0, 0.2, 0.15));

@@ -1,24 +1,29 @@
 // texstream virtual texture sampling. Include from your fragment shader:
 //
-//     #include "vt.glsl"
+//     #include "texstream/vt.glsl"
 //     VT_DECLARE(albedo)                       // declares the uniforms vt.bind(program, "albedo") sets
 //     ...
 //     vec4 c = VT_SAMPLE(albedo, uv);          // trilinear + anisotropic, never black
 //
-// The streamer's feedback also needs the wanted pages: VT_SAMPLE records them (into the SSBO bound
-// at binding VT_FEEDBACK_BINDING) for one fragment in every VT_FEEDBACK stride cell per frame.
+// Bindings (fixed, the same for every virtual texture, so any number of them draw in one frame):
+//   storage buffer VT_PAGES_BINDING (6)     page tables of every open texture (one uint per page)
+//   storage buffer VT_FEEDBACK_BINDING (7)  the pages fragments wanted this frame (streamer feedback)
+//   texture units 8 and up                  one per cache pool (texel format x slot size), set by bind()
 //
 // How a sample works: the level-0 texel coordinate uv * size gives derivatives, hence the level of
 // detail (anisotropic: chosen on the footprint's minor axis, at most meta.w samples along the major
-// one). For the two levels around it, the page table (an RGBA16UI mip chain) names the cache layer,
-// cell and the level actually resident there (the nearest resident ancestor when the wanted tile is
-// missing). Inside the tile, the coordinate is offset by the border; bilinear taps spread along the
-// footprint's major axis (derivatives scaled to the slot's texel space) filter anisotropically,
-// clamped inside the slot. The two levels are blended: trilinear.
+// one). For the two levels around it, the page table names the cache slot (layer and cell of the
+// pool's texture array) and the level actually resident there (the nearest resident ancestor when
+// the wanted tile is missing). Inside the tile, the coordinate is offset by the border; bilinear taps
+// spread along the footprint's major axis filter anisotropically, clamped inside the slot. The two
+// levels are blended: trilinear.
 
 #ifndef TEXSTREAM_VT_GLSL
 #define TEXSTREAM_VT_GLSL
 
+#ifndef VT_PAGES_BINDING
+#define VT_PAGES_BINDING 6
+#endif
 #ifndef VT_FEEDBACK_BINDING
 #define VT_FEEDBACK_BINDING 7
 #endif
@@ -26,8 +31,16 @@
 struct VTInfo {
     vec4 size;        // level-0 width, height, and their reciprocals
     vec4 tile;        // content T, border B, slot S = T + 2B, 1 / (cache layer size in texels)
-    ivec4 meta;       // level count, texture id (feedback), wrap (1) or clamp (0), max anisotropy
+    ivec4 meta;       // level count, page-table base (first entry of this texture), wrap (1) or clamp (0), max anisotropy
+    ivec4 cells;      // cache slots per layer row, slots per layer
     vec4 bias;        // x: lod bias added when sampling
+};
+
+// Page tables (engine/runtime/page_table.py): entries base .. base + 15 hold each level's first
+// page index; page (level, x, y) is entry vt_pages[base + level] + y * pages_x + x:
+// bits 31..28 the level resident in the slot, bits 27..0 the slot index in the pool.
+layout(std430, binding = VT_PAGES_BINDING) readonly buffer VTPages {
+    uint vt_pages[];
 };
 
 layout(std430, binding = VT_FEEDBACK_BINDING) buffer VTFeedback {
@@ -35,14 +48,8 @@ layout(std430, binding = VT_FEEDBACK_BINDING) buffer VTFeedback {
     uint vt_fb_capacity;
     uint vt_fb_stride;     // one fragment in stride x stride records what it wanted
     uint vt_fb_phase;      // which fragment of the cell, rotates every frame
-    uint vt_fb_entries[];
+    uint vt_fb_entries[];  // page indices (the same index as the page-table entry)
 };
-
-// Feedback entry (engine/runtime/feedback_reduce.py holds the same contract):
-// texture id bits 31..24 | level 23..20 | page y 19..10 | page x 9..0.
-uint vt_pack_feedback(uint tex_id, uint level, uvec2 page) {
-    return (tex_id << 24) | ((level & 0xFu) << 20) | ((page.y & 0x3FFu) << 10) | (page.x & 0x3FFu);
-}
 
 // Pages of `level` a side: ceil(ceil(size / 2^level) / T).
 ivec2 vt_pages_in_level(VTInfo vt, int level) {
@@ -50,19 +57,30 @@ ivec2 vt_pages_in_level(VTInfo vt, int level) {
     return ivec2(ceil(texels / vt.tile.x));
 }
 
-// Page table: a mip chain, level k of the virtual texture in mip k. Entry = (cache layer, level
-// resident there, cell x, cell y): the wanted tile itself or its nearest resident ancestor.
-uvec4 vt_lookup(usampler2D pages, VTInfo vt, vec2 t, int level) {
-    ivec2 page = ivec2(floor(t / (vt.tile.x * exp2(float(level)))));
-    page = clamp(page, ivec2(0), vt_pages_in_level(vt, level) - 1);
-    return texelFetch(pages, page, level);
+// Index of the page under texel coordinate t at `level` (the page-table entry and the feedback id).
+uint vt_page_index(VTInfo vt, vec2 t, int level) {
+    ivec2 n = vt_pages_in_level(vt, level);
+    ivec2 page = clamp(ivec2(floor(t / (vt.tile.x * exp2(float(level))))), ivec2(0), n - 1);
+    return vt_pages[vt.meta.y + level] + uint(page.y * n.x + page.x);
+}
+
+// The page's entry decoded: (cache layer, level resident there, cell x, cell y). The wanted tile
+// itself or its nearest resident ancestor; never empty once the texture is open (pinned levels).
+uvec4 vt_lookup(VTInfo vt, vec2 t, int level) {
+    uint e = vt_pages[vt_page_index(vt, t, level)];
+    uint slot = e & 0x0FFFFFFFu;
+    uint per_layer = uint(vt.cells.y);
+    uint layer = slot / per_layer;
+    uint cell = slot - layer * per_layer;
+    uint row = uint(vt.cells.x);
+    return uvec4(layer, e >> 28, cell % row, cell / row);
 }
 
 // One level: anisotropic filtering done here, as up to meta.w bilinear taps spread along the
 // footprint's major axis (identical on every driver; exact at 1:1, where it is one tap). Taps are
 // clamped inside the slot, so the border (B texels) is the most a footprint can reach.
-vec4 vt_sample_level(sampler2DArray cache, usampler2D pages, VTInfo vt, vec2 t, vec2 dx, vec2 dy, int level) {
-    uvec4 e = vt_lookup(pages, vt, t, level);
+vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, int level) {
+    uvec4 e = vt_lookup(vt, t, level);
     float L = float(e.y);                      // the level actually resident (>= level)
     float scale = exp2(-L);
     float T = vt.tile.x, B = vt.tile.y, S = vt.tile.z;
@@ -93,7 +111,7 @@ float vt_lod(VTInfo vt, vec2 dx, vec2 dy) {
     return log2(max(major / aniso, 1e-8));
 }
 
-vec4 vt_sample_grad(sampler2DArray cache, usampler2D pages, VTInfo vt, vec2 uv, vec2 t_dx, vec2 t_dy) {
+vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 t_dx, vec2 t_dy) {
     int levels = vt.meta.x;
     vec2 size = vt.size.xy;
     vec2 t = uv * size;
@@ -103,34 +121,30 @@ vec4 vt_sample_grad(sampler2DArray cache, usampler2D pages, VTInfo vt, vec2 uv, 
     int l1 = min(l0 + 1, levels - 1);
     float f = lod - float(l0);
 
-    // Feedback: one fragment per stride cell records the finest level it wants; the CPU applies
-    // the budget's mip bias when it reduces the entries.
+    // Feedback: one fragment per stride cell records the finest page it wants; the CPU applies the
+    // budget's mip bias when it reduces the entries.
     int stride = int(max(vt_fb_stride, 1u));
     ivec2 cell = ivec2(gl_FragCoord.xy) % stride;
     if (cell.x + cell.y * stride == int(vt_fb_phase)) {
-        int want = clamp(int(floor(lod)), 0, levels - 1);
-        ivec2 page = clamp(ivec2(floor(t / (vt.tile.x * exp2(float(want))))), ivec2(0),
-                           vt_pages_in_level(vt, want) - 1);
         uint i = atomicAdd(vt_fb_count, 1u);
-        if (i < vt_fb_capacity) vt_fb_entries[i] = vt_pack_feedback(uint(vt.meta.y), uint(want), uvec2(page));
+        if (i < vt_fb_capacity) vt_fb_entries[i] = vt_page_index(vt, t, clamp(l0, 0, levels - 1));
     }
 
-    vec4 a = vt_sample_level(cache, pages, vt, t, t_dx, t_dy, l0);
+    vec4 a = vt_sample_level(cache, vt, t, t_dx, t_dy, l0);
     if (f < 1.0 / 512.0 || l1 == l0) return a;
-    vec4 b = vt_sample_level(cache, pages, vt, t, t_dx, t_dy, l1);
+    vec4 b = vt_sample_level(cache, vt, t, t_dx, t_dy, l1);
     return mix(a, b, f);
 }
 
-vec4 vt_sample(sampler2DArray cache, usampler2D pages, VTInfo vt, vec2 uv) {
+vec4 vt_sample(sampler2DArray cache, VTInfo vt, vec2 uv) {
     vec2 t = uv * vt.size.xy;   // derivatives of the unwrapped coordinate: no seam at wrap edges
-    return vt_sample_grad(cache, pages, vt, uv, dFdx(t), dFdy(t));
+    return vt_sample_grad(cache, vt, uv, dFdx(t), dFdy(t));
 }
 
 #define VT_DECLARE(name) \
     uniform sampler2DArray name##_cache; \
-    uniform usampler2D name##_pages; \
     uniform VTInfo name;
 
-#define VT_SAMPLE(name, uv) vt_sample(name##_cache, name##_pages, name, uv)
+#define VT_SAMPLE(name, uv) vt_sample(name##_cache, name, uv)
 
 #endif

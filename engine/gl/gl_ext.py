@@ -90,6 +90,10 @@ GL_RGBA = 0x1908
 GL_UNSIGNED_BYTE = 0x1401
 GL_MAX_ARRAY_TEXTURE_LAYERS = 0x88FF
 GL_MAX_TEXTURE_SIZE = 0x0D33
+GL_MAX_COMBINED_TEXTURE_IMAGE_UNITS = 0x8B4D
+GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS = 0x90DD
+GL_MAX_FRAGMENT_SHADER_STORAGE_BLOCKS = 0x90DA
+GL_MAX_SHADER_STORAGE_BLOCK_SIZE = 0x90DE
 
 GL_PIXEL_PACK_BUFFER = 0x88EB
 GL_PIXEL_UNPACK_BUFFER = 0x88EC
@@ -312,7 +316,10 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glGetQueryObjectui64v": (None, (_u, _u, ctypes.POINTER(_u64)), Feature.TIMER_QUERY),
 }
 
-_FUNCTYPE = ctypes.WINFUNCTYPE if sys.platform == "win32" else ctypes.CFUNCTYPE  # type: ignore[attr-defined]
+# GL calls keep the interpreter lock (PYFUNCTYPE): they are short and never wait (fences are polled
+# with a zero timeout), and a call that dropped the lock would have to take it back from an I/O
+# thread, waiting up to the 5 ms switch interval. Windows' stdcall (WINFUNCTYPE) drops it.
+_FUNCTYPE = ctypes.WINFUNCTYPE if sys.platform == "win32" else ctypes.PYFUNCTYPE  # type: ignore[attr-defined]
 
 
 def _proc_address_fallbacks() -> list[Callable[[bytes], int | None]]:
@@ -489,6 +496,7 @@ class MappedBuffer:
         self.address = address
         self._array = (ctypes.c_ubyte * size).from_address(address)
         self._chunks: list[tuple[ctypes.Array[ctypes.c_ubyte], memoryview]] = []
+        self._numpy: np.ndarray | None = None
 
     @property
     def glo(self) -> int:
@@ -510,10 +518,24 @@ class MappedBuffer:
         self._chunks.append((chunk, mv))
         return mv
 
+    def array(self) -> np.ndarray:
+        """The whole mapping as one uint8 numpy array (made once; slices of it share the memory)."""
+        if self.released:
+            raise GLError(f"{self!r} used after release")
+        if self._numpy is None:
+            self._numpy = np.frombuffer(self._array, np.uint8)
+        return self._numpy
+
     def release(self) -> None:
         if not self._glo:
             return
         busy = 0
+        if self._numpy is not None:
+            # our reference, getrefcount's argument: anything more is a live slice or a caller's copy
+            if sys.getrefcount(self._numpy) > 2:
+                busy += 1
+            else:
+                self._numpy = None
         for pair in self._chunks:
             try:
                 pair[1].release()
@@ -645,6 +667,7 @@ class GLExt:
             needs = "; ".join(f"{f.value[2]} need {f.requirement}" for f in missing)
             raise GLError(f"this GL context ({self._describe()}) lacks what texstream needs: {needs}")
         self._f = _Functions()
+        self.addresses: dict[str, int] = {}  # entry points, for compiled loops (texstream.native)
         self._load_functions()
         self.scratch_unit = int(getattr(ctx, "default_texture_unit", 0))
         self.max_array_layers = self.get_integer(GL_MAX_ARRAY_TEXTURE_LAYERS)
@@ -714,6 +737,7 @@ class GLExt:
                     "glXGetProcAddressARB resolves it"
                 )
             fn = _FUNCTYPE(restype, *argtypes)(address)
+            self.addresses[name] = address
             if name == "glGetError":
                 get_error = fn
             setattr(self._f, name, fn)
@@ -1029,6 +1053,58 @@ class GLExt:
             f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
             self._unbind_scratch()
         return total
+
+    def upload_cell_batch(
+        self,
+        texture: TextureArray,
+        layer: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        offset: np.ndarray,
+        cell_size: int,
+        pbo: int,
+        native: Any = None,
+    ) -> int:
+        """Upload many square cells: one sub-image call per cell, the texture and buffer bound once.
+
+        Arrays (int64): layer, texel origin x/y (multiples of 4 for block formats) and where each
+        cell's bytes are: the byte offset in pixel-unpack buffer `pbo`, or with ``pbo=0`` the address
+        of client memory the caller keeps alive during the call. `native` (texstream.native.Native)
+        runs the loop in C; else a Python loop does (always in debug mode: every call checked).
+        Returns the bytes uploaded."""
+        if texture.released:
+            raise GLError(f"{texture!r} used after release")
+        n = int(layer.size)
+        if n == 0:
+            return 0
+        fmt, size = texture.format, texture.size
+        nbytes = fmt.layer_bytes(cell_size)
+        if layer.min() < 0 or layer.max() >= texture.layers:
+            raise ValueError(f"layers {layer.min()}..{layer.max()} are outside 0..{texture.layers - 1} of {texture!r}")
+        if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
+            raise ValueError(f"a cell does not fit a {size}x{size} layer")
+        f = self._f
+        self._bind_scratch(texture.glo)
+        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
+        try:
+            if native is not None and not self.debug:
+                arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, offset)]
+                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
+                native.upload_cells(self.addresses["glCompressedTexSubImage3D"], self.addresses["glTexSubImage3D"],
+                                    int(fmt.compressed), n, ptrs[0], ptrs[1], ptrs[2], cell_size,
+                                    fmt.internal_format, nbytes, ptrs[3])  # fmt: skip
+            elif fmt.compressed:
+                call = f.glCompressedTexSubImage3D
+                for lv, cx, cy, off in zip(layer.tolist(), x.tolist(), y.tolist(), offset.tolist(), strict=True):
+                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, 1, fmt.internal_format, nbytes, off)
+            else:
+                call = f.glTexSubImage3D
+                for lv, cx, cy, off in zip(layer.tolist(), x.tolist(), y.tolist(), offset.tolist(), strict=True):
+                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, 1, GL_RGBA, GL_UNSIGNED_BYTE, off)
+        finally:
+            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
+            self._unbind_scratch()
+        return n * nbytes
 
     def copy_cells(
         self, src: TextureArray, dst: TextureArray, moves: Iterable[tuple[int, int, int, int, int, int]], cell_size: int

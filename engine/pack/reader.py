@@ -140,6 +140,10 @@ class PackReader:
             raise PackFormatError(f"file ends at {self.file_size}: cannot read {size} bytes at offset {offset}")
         return data
 
+    def fileno(self) -> int:
+        """The open file descriptor (for readers that pread tiles themselves, e.g. the I/O threads)."""
+        return self._fd
+
     # ---- lookup ---------------------------------------------------------------------------------
     def tile_position(self, i: int) -> tuple[int, int, int]:
         """(level, x, y) of index entry i."""

@@ -9,7 +9,7 @@ buffer is read with glGetBufferSubData after its fence. The age of the newest fe
 frames) is reported.
 
 Buffer layout (shaders/vt.glsl, `VTFeedback`): four uints (count, capacity, stride, phase) then
-`capacity` packed entries (engine/runtime/feedback_reduce.py holds the packing contract).
+`capacity` entries, each the tile id of a page a fragment wanted (engine/runtime/feedback_reduce.py).
 """
 
 from __future__ import annotations
@@ -37,12 +37,9 @@ class _Entry:
     fence: FenceLike | None = None
 
     def read(self, nbytes: int) -> np.ndarray:
-        """The first `nbytes` (after the fence signalled) as uint32."""
+        """The first `nbytes` (after the fence signalled) as uint32 (a copy)."""
         if self.readback is not None:
-            view = self.readback.view(0, nbytes)
-            out = np.frombuffer(view, np.uint32).copy()
-            view.release()
-            return out
+            return self.readback.array()[:nbytes].view(np.uint32).copy()
         return np.frombuffer(self.buffer.read(size=nbytes), np.uint32)
 
 
@@ -104,6 +101,26 @@ class FeedbackRing:
         if self._spare_entry is None:
             self._spare_entry = _Entry(self.ctx.buffer(reserve=HEADER_UINTS * 4 + 4))
         return self._spare_entry
+
+    def inject(self, ids: np.ndarray) -> bool:
+        """Append entries to this frame's buffer as if the coming draw had written them (benchmarks and
+        tests that drive the streamer without drawing). False when this frame records nothing."""
+        if self._current is None:
+            return False
+        ids = np.asarray(ids, np.uint32)[: self.capacity]
+        head = np.array([ids.size, self.capacity, self.stride, 0], np.uint32)
+        self._current.buffer.write(head.tobytes() + ids.tobytes())
+        return True
+
+    def read_current(self) -> np.ndarray:
+        """This frame's entries so far, read back at once (waits for the GPU: tests only)."""
+        if self._current is None:
+            return np.zeros(0, np.uint32)
+        n = int(np.frombuffer(self._current.buffer.read(size=4), np.uint32)[0])
+        n = min(n, self.capacity)
+        if n == 0:
+            return np.zeros(0, np.uint32)
+        return np.frombuffer(self._current.buffer.read(size=4 * n, offset=HEADER_UINTS * 4), np.uint32).copy()
 
     def bind(self) -> None:
         """Bind this frame's buffer again (after user code rebound the binding point)."""

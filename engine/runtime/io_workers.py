@@ -1,122 +1,366 @@
-"""I/O worker threads: pread + checksum + decompress one tile straight into its staging-ring slot.
+"""I/O threads: read batches of tiles (pread, decompress, checksum) straight into staging-ring slots.
 
-Workers never touch GL. The render thread hands each job a slot it acquired from the ring; the
-worker fills the slot's mapped memory through `PackReader.read_tile_into` (one preadv for
-uncompressed packs, decode + one copy otherwise) and reports back through a queue the render
-thread drains in `Streamer.update()`. Expected failures (a corrupt, truncated or unreadable tile)
-come back as a failed result; anything unexpected is kept and re-raised on the render thread.
+The uploader hands over one `ReadBatch` per queue item: tiles of one pack sorted by file offset, each
+with the ring slot to fill. A thread reads tiles that lie close together in the file with one pread,
+decodes each into its slot, checks its xxh3, and answers with ONE `ReadResult` (a status per tile).
+
+The interpreter lock decides how fast this goes: a thread that must take the lock back after every
+blocking call waits for the render thread's switch interval (5 ms) each time the render thread is
+busy in Python. So a batch costs as few lock round trips as possible: with the compiled helper
+(`texstream.native`) the whole batch runs in one ctypes call without the lock; the pure-Python path
+does one pread per run and one zstd call for all the batch's frames (`multi_decompress_to_buffer`),
+copying and hashing under the lock (about a microsecond a tile).
+
+Threads touch no GL and no engine state: they read the batch, write into the ring memory of the slots
+named in it, and read (never write) the uploader's load-state bytes to skip cancelled loads.
+Unexpected exceptions are kept and re-raised on the render thread by `drain`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import errno
 import logging
+import os
 import queue
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import TileCorruptError
-from ..pack.reader import PackReader
+import numpy as np
+
+from ..native import Native
+from ..pack import codec
+from ..pack.format import Supercompression
+
+__all__ = ["IOWorkers", "ReadBatch", "ReadResult", "ReadStatus", "TileSource", "read_batch"]
 
 log = logging.getLogger(__name__)
 
-
-class JobState(enum.Enum):
-    QUEUED = "queued"
-    READING = "reading"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+MAX_GAP = 64 << 10  # tiles closer than this in the file are read with one pread (the gap too)
+RUN_BYTES = 4 << 20  # longest single read
 
 
-@dataclass(eq=False)
-class IOJob:
-    """One tile to load into one ring slot."""
+class ReadStatus(enum.IntEnum):
+    """Outcome of one tile of a batch (same codes as _native.c)."""
 
-    tex_id: int
-    level: int
-    x: int
-    y: int
-    reader: PackReader
-    slot: object  # the staging slot; its `view` is the writable mapped memory
-    view: memoryview
-    submitted: float = field(default_factory=time.perf_counter)
-    state: JobState = JobState.QUEUED
-    error: str = ""
-    seconds: float = 0.0
-    future: Future | None = None
+    OK = 0
+    SKIPPED = 1  # its load was cancelled before the read started
+    IO_ERROR = 2  # pread failed (errno in ReadResult.errnum)
+    TRUNCATED = 3  # the file ends inside the tile
+    DECODE_ERROR = 4  # the codec rejected the data or it decodes to the wrong size
+    CHECKSUM = 5  # decoded, but the xxh3 differs from the index
+
+    def describe(self, err: int = 0) -> str:
+        if self is ReadStatus.IO_ERROR:
+            return f"unreadable: {os.strerror(err) if err else 'I/O error'}"
+        return {
+            ReadStatus.OK: "ok",
+            ReadStatus.SKIPPED: "cancelled",
+            ReadStatus.TRUNCATED: "truncated (the file ends inside it)",
+            ReadStatus.DECODE_ERROR: "does not decode",
+            ReadStatus.CHECKSUM: "checksum mismatch",
+        }[self]
+
+
+@dataclass(frozen=True)
+class TileSource:
+    """What a thread needs of an open pack: its descriptor, codec and tile size."""
+
+    fd: int
+    codec: Supercompression
+    raw_size: int
+    max_stored: int
+    name: str  # for messages
+
+
+@dataclass(frozen=True, eq=False)
+class ReadBatch:
+    """Tiles of one source to read into ring slots, sorted by file offset (parallel int64 arrays)."""
+
+    batch_id: int
+    source: TileSource
+    tiles: np.ndarray  # tile ids (for the reply)
+    ring_slots: np.ndarray
+    file_offsets: np.ndarray
+    stored: np.ndarray
+    checksums: np.ndarray  # uint64
+
+    def __len__(self) -> int:
+        return int(self.tiles.size)
+
+
+@dataclass(frozen=True, eq=False)
+class ReadResult:
+    """A thread's answer to one batch: a `ReadStatus` and an errno per tile."""
+
+    batch: ReadBatch
+    status: np.ndarray  # int32 ReadStatus codes
+    errnum: np.ndarray  # int32
+    seconds: float  # wall time of the read on its thread
+
+
+class _Scratch:
+    """One thread's reusable read buffer and zstd context."""
+
+    def __init__(self, native: Native | None) -> None:
+        self.native = native
+        self.buffer = np.zeros(0, np.uint8)
+        self.dctx = native.create_dctx() if native is not None else None
+
+    def reserve(self, nbytes: int) -> np.ndarray:
+        if self.buffer.size < nbytes:
+            self.buffer = np.zeros(max(nbytes, RUN_BYTES), np.uint8)
+        return self.buffer
+
+    def close(self) -> None:
+        if self.native is not None and self.dctx:
+            self.native.free_dctx(self.dctx)
+            self.dctx = None
+
+
+def _runs(batch: ReadBatch, skip: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """[i, j) index ranges of tiles read with one pread (skipped tiles break runs)."""
+    off, size = batch.file_offsets, batch.stored
+    runs = []
+    i, n = 0, len(batch)
+    while i < n:
+        if skip[i]:
+            i += 1
+            continue
+        start, end, j = int(off[i]), int(off[i] + size[i]), i + 1
+        while j < n and not skip[j]:
+            nxt = int(off[j])
+            if nxt < end or nxt - end > MAX_GAP or nxt + int(size[j]) - start > limit:
+                break
+            end = nxt + int(size[j])
+            j += 1
+        runs.append((i, j))
+        i = j
+    return runs
+
+
+def _read_batch_python(batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
+                       scratch: _Scratch) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    src = batch.source
+    n = len(batch)
+    status = np.full(n, ReadStatus.OK, np.int32)
+    errnum = np.zeros(n, np.int32)
+    skip = state[batch.ring_slots] == skip_state
+    status[skip] = ReadStatus.SKIPPED
+    limit = max(RUN_BYTES, src.max_stored)
+    runs = _runs(batch, skip, limit)
+    total = sum(int(batch.file_offsets[j - 1] + batch.stored[j - 1] - batch.file_offsets[i]) for i, j in runs)
+    buf = scratch.reserve(total)
+    raw = src.raw_size
+    where = np.zeros(n, np.int64)  # offset of each tile's stored bytes in buf
+    at = 0
+    for i, j in runs:
+        start = int(batch.file_offsets[i])
+        want = int(batch.file_offsets[j - 1] + batch.stored[j - 1]) - start
+        try:
+            got = os.preadv(src.fd, [memoryview(buf[at : at + want])], start)
+        except OSError as exc:
+            status[i:j] = ReadStatus.IO_ERROR
+            errnum[i:j] = exc.errno or errno.EIO
+            continue
+        rel = batch.file_offsets[i:j] - start
+        short = rel + batch.stored[i:j] > got
+        status[i:j][short] = ReadStatus.TRUNCATED
+        where[i:j] = at + rel
+        at += want
+    todo = np.flatnonzero(status == ReadStatus.OK)
+    dst = batch.ring_slots * stride
+    if src.codec is Supercompression.ZSTD and todo.size:
+        frames = [memoryview(buf[where[k] : where[k] + batch.stored[k]]) for k in todo.tolist()]
+        decoded = _zstd_many(frames, raw)
+        for k, data in zip(todo.tolist(), decoded, strict=True):
+            if data is None:
+                status[k] = ReadStatus.DECODE_ERROR
+            else:
+                ring[dst[k] : dst[k] + raw] = np.frombuffer(data, np.uint8)
+    else:
+        for k in todo.tolist():
+            stored = buf[where[k] : where[k] + batch.stored[k]]
+            if src.codec is Supercompression.NONE:
+                if stored.size != raw:
+                    status[k] = ReadStatus.DECODE_ERROR
+                    continue
+                ring[dst[k] : dst[k] + raw] = stored
+                continue
+            try:
+                data = codec.decompress(memoryview(stored), src.codec, raw)
+            except Exception:  # noqa: BLE001 (TileCorruptError or anything the codec raises)
+                status[k] = ReadStatus.DECODE_ERROR
+                continue
+            ring[dst[k] : dst[k] + raw] = np.frombuffer(data, np.uint8)
+    for k in np.flatnonzero(status == ReadStatus.OK).tolist():
+        if codec.checksum(ring[dst[k] : dst[k] + raw]) != int(batch.checksums[k]):
+            status[k] = ReadStatus.CHECKSUM
+    return status, errnum
+
+
+def _zstd_many(frames: list[memoryview], raw: int) -> list[bytes | memoryview | None]:
+    """Decode zstd frames of `raw` bytes each: in one call (one lock release) when they all decode,
+    else one by one (None for a frame that does not decode to exactly `raw` bytes)."""
+    from ..pack.codec import _zstd_decompressor
+
+    dctx = _zstd_decompressor()
+    multi = getattr(dctx, "multi_decompress_to_buffer", None)
+    if multi is not None and len(frames) > 1:
+        try:
+            out = multi(frames, decompressed_sizes=np.full(len(frames), raw, np.uint64).tobytes())
+            segments = [out[i] for i in range(len(out))]
+            if all(len(s) == raw for s in segments):
+                return segments
+        except Exception:  # noqa: BLE001 (a bad frame: find it one by one)
+            pass
+    result: list[bytes | memoryview | None] = []
+    for f in frames:
+        try:
+            result.append(codec.decompress(f, Supercompression.ZSTD, raw))
+        except Exception:  # noqa: BLE001
+            result.append(None)
+    return result
+
+
+_i64p = ctypes.POINTER(ctypes.c_int64)
+
+
+def read_batch(batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
+               scratch: _Scratch) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Read one batch into the ring (compiled helper when `scratch` has one); (status, errnum)."""
+    native = scratch.native
+    if native is None:
+        return _read_batch_python(batch, ring, stride, state, skip_state, scratch)
+    n = len(batch)
+    status = np.zeros(n, np.int32)
+    errnum = np.zeros(n, np.int32)
+    src = batch.source
+    limit = max(RUN_BYTES, src.max_stored)
+    buf = scratch.reserve(limit)
+    off = np.ascontiguousarray(batch.file_offsets, np.int64)
+    stored = np.ascontiguousarray(batch.stored, np.int64)
+    sums = np.ascontiguousarray(batch.checksums, np.uint64)
+    slots = np.ascontiguousarray(batch.ring_slots, np.int64)
+    native.read_batch(
+        src.fd, int(src.codec), n, off.ctypes.data_as(_i64p), stored.ctypes.data_as(_i64p), src.raw_size,
+        sums.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), slots.ctypes.data_as(_i64p), ring.ctypes.data, stride,
+        state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), skip_state, buf.ctypes.data, buf.size, MAX_GAP,
+        scratch.dctx, ctypes.byref(native.codecs), status.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+        errnum.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+    )  # fmt: skip
+    return status, errnum
 
 
 class IOWorkers:
-    """A fixed pool of reader threads with a completion queue."""
+    """A fixed pool of reader threads with one job queue and one completion queue.
 
-    def __init__(self, threads: int) -> None:
+    Args:
+        threads: how many threads.
+        ring: the staging ring's memory (uint8, one row of `stride` bytes per slot) the threads write.
+        stride: bytes between ring slots.
+        state: the uploader's per-slot load-state bytes; a tile whose byte equals `skip_state` when
+            its read would start is skipped.
+        skip_state: the cancelled state's value.
+        native: the compiled helper, or None for the pure-Python loop.
+    """
+
+    def __init__(self, threads: int, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
+                 native: Native | None) -> None:  # fmt: skip
         if threads < 1:
             raise ValueError(f"io thread count must be >= 1, got {threads!r}")
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="texstream-io")
-        self._done: queue.SimpleQueue[IOJob] = queue.SimpleQueue()
+        self._ring, self._stride, self._state, self._skip = ring, stride, state, skip_state
+        self.native = native
+        self._jobs: queue.SimpleQueue[ReadBatch | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[ReadResult] = queue.SimpleQueue()
         self._fatal: BaseException | None = None
         self._lock = threading.Lock()
+        self.pending = 0  # batches submitted and not yet drained (render thread's count)
         self._closed = False
-        self.pending = 0
+        self._threads = [
+            threading.Thread(target=self._run, name=f"texstream-io-{i}", daemon=True) for i in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
 
-    def submit(self, job: IOJob) -> None:
+    @property
+    def thread_count(self) -> int:
+        return len(self._threads)
+
+    def submit(self, batch: ReadBatch) -> None:
         if self._closed:
             raise RuntimeError("io workers are shut down")
         self.pending += 1
-        job.future = self._pool.submit(self._run, job)
+        self._jobs.put(batch)
 
-    def _run(self, job: IOJob) -> None:
-        if job.state is JobState.CANCELLED:
-            self._done.put(job)
-            return
-        job.state = JobState.READING
-        t0 = time.perf_counter()
+    def _run(self) -> None:
+        scratch = _Scratch(self.native)
         try:
-            job.reader.read_tile_into(job.level, job.x, job.y, job.view)
-            job.state = JobState.DONE
-        except TileCorruptError as exc:
-            job.state, job.error = JobState.FAILED, str(exc)
-        except BaseException as exc:  # unexpected: surfaced on the render thread
-            job.state, job.error = JobState.FAILED, f"{type(exc).__name__}: {exc}"
-            with self._lock:
-                if self._fatal is None:
-                    self._fatal = exc
-        job.seconds = time.perf_counter() - t0
-        self._done.put(job)
+            while True:
+                batch = self._jobs.get()
+                if batch is None:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
+                except BaseException as exc:  # unexpected: the batch fails, the error surfaces in drain()
+                    status = np.full(len(batch), ReadStatus.IO_ERROR, np.int32)
+                    errnum = np.full(len(batch), errno.EIO, np.int32)
+                    with self._lock:
+                        if self._fatal is None:
+                            self._fatal = exc
+                self._done.put(ReadResult(batch, status, errnum, time.perf_counter() - t0))
+        finally:
+            scratch.close()
 
-    def cancel(self, job: IOJob) -> bool:
-        """Cancel a job that has not started; True if it will not run (it still comes back, CANCELLED)."""
-        if job.future is not None and job.future.cancel():
-            job.state = JobState.CANCELLED
-            self._done.put(job)
-            return True
-        return False
-
-    def drain(self, limit: int | None = None) -> list[IOJob]:
-        """Finished jobs (done, failed or cancelled); re-raises a worker's unexpected exception."""
+    def drain(self) -> list[ReadResult]:
+        """Finished batches, oldest first; re-raises a thread's unexpected exception."""
         with self._lock:
             fatal, self._fatal = self._fatal, None
-        if fatal is not None:
-            raise fatal
-        out: list[IOJob] = []
-        while limit is None or len(out) < limit:
+        out: list[ReadResult] = []
+        while True:
             try:
                 out.append(self._done.get_nowait())
             except queue.Empty:
                 break
         self.pending -= len(out)
+        if fatal is not None:
+            raise fatal
         return out
 
-    def shutdown(self, wait: bool = True, on_job: Callable[[IOJob], None] | None = None) -> None:
-        """Stop the threads (idempotent); queued jobs are cancelled."""
+    def wait(self, timeout: float) -> ReadResult | None:
+        """Block for the next finished batch (the blocking load path only)."""
+        try:
+            result = self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self.pending -= 1
+        return result
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the threads (idempotent): batches not started are dropped, a read in progress finishes.
+        Returns False when a thread is still stuck in a read after `timeout` seconds (its batch's ring
+        memory must then stay mapped)."""
         if self._closed:
-            return
+            return all(not t.is_alive() for t in self._threads)
         self._closed = True
-        self._pool.shutdown(wait=wait, cancel_futures=True)
-        if on_job is not None:
-            for job in self.drain():
-                on_job(job)
+        while True:
+            try:
+                if self._jobs.get_nowait() is not None:
+                    self.pending -= 1
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if not stuck:  # nothing writes into the ring any more: let its mapping go
+            self._ring = np.zeros(0, np.uint8)
+            self._state = np.zeros(0, np.uint8)
+        if stuck:
+            log.error("I/O threads %s did not stop within %.0f s (a read hangs)", ", ".join(stuck), timeout)
+        return not stuck

@@ -33,30 +33,34 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
     pools = []
     for pool in streamer.pools.values():
         fmt, srgb, _size = pool.key
-        sp, g = pool.slots, pool.geometry
-        nbytes = breakdown.get(pool.name, sp.bytes_on_gpu)
+        g = pool.geometry
+        nbytes = breakdown.get(pool.name, pool.bytes_on_gpu)
         claimed.add(pool.name)
         pools.append({
             "name": pool.name,
             "format": fmt.name.lower() + ("-srgb" if srgb else ""),
             "slot_size": g.slot_size,
             "slot_bytes": g.slot_bytes,
-            "layers": sp.layers,
+            "layers": pool.layers,
             "slots_per_layer": g.cells,
-            "capacity": sp.capacity,
-            "used": sp.used_count,
-            "resident": sp.resident_count,
-            "pinned": sp.pinned_count,
-            "free": sp.free_count,
-            "textures": [vt.id for vt in pool.textures],
+            "capacity": pool.capacity,
+            "used": pool.used_count,
+            "resident": pool.resident_count,
+            "pinned": pool.pinned_count,
+            "free": pool.free_count,
+            "textures": list(pool.textures),
+            "unit": pool.unit,
             "bytes": int(nbytes),
         })  # fmt: skip
     textures = []
+    # One storage buffer holds every page table: each texture's share is its entries; the rest of the
+    # buffer (room for textures to come) is listed under "other".
+    page_total = breakdown.get("page-tables", 0)
+    page_shares = 0
     for vt in streamer.textures:
         h, table = vt.header, vt.table
-        name = f"page-table/{vt.id}"
-        nbytes = breakdown.get(name, table.bytes_on_gpu)
-        claimed.add(name)
+        nbytes = table.bytes_on_gpu
+        page_shares += nbytes
         levels = table.resident_tiles()[0]
         resident = np.bincount(levels.astype(np.int64), minlength=table.level_count)[: table.level_count]
         textures.append({
@@ -73,8 +77,12 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
             "corrupt_tiles": vt.corrupt_tiles,
             "page_table_bytes": int(nbytes),
         })  # fmt: skip
-    ring = streamer.ring
+    claimed.add("page-tables")
+    ring = streamer.uploader.ring if streamer.uploader is not None else None
     other: dict[str, Any] = {}
+    if page_total > page_shares:
+        other["page-tables"] = {"bytes": page_total - page_shares,
+                                "detail": "page-table buffer room beyond the open textures"}  # fmt: skip
     if "staging-ring" in breakdown:
         claimed.add("staging-ring")
         rs = ring.stats() if ring is not None else None

@@ -38,7 +38,6 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from ..gl.gl_ext import Feature, GpuTimer
-from ..runtime.tile_cache import TileState, tile_keys
 from .schema import FRAME_FIELDS, validate_summary
 
 if TYPE_CHECKING:
@@ -114,58 +113,33 @@ class History:
 
 
 class _RefetchTracker:
-    """Counts uploads of tiles that had been resident before, from the pools' slot arrays.
+    """Counts uploads of tiles that had been resident before, from the streamer's upload records.
 
-    Each check compares every slot's resident tile with the previous check (one vectorized pass per
-    pool); tiles newly resident are looked up in a per-texture "was resident once" bitmap.
+    A bitmap over the tile id space remembers every tile ever uploaded; a texture's bits are cleared
+    when it closes (its ids may be given to the next texture opened).
     """
 
     def __init__(self) -> None:
-        self._prev: dict[str, np.ndarray] = {}  # pool name -> tile key per slot (-1: not resident)
-        self._seen: dict[int, tuple[VirtualTexture, np.ndarray]] = {}  # tex id -> (texture, bitmap)
+        self._seen = np.zeros(0, bool)
+        self._ranges: dict[int, tuple[int, int]] = {}  # texture id -> id range it had when seen
 
     def check(self, streamer: Streamer) -> int:
-        """Mark newly resident tiles seen; returns how many had been seen before."""
-        by_id = {vt.id: vt for vt in streamer.textures}
-        for tex_id in [t for t, (vt, _) in self._seen.items() if by_id.get(t) is not vt]:
-            del self._seen[tex_id]  # closed (its id may be reused by another texture)
-        refetched = 0
-        names = set()
-        for pool in streamer.pools.values():
-            sp = pool.slots
-            names.add(pool.name)
-            resident = np.flatnonzero(sp.state == TileState.RESIDENT)
-            cur = np.full(sp.capacity, -1, np.int64)
-            cur[resident] = tile_keys(sp.tex[resident], sp.level[resident], sp.x[resident], sp.y[resident])
-            prev = self._prev.get(pool.name)
-            if prev is not None and prev.size == cur.size:
-                new = resident[cur[resident] != prev[resident]]
-            elif prev is not None:  # resized: slots moved, compare as sets
-                new = resident[~np.isin(cur[resident], prev)]
-            else:
-                new = resident
-            self._prev[pool.name] = cur
-            if new.size:
-                refetched += self._mark(by_id, sp.tex[new], sp.level[new], sp.x[new], sp.y[new])
-        for name in set(self._prev) - names:
-            del self._prev[name]
-        return refetched
-
-    def _mark(self, by_id: dict[int, VirtualTexture], tex: np.ndarray, level: np.ndarray, x: np.ndarray,
-              y: np.ndarray) -> int:  # fmt: skip
-        count = 0
-        for tex_id in np.unique(tex).tolist():
-            vt = by_id.get(tex_id)
-            if vt is None:
-                continue
-            entry = self._seen.get(tex_id)
-            if entry is None:
-                entry = self._seen[tex_id] = (vt, np.zeros(vt.header.tile_count, bool))
-            seen = entry[1]
-            m = tex == tex_id
-            flat = vt.table.flat_index(level[m], x[m], y[m])
-            count += int(np.count_nonzero(seen[flat]))
-            seen[flat] = True
+        """Mark this frame's uploads seen; returns how many had been seen before."""
+        space = streamer.space
+        live = {vt.id: (vt.tiles.start, vt.tiles.stop) for vt in streamer.textures}
+        for tex, rng in list(self._ranges.items()):
+            if live.get(tex) != rng:
+                self._seen[rng[0] : rng[1]] = False
+                del self._ranges[tex]
+        self._ranges.update(live)
+        if self._seen.size < space.capacity:
+            self._seen = np.concatenate([self._seen, np.zeros(space.capacity - self._seen.size, bool)])
+        up = streamer.last.uploaded
+        if up is None or not len(up.loads):
+            return 0
+        ids = up.loads.tiles
+        count = int(np.count_nonzero(self._seen[ids]))
+        self._seen[ids] = True
         return count
 
 

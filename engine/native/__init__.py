@@ -1,0 +1,132 @@
+"""Loads texstream's compiled helper (`_native.c`) and the codec functions it calls, through ctypes.
+
+`load()` returns a `Native` with the two loops, or None when the helper was not built (no C
+compiler at install time) or a codec function cannot be found; callers then use their pure-Python
+twins, which give the same results.
+
+The decoders and the hash come from the system's libzstd, liblz4 and libxxhash when present, else
+from the extension modules of the zstandard, lz4 and xxhash packages texstream depends on (they
+export the C functions). Those modules are opened with RTLD_DEEPBIND: a library loaded late binds
+its internal calls to the first definition in the process's global scope, and a GL driver that
+loads the system's libzstd (Mesa does) would then mix two zstd versions inside one decode.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Codecs", "Native", "load"]
+
+log = logging.getLogger(__name__)
+
+_i64p = ctypes.POINTER(ctypes.c_int64)
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_i32p = ctypes.POINTER(ctypes.c_int32)
+
+
+class Codecs(ctypes.Structure):
+    """`ts_codecs` in _native.c: the decoder and hash entry points."""
+
+    _fields_ = [
+        ("zstd_decompress", ctypes.c_void_p),
+        ("zstd_is_error", ctypes.c_void_p),
+        ("zstd_content", ctypes.c_void_p),
+        ("lz4_decompress", ctypes.c_void_p),
+        ("xxh3", ctypes.c_void_p),
+    ]
+
+
+@dataclass(frozen=True)
+class Native:
+    """The compiled loops plus what they need; see _native.c for the contracts."""
+
+    path: str
+    read_batch: ctypes._CFuncPtr  # releases the GIL for the call
+    upload_cells: ctypes._CFuncPtr  # keeps the GIL (render thread, GL)
+    codecs: Codecs
+    create_dctx: ctypes._CFuncPtr
+    free_dctx: ctypes._CFuncPtr
+    libraries: tuple[ctypes.CDLL, ...]  # kept loaded while the function pointers are in use
+
+
+def _module_file(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin and spec.origin != "built-in" else None
+
+
+def _symbol(symbol: str, sonames: tuple[str, ...], modules: tuple[str, ...]) -> tuple[ctypes.CDLL, int] | None:
+    """The address of C function `symbol`: from the first system library of `sonames`, else the first
+    extension module of `modules`, that exports it."""
+    deep = getattr(os, "RTLD_DEEPBIND", 0)
+    candidates = [(name, ctypes.DEFAULT_MODE) for name in sonames]
+    candidates += [(p, ctypes.DEFAULT_MODE | deep) for p in (_module_file(m) for m in modules) if p]
+    for path, mode in candidates:
+        try:
+            lib = ctypes.CDLL(path, mode=mode)
+            fn = getattr(lib, symbol)
+        except (OSError, AttributeError):
+            continue
+        return lib, ctypes.cast(fn, ctypes.c_void_p).value or 0
+    return None
+
+
+@functools.cache
+def load() -> Native | None:
+    """The compiled helper, or None (logged once) when it or a codec function is missing."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        log.info("texstream's compiled helper is not built: streaming I/O and uploads use pure Python")
+        return None
+    zstd = (("libzstd.so.1", "libzstd.1.dylib"), ("zstandard._cffi",))
+    wanted = {
+        "zstd_decompress": ("ZSTD_decompressDCtx", *zstd),
+        "zstd_is_error": ("ZSTD_isError", *zstd),
+        "zstd_content": ("ZSTD_getFrameContentSize", *zstd),
+        "zstd_create": ("ZSTD_createDCtx", *zstd),
+        "zstd_free": ("ZSTD_freeDCtx", *zstd),
+        "lz4_decompress": ("LZ4_decompress_safe", ("liblz4.so.1", "liblz4.1.dylib"), ("lz4.block._block",)),
+        "xxh3": ("XXH3_64bits", ("libxxhash.so.0", "libxxhash.0.dylib"), ("xxhash._xxhash",)),
+    }
+    found: dict[str, tuple[ctypes.CDLL, int]] = {}
+    for key, (symbol, sonames, modules) in wanted.items():
+        hit = _symbol(symbol, sonames, modules)
+        if hit is None or not hit[1]:
+            log.info("no C function %s found (zstandard/lz4/xxhash packages or system library): pure Python I/O", symbol)
+            return None
+        found[key] = hit
+    try:
+        gil_free = ctypes.CDLL(path)
+        gil_held = ctypes.PyDLL(path)
+        read_batch = gil_free.ts_read_batch
+        upload_cells = gil_held.ts_upload_cells
+    except (OSError, AttributeError) as exc:
+        log.warning("texstream's compiled helper %s does not load (%s): pure Python I/O", Path(path).name, exc)
+        return None
+    read_batch.restype = ctypes.c_int64
+    read_batch.argtypes = (
+        ctypes.c_int, ctypes.c_int, ctypes.c_int64, _i64p, _i64p, ctypes.c_int64, _u64p, _i64p,
+        ctypes.c_void_p, ctypes.c_int64, _u8p, ctypes.c_uint8, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.POINTER(Codecs), _i32p, _i32p,
+    )  # fmt: skip
+    upload_cells.restype = None
+    upload_cells.argtypes = (
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, _i64p, _i64p, _i64p, ctypes.c_int,
+        ctypes.c_uint, ctypes.c_int, _i64p,
+    )  # fmt: skip
+    codecs = Codecs(*(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress",
+                                            "xxh3")))  # fmt: skip
+    create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
+    free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
+    native = Native(path, read_batch, upload_cells, codecs, create, free, tuple(lib for lib, _ in found.values()))
+    log.debug("texstream's compiled helper: %s", path)
+    return native

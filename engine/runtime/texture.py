@@ -1,0 +1,83 @@
+"""`VirtualTexture`: one open pack as the user's shader sees it, and the fixed GL bindings it uses.
+
+Every virtual texture samples through the same few GL objects, so any number of them (up to 256)
+draw in one frame on a fixed set of bindings:
+
+- ``VT_PAGES_BINDING`` (6): one shader storage buffer with the page tables of every texture;
+- ``VT_FEEDBACK_BINDING`` (7): the feedback buffer the draws append wanted pages to;
+- texture units ``FIRST_UNIT`` (8) and up: one per cache pool (texel format x slot size), at most
+  ``MAX_POOLS``; textures of the same format share their pool's unit.
+
+`Streamer` checks these against the driver's limits at construction (one clear error if a driver
+cannot) and `VirtualTexture.bind` sets a program's `VT_DECLARE(name)` uniforms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import moderngl
+
+from ..errors import EngineError
+from ..pack.format import PackHeader
+from ..pack.reader import PackReader
+from .page_table import TexturePages
+from .pools import CachePool
+from .tiles import TileRange
+
+if TYPE_CHECKING:
+    from .streamer import Streamer
+
+__all__ = ["FIRST_UNIT", "MAX_POOLS", "VT_FEEDBACK_BINDING", "VT_PAGES_BINDING", "VirtualTexture"]
+
+VT_PAGES_BINDING = 6  # shaders/vt.glsl
+VT_FEEDBACK_BINDING = 7  # shaders/vt.glsl
+FIRST_UNIT = 8  # texture units below are left to the application
+MAX_POOLS = 16  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
+
+
+def max_anisotropy(border: int) -> int:
+    """Anisotropic taps the border allows: at the finer trilinear level the minor axis spans up to 2
+    texels, so N taps reach N texels either side; N = B keeps them inside the border."""
+    return max(1, min(16, border))
+
+
+class VirtualTexture:
+    """One open pack: its tile ids, its page table, its cache pool, and the uniforms `vt_sample` reads."""
+
+    def __init__(self, streamer: Streamer, tex_id: int, reader: PackReader, pool: CachePool, tiles: TileRange) -> None:
+        self.streamer, self.id, self.reader, self.pool, self.tiles = streamer, tex_id, reader, pool, tiles
+        self.header: PackHeader = reader.header
+        self.path = reader.path
+        self.table = TexturePages(streamer.tables, tex_id)
+        self.lod_bias = 0.0
+        self.corrupt_tiles = 0
+        self.closed = False
+
+    def bind(self, program: moderngl.Program, name: str) -> None:
+        """Bind this texture's pool, the shared page tables and feedback, and set the
+        `VT_DECLARE(name)` uniforms of `program`."""
+        if self.closed:
+            raise EngineError(f"virtual texture {self.path} is closed")
+        h, pool = self.header, self.pool
+        self.streamer.bind_shared()
+        pool.bind()
+        g = pool.geometry
+        values = {
+            f"{name}_cache": pool.unit,
+            f"{name}.size": (h.width, h.height, 1.0 / h.width, 1.0 / h.height),
+            f"{name}.tile": (h.tile_size, h.border, h.slot_size, 1.0 / g.layer_size[0]),
+            f"{name}.meta": (h.level_count, self.tiles.start, int(h.address_mode), max_anisotropy(h.border)),
+            f"{name}.cells": (g.cells_x, g.cells, 0, 0),
+            f"{name}.bias": (self.lod_bias, 0.0, 0.0, 0.0),
+        }
+        for key, value in values.items():
+            member = program.get(key, None)
+            if member is None:
+                if key.endswith("_cache"):
+                    raise EngineError(f"program has no uniform {key}: declare VT_DECLARE({name}) and use it")
+                continue
+            member.value = value
+
+    def __repr__(self) -> str:
+        return f"VirtualTexture(id={self.id}, {self.path}, {self.header.width}x{self.header.height}, {self.pool.name})"

@@ -1,0 +1,457 @@
+"""The uploader: owns every tile load from start to end, in batches.
+
+A load takes one staging-ring slot for its whole life, so loads are records in arrays indexed by ring
+slot (structure of arrays), with an explicit `LoadState`::
+
+    FREE --submit--> READING --drain: read ok--> READY --upload--> UPLOADING --reclaim: fence--> FREE
+                       |   \\                        |
+                       |    cancel --> CANCELLED    cancel / drain: read failed --> FREE
+                       |                  |
+                       +------ drain -----+--> FREE (cancelled or failed: reported to the caller)
+
+- `submit` (render thread) reserves ring slots for tiles whose cache slots the caller already took,
+  groups them by pack into file-ordered `ReadBatch`es and queues them: one queue item per batch.
+- The I/O threads read, decode and verify a batch into its ring slots (`io_workers`).
+- `drain` (render thread) takes the finished batches: READING -> READY, or FREE on failure; a
+  CANCELLED load is freed here too (the thread skipped it or its bytes are dropped).
+- `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
+  caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
+  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame.
+- `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
+- `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
+  and upload functions, on the render thread, waiting for fences instead of polling.
+
+Which thread owns what: the records (every array here) belong to the render thread. While a load is
+READING or CANCELLED, the I/O thread holding its batch owns the bytes of its ring slot and reads (only
+reads) its state byte, to skip it when CANCELLED. A pack's file stays open until every batch reading
+it has come back, even after its texture was closed.
+
+The uploader never touches page tables, pools or the scheduler: it returns what happened (`Drained`,
+`Uploaded`) and the streamer applies it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import moderngl
+import numpy as np
+
+from ..config import StreamerConfig
+from ..errors import EngineError
+from ..gl.gl_ext import FenceLike, GLExt
+from ..native import Native
+from ..pack.reader import PackReader
+from .io_workers import IOWorkers, ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .pools import CachePool
+from .staging import StagingRing
+from .tiles import TileSpace
+
+__all__ = ["Drained", "LoadState", "Uploaded", "Uploader"]
+
+log = logging.getLogger(__name__)
+
+BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over threads, large enough to amortize
+
+
+class LoadState(enum.IntEnum):
+    """A load's state, one uint8 per staging-ring slot (see the module docstring for the owners)."""
+
+    FREE = 0  # no load uses this ring slot
+    READING = 1  # queued to or being read by an I/O thread, which owns the slot's bytes
+    CANCELLED = 2  # still with an I/O thread, no longer wanted: skipped if not started, dropped on drain
+    READY = 3  # verified bytes in the ring slot, waiting for the upload caps and the cache slot's gate
+    UPLOADING = 4  # upload issued; the GPU reads the ring slot until its fence signals
+
+
+@dataclass(frozen=True)
+class LoadRecords:
+    """Loads named by the uploader's results (parallel arrays)."""
+
+    tiles: np.ndarray
+    tex: np.ndarray
+    pool: np.ndarray
+    cache_slot: np.ndarray
+
+    @classmethod
+    def empty(cls) -> LoadRecords:
+        z = np.zeros(0, np.int64)
+        return cls(z, z, z, z)
+
+    def __len__(self) -> int:
+        return int(self.tiles.size)
+
+    def select(self, mask: np.ndarray) -> LoadRecords:
+        return LoadRecords(self.tiles[mask], self.tex[mask], self.pool[mask], self.cache_slot[mask])
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What `drain` found: loads that failed (their cache slots are to be freed, their tiles backed
+    off), with a reason each, and how many reads became READY."""
+
+    failed: LoadRecords
+    reasons: list[str]
+    ready: int
+    read_seconds: list[float] = field(default_factory=list)  # per batch, on its I/O thread
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """Loads whose upload was issued this frame (their cache slots now hold the tiles)."""
+
+    loads: LoadRecords
+    latency_frames: np.ndarray  # frames from submit to upload, per load
+    nbytes: int
+
+
+@dataclass
+class _Source:
+    reader: PackReader
+    tile: TileSource
+    offsets: np.ndarray
+    stored: np.ndarray
+    checksums: np.ndarray
+    first_tile: int  # tile id of the pack's first index entry
+    batches: int = 0  # batches with the I/O threads
+    closing: bool = False
+
+
+class Uploader:
+    """Tile loads from pack to cache slot (see the module docstring). Render thread only.
+
+    Args:
+        ctx, gl: the context and its raw GL layer.
+        space: the tile id space (its listeners grow the tile -> load map).
+        config: streaming configuration (I/O threads, caps, native helper).
+        ring_bytes: staging-ring size; slot_bytes: largest tile.
+        fence_factory: the ring's fences (tests inject fakes).
+    """
+
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        gl: GLExt,
+        space: TileSpace,
+        config: StreamerConfig,
+        ring_bytes: int,
+        slot_bytes: int,
+        fence_factory: Callable[[], FenceLike] | None = None,
+    ) -> None:
+        self.ctx, self.gl, self.space, self.config = ctx, gl, space, config
+        self.native: Native | None = None
+        if config.native:
+            from ..native import load
+
+            self.native = load()
+        self.ring = StagingRing(ctx, gl, ring_bytes, slot_bytes, fence_factory=fence_factory)
+        n = self.ring.slot_count
+        self.state = np.zeros(n, np.uint8)
+        self.tile = np.full(n, -1, np.int64)
+        self.tex = np.full(n, -1, np.int64)
+        self.pool = np.full(n, -1, np.int64)
+        self.cache_slot = np.full(n, -1, np.int64)
+        self.nbytes = np.zeros(n, np.int64)
+        self.issued = np.zeros(n, np.int64)  # frame of submit
+        self.seq = np.zeros(n, np.int64)  # submission order
+        self._next_seq = 0
+        self.load_of = np.full(space.capacity, -1, np.int32)  # tile id -> ring slot of its load
+        space.add_listener(self._grow)
+        self.sources: dict[int, _Source] = {}
+        self._retired: list[_Source] = []  # closed textures whose files wait for their batches
+        self._next_batch = 0
+        self.io = IOWorkers(config.io_threads, self.ring.memory, self.ring.stride, self.state, LoadState.CANCELLED,
+                            self.native)  # fmt: skip
+        self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
+        self._closed = False
+
+    def _grow(self, capacity: int) -> None:
+        self.load_of = np.concatenate([self.load_of, np.full(capacity - self.load_of.size, -1, np.int32)])
+
+    # ---- sources --------------------------------------------------------------------------------
+    def add_source(self, tex: int, reader: PackReader) -> None:
+        idx = reader.index
+        stored = idx["stored_size"].astype(np.int64)
+        h = reader.header
+        tile = TileSource(reader.fileno(), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)),
+                          str(reader.path))  # fmt: skip
+        self.sources[tex] = _Source(reader, tile, idx["offset"].astype(np.int64), stored,
+                                    np.ascontiguousarray(idx["checksum"], np.uint64), self.space.ranges[tex].first_tile)  # fmt: skip
+
+    def remove_source(self, tex: int) -> LoadRecords:
+        """Forget a texture's loads (cancelled; returned so the caller frees their cache slots) and
+        close its pack once no I/O thread reads it any more."""
+        cancelled = self.cancel_where(self.tex == tex)
+        src = self.sources.pop(tex, None)
+        if src is not None:
+            src.closing = True
+            if src.batches:
+                self._retired.append(src)
+            else:
+                src.reader.close()
+        return cancelled
+
+    # ---- counts ---------------------------------------------------------------------------------
+    @property
+    def free_slots(self) -> int:
+        return self.ring.free_count
+
+    def count(self, state: LoadState) -> int:
+        return int(np.count_nonzero(self.state == state))
+
+    @property
+    def in_flight(self) -> int:
+        """Loads submitted and not yet uploaded (reading or ready)."""
+        return int(np.count_nonzero((self.state == LoadState.READING) | (self.state == LoadState.READY)))
+
+    @property
+    def busy(self) -> bool:
+        return bool(np.any((self.state != LoadState.FREE) & (self.state != LoadState.UPLOADING)))
+
+    def loading_mask(self, ids: np.ndarray) -> np.ndarray:
+        """Which of these tiles have a load (any state but UPLOADING's tail end)."""
+        return self.load_of[ids] >= 0
+
+    # ---- submit ---------------------------------------------------------------------------------
+    def submit(self, frame: int, tiles: np.ndarray, pool: np.ndarray, cache_slots: np.ndarray) -> int:
+        """Start loads of `tiles` into `cache_slots` of pools `pool` (in priority order). The caller
+        checked `free_slots`; returns how many were submitted (all, unless the ring ran dry)."""
+        tiles = np.asarray(tiles, np.int64)
+        n = tiles.size
+        if n == 0:
+            return 0
+        if np.any(self.load_of[tiles] >= 0):
+            raise ValueError("a tile already has a load")
+        slots = self.ring.acquire(n)
+        if slots.size < n:
+            self.ring.abandon(slots)
+            raise EngineError(f"staging ring has {slots.size} free slots for {n} loads")
+        tex = self.space.tex[tiles].astype(np.int64)
+        self.state[slots] = LoadState.READING
+        self.tile[slots] = tiles
+        self.tex[slots] = tex
+        self.pool[slots] = pool
+        self.cache_slot[slots] = cache_slots
+        self.nbytes[slots] = self.space.tile_bytes[tex]
+        self.issued[slots] = frame
+        self.seq[slots] = self._next_seq + np.arange(n)
+        self._next_seq += n
+        self.load_of[tiles] = slots
+        order = np.lexsort((np.zeros(n), tex))
+        bounds = np.flatnonzero(np.diff(tex[order])) + 1
+        for part in np.split(order, bounds):
+            self._queue(tex[part[0]], tiles[part], slots[part])
+        return n
+
+    def _queue(self, tex: int, tiles: np.ndarray, slots: np.ndarray) -> None:
+        src = self.sources[int(tex)]
+        entry = tiles - src.first_tile
+        offsets = src.offsets[entry]
+        order = np.argsort(offsets, kind="stable")
+        for start in range(0, order.size, BATCH_TILES):
+            o = order[start : start + BATCH_TILES]
+            e = entry[o]
+            batch = ReadBatch(self._next_batch, src.tile, tiles[o], slots[o], offsets[o], src.stored[e],
+                              src.checksums[e])  # fmt: skip
+            self._next_batch += 1
+            src.batches += 1
+            self.io.submit(batch)
+
+    # ---- drain ----------------------------------------------------------------------------------
+    def drain(self) -> Drained:
+        """Take every finished read batch (never blocks)."""
+        results = self.io.drain()
+        return self._apply_results(results)
+
+    def _apply_results(self, results: list[ReadResult]) -> Drained:
+        if not results:
+            return Drained(LoadRecords.empty(), [], 0)
+        for r in results:
+            self._batch_done(r.batch.source)
+        slots = np.concatenate([r.batch.ring_slots for r in results])
+        status = np.concatenate([r.status for r in results])
+        errnum = np.concatenate([r.errnum for r in results])
+        state = self.state[slots]
+        cancelled = state == LoadState.CANCELLED
+        ok = (status == ReadStatus.OK) & ~cancelled
+        failed = ~ok & ~cancelled & (status != ReadStatus.SKIPPED)
+        self.state[slots[ok]] = LoadState.READY
+        failed_rec = self._records(slots[failed])
+        reasons = []
+        at = 0
+        for r in results:
+            n = len(r.batch)
+            for k in np.flatnonzero(failed[at : at + n]).tolist():
+                _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
+                reasons.append(f"{r.batch.source.name}: tile ({lv}, {x}, {y}) "
+                               f"{ReadStatus(int(r.status[k])).describe(int(r.errnum[k]))}")  # fmt: skip
+            at += n
+        self._free(np.concatenate([slots[failed], slots[cancelled]]))
+        return Drained(failed_rec, reasons, int(np.count_nonzero(ok)), [r.seconds for r in results])
+
+    def _batch_done(self, tile_source: TileSource) -> None:
+        for src in list(self.sources.values()) + self._retired:
+            if src.tile is tile_source:
+                src.batches -= 1
+                if src.closing and src.batches == 0:
+                    self._retired.remove(src)
+                    src.reader.close()
+                return
+
+    def _records(self, slots: np.ndarray) -> LoadRecords:
+        return LoadRecords(self.tile[slots].copy(), self.tex[slots].copy(), self.pool[slots].copy(),
+                           self.cache_slot[slots].copy())  # fmt: skip
+
+    def _free(self, slots: np.ndarray) -> None:
+        """Loads that end without an upload: their ring slots go straight back."""
+        if slots.size == 0:
+            return
+        t = self.tile[slots]
+        mine = (t >= 0) & (self.load_of[np.maximum(t, 0)] == slots)  # a cancelled tile may have a new load
+        self.load_of[t[mine]] = -1
+        self.state[slots] = LoadState.FREE
+        self.tile[slots] = -1
+        self.ring.abandon(slots)
+
+    # ---- cancel ---------------------------------------------------------------------------------
+    def cancel(self, tiles: np.ndarray) -> LoadRecords:
+        """Cancel the loads of `tiles` that have one and are not uploading yet; returns them: their
+        cache slots are the caller's to free now (no thread writes cache slots)."""
+        tiles = np.asarray(tiles, np.int64)
+        slots = self.load_of[tiles]
+        mask = np.zeros(self.state.size, bool)
+        mask[slots[slots >= 0]] = True
+        return self.cancel_where(mask)
+
+    def cancel_where(self, mask: np.ndarray) -> LoadRecords:
+        """Cancel the loads of the ring slots in `mask` (see `cancel`). A READY load ends now; a
+        READING one becomes CANCELLED and keeps its ring slot until its batch comes back."""
+        live = mask & ((self.state == LoadState.READING) | (self.state == LoadState.READY))
+        slots = np.flatnonzero(live)
+        out = self._records(slots)
+        reading = slots[self.state[slots] == LoadState.READING]
+        self.state[reading] = LoadState.CANCELLED
+        self.load_of[self.tile[reading]] = -1  # the tile may be asked for again at once
+        self.cache_slot[reading] = -1
+        self._free(slots[self.state[slots] == LoadState.READY])
+        return out
+
+    # ---- upload ---------------------------------------------------------------------------------
+    def upload(self, frame: int, pools: Sequence[CachePool | None], max_tiles: int, max_bytes: int) -> Uploaded:
+        """Issue READY loads in submission order under the caps, into writable cache slots only."""
+        ready = np.flatnonzero(self.state == LoadState.READY)
+        if ready.size == 0 or max_tiles < 1:
+            return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
+        ready = ready[np.argsort(self.seq[ready], kind="stable")]
+        writable = np.ones(ready.size, bool)
+        for p, pool in enumerate(pools):
+            m = self.pool[ready] == p
+            if pool is not None and m.any():
+                writable[m] = pool.writable_at[self.cache_slot[ready[m]]] <= frame
+        ready = ready[writable]
+        size = np.cumsum(self.nbytes[ready])
+        take = (size <= max_bytes) | (np.arange(ready.size) == 0)
+        take &= np.arange(ready.size) < max_tiles
+        chosen = ready[take]
+        if chosen.size == 0:
+            return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
+        nbytes = self._issue(chosen, pools)
+        loads = self._records(chosen)
+        self.state[chosen] = LoadState.UPLOADING
+        self.load_of[self.tile[chosen]] = -1
+        return Uploaded(loads, frame - self.issued[chosen], nbytes)
+
+    def _issue(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> int:
+        """Upload ring slots into their cache slots (one loop per pool), then fence them all at once."""
+        ring = self.ring
+        ring.stage(slots, self.nbytes[slots])
+        total = 0
+        try:
+            for p in np.unique(self.pool[slots]).tolist():
+                pool = pools[p]
+                assert pool is not None and pool.texture is not None
+                s = slots[self.pool[slots] == p]
+                g = pool.geometry
+                layer, cx, cy = g.locate(self.cache_slot[s])
+                total += self.gl.upload_cell_batch(pool.texture, layer, cx * g.slot_size, cy * g.slot_size,
+                                                   ring.offsets(s), g.slot_size, ring.glo, self.native)  # fmt: skip
+        finally:
+            ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
+        return total
+
+    def reclaim(self) -> int:
+        """Free the ring slots of upload batches whose fence signalled (polls)."""
+        freed = self.ring.reclaim()
+        if freed.size:
+            self.state[freed] = LoadState.FREE
+            self.tile[freed] = -1
+        return int(freed.size)
+
+    # ---- the blocking path ----------------------------------------------------------------------
+    def load_now(self, frame: int, tiles: np.ndarray, pool: CachePool, cache_slots: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Read and upload `tiles` into `cache_slots` of `pool` now (open's pinned levels, all-resident
+        references; never per frame). The same read and upload functions as the streaming path, from
+        client memory in chunks (no ring slot is taken, so streaming loads are not disturbed).
+        Returns (ok mask, a reason per failed tile); failed tiles' cache slots are the caller's."""
+        tiles = np.asarray(tiles, np.int64)
+        cache_slots = np.asarray(cache_slots, np.int64)
+        ok = np.zeros(tiles.size, bool)
+        reasons: list[str] = []
+        if tiles.size == 0:
+            return ok, reasons
+        if np.any(cache_slots < 0):
+            raise ValueError("every tile needs a cache slot")
+        if np.any(pool.writable_at[cache_slots] > frame):
+            self.ctx.finish()  # slots a draw in flight may sample: let those draws end first
+        stride = self.ring.stride
+        chunk = 256
+        memory = np.zeros(min(chunk, tiles.size) * stride, np.uint8)
+        nothing_cancelled = np.zeros(chunk, np.uint8)
+        g = pool.geometry
+        assert pool.texture is not None
+        for start in range(0, tiles.size, chunk):
+            part = slice(start, start + chunk)
+            t = tiles[part]
+            tex = self.space.tex[t].astype(np.int64)
+            status = np.zeros(t.size, np.int32)
+            for tx in np.unique(tex).tolist():
+                m = np.flatnonzero(tex == tx)
+                src = self.sources[tx]
+                entry = t[m] - src.first_tile
+                order = np.argsort(src.offsets[entry], kind="stable")
+                e, rows = entry[order], m[order]
+                batch = ReadBatch(-1, src.tile, t[rows], rows.astype(np.int64), src.offsets[e], src.stored[e],
+                                  src.checksums[e])  # fmt: skip
+                st, err = read_batch(batch, memory, stride, nothing_cancelled, LoadState.CANCELLED, self._scratch)
+                status[rows] = st
+                for k in np.flatnonzero(st != ReadStatus.OK).tolist():
+                    _, lv, x, y = (int(v[0]) for v in self.space.coords(t[rows[k : k + 1]]))
+                    reasons.append(f"{src.tile.name}: tile ({lv}, {x}, {y}) {ReadStatus(int(st[k])).describe(int(err[k]))}")
+            good = np.flatnonzero(status == ReadStatus.OK)
+            ok[start + good] = True
+            if good.size:
+                layer, cx, cy = g.locate(cache_slots[part][good])
+                self.gl.upload_cell_batch(pool.texture, layer, cx * g.slot_size, cy * g.slot_size,
+                                          memory.ctypes.data + good * stride, g.slot_size, 0, self.native)  # fmt: skip
+        return ok, reasons
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Stop the I/O threads, drop every load, close the packs, free the ring (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        stopped = self.io.shutdown()
+        self._scratch.close()
+        for src in list(self.sources.values()) + self._retired:
+            if stopped:
+                src.reader.close()
+        self.sources.clear()
+        self._retired.clear()
+        if stopped:
+            self.ring.release()
+        else:
+            log.error("leaving the staging ring mapped: an I/O thread may still write into it")

@@ -1,0 +1,10 @@
+"""Builds texstream's optional compiled helper; everything else is configured in pyproject.toml.
+
+`optional=True`: without a C compiler the install still succeeds and texstream uses its pure-Python
+loops (same results, more interpreter-lock contention between the render and I/O threads).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("texstream.native._native", ["engine/native/_native.c"], optional=True,
+                             extra_compile_args=["-O2"])])  # fmt: skip
