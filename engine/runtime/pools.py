@@ -132,6 +132,7 @@ class Allocation:
     slots: np.ndarray
     evicted_tiles: np.ndarray
     evicted_slots: np.ndarray
+    evicted_last_used: np.ndarray  # frame of each evicted tile's last use
 
 
 @dataclass(frozen=True)
@@ -257,13 +258,14 @@ class CachePool:
         out = np.full(n, -1, np.int64)
         empty = np.zeros(0, np.int64)
         if n == 0:
-            return Allocation(out, empty, empty)
+            return Allocation(out, empty, empty, empty)
         take = min(n, self._free.size)
         if take:
             out[:take] = self._free[::-1][:take]
             self._free = self._free[: self._free.size - take]
         victims = self._pick_victims(frame, n - take) if n > take else empty
         evicted_tiles = self.tile[victims].copy()
+        evicted_last_used = self.last_used[victims].copy()
         if victims.size:
             out[take : take + victims.size] = victims
             self.writable_at[victims] = frame + self.frames_in_flight
@@ -275,7 +277,7 @@ class CachePool:
         self.level[s] = np.asarray(levels, np.int64).ravel()[got]
         self.last_used[s] = frame
         self.pinned[s] = False
-        return Allocation(out, evicted_tiles, victims)
+        return Allocation(out, evicted_tiles, victims, evicted_last_used)
 
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
         candidates = np.flatnonzero(self.evictable_mask(frame))

@@ -50,12 +50,18 @@ from .page_table import PageTableBuffer, PageTables
 from .pools import CachePool, PoolDemand, PoolKey, SlotGeometry, SlotState, plan_capacities
 from .requests import RequestScheduler
 from .texture import FIRST_UNIT, MAX_POOLS, VT_FEEDBACK_BINDING, VT_PAGES_BINDING, VirtualTexture
-from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
+from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES, TileSpace
 from .uploader import Drained, LoadRecords, Uploaded, Uploader
 
 __all__ = ["FrameStats", "Streamer", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
+
+PAGE_BUFFER_STEP = 4096  # page-table buffer entries are allocated in steps of this many
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
 
 
 @dataclass
@@ -81,6 +87,7 @@ class FrameStats:
     read_seconds: float = 0.0  # summed wall time of the drained read batches on their I/O threads
     uploaded: Uploaded | None = None  # the loads uploaded (tiles and cache slots), for tools and tests
     evicted_tiles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    evicted_age: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames since last use
 
 
 class Streamer:
@@ -98,7 +105,7 @@ class Streamer:
         self.frame = 0
         self.space = TileSpace()
         self.tables = PageTables(self.space)
-        self.pages = self._page_buffer(self.space.capacity)
+        self.pages = self._page_buffer(PAGE_BUFFER_STEP)
         self.pools: dict[PoolKey, CachePool] = {}
         self._pool_slots: list[CachePool | None] = [None] * MAX_POOLS
         self.textures: list[VirtualTexture] = []
@@ -112,6 +119,7 @@ class Streamer:
         self.last = FrameStats()
         self.sampled = Wanted.empty()  # newest feedback's pages without the bias (what draws sample)
         self.wanted = Wanted.empty()  # this frame's wanted pages, bias applied (what gets loaded)
+        self._needed = Wanted.empty()  # the newest feedback's wanted pages: touched every frame
         self.totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
         self.latencies: deque[int] = deque(maxlen=4096)
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
@@ -185,7 +193,9 @@ class Streamer:
         self.textures.remove(vt)
         del self._by_id[vt.id]
         self._pool_of_tex[vt.id] = -1
+        vt.reader.close()
         self.sampled = self.sampled.select(self.space.is_tile(self.sampled.ids))
+        self._needed = self._needed.select(self.space.is_tile(self._needed.ids))
         vt.closed = True
         if not pool.textures:
             pool.release()
@@ -230,8 +240,8 @@ class Streamer:
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        extra = 4 * (h.tile_count + 16) + (0 if self.space.used + h.tile_count + 16 <= self.pages.entries
-                                           else self.pages.nbytes)  # fmt: skip
+        need = _round_up(self.space.used + HEADER + h.tile_count, PAGE_BUFFER_STEP)
+        extra = max(0, need - self.pages.entries) * 4  # the page-table buffer grows to hold its entries
         if key not in self.pools:
             g = SlotGeometry.choose(h.slot_size, h.tile_raw_size, max(1, self.budget.budget // h.tile_raw_size),
                                     max_layers=self.gl.max_array_layers)  # fmt: skip
@@ -274,7 +284,7 @@ class Streamer:
             return
         self.budget.release("page-tables")
         self.pages.release()
-        self.pages = self._page_buffer(self.space.capacity)
+        self.pages = self._page_buffer(PAGE_BUFFER_STEP)
         self.tables.mark_all_dirty()
 
     def _feedback_capacity(self, fb_size: tuple[int, int]) -> int:
@@ -318,7 +328,7 @@ class Streamer:
 
     def _allocate_blocking(self, vt: VirtualTexture, ids: np.ndarray, pin: bool) -> np.ndarray:
         alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self.space.level[ids])
-        self._evicted(alloc.evicted_tiles, self.last)
+        self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, self.last)
         if np.any(alloc.slots < 0):
             got = alloc.slots[alloc.slots >= 0]
             vt.pool.free(got)
@@ -370,9 +380,10 @@ class Streamer:
             up.reclaim()
         self._fit_feedback()
 
-        # 1. Feedback -> wanted pages; touch what the draws sample (the pages without the bias: the
-        # shader samples the finest resident level whatever the bias). Until newer feedback arrives,
-        # the frames in flight are assumed to sample what the newest feedback named.
+        # 1. Feedback -> wanted pages (bias applied); touch the tiles they need. Until newer feedback
+        # arrives, the newest wanted pages are assumed to be needed still. Under a bias, finer tiles
+        # the draws still sample are not touched: they age out and make room for what the budget can
+        # hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
         raw = self.feedback.collect(frame)
         if self.freeze_feedback:
             raw = []
@@ -382,10 +393,11 @@ class Streamer:
             self.sampled = result.wanted
             wanted = self.reducer.coarsen(result.wanted, self.budget.bias_levels)
             self._step_bias(wanted)
+            self._needed = wanted
         self.wanted = wanted
         st.feedback_age = self.feedback.age
         st.wanted_pages = len(wanted)
-        self._touch(self.sampled, frame)
+        self._touch(self._needed, frame)
 
         if up is not None:
             # 2. Finished reads -> uploads -> page tables.
@@ -477,18 +489,19 @@ class Streamer:
             keep[pre[allowed:]] = False
             m = m[keep[m]]
             alloc = pool.allocate(self.frame, ids[m], tex[m], self.space.level[ids[m]])
-            self._evicted(alloc.evicted_tiles, st)
+            self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, st)
             slots[m] = alloc.slots
         go = keep & (slots >= 0)
         n = self.uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
         self.totals["requested"] += n
         return n
 
-    def _evicted(self, tiles: np.ndarray, st: FrameStats) -> None:
+    def _evicted(self, tiles: np.ndarray, age: np.ndarray, st: FrameStats) -> None:
         if tiles.size:
             self.tables.set_absent(tiles)
             st.evicted += int(tiles.size)
             st.evicted_tiles = np.concatenate([st.evicted_tiles, tiles])
+            st.evicted_age = np.concatenate([st.evicted_age, age])
             self.totals["evicted"] += int(tiles.size)
 
     def _loading(self, ids: np.ndarray) -> np.ndarray:

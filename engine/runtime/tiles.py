@@ -59,7 +59,7 @@ class TileSpace:
     Render thread only; the arrays are public for reading, changed only through this class.
     """
 
-    def __init__(self, capacity: int = 1 << 16) -> None:
+    def __init__(self, capacity: int = 1 << 12) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity!r}")
         self.capacity = int(capacity)

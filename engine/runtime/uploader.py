@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -110,8 +111,7 @@ class Uploaded:
 
 @dataclass
 class _Source:
-    reader: PackReader
-    tile: TileSource
+    tile: TileSource  # its fd is the uploader's own duplicate of the pack's, closed by the uploader
     offsets: np.ndarray
     stored: np.ndarray
     checksums: np.ndarray
@@ -173,17 +173,19 @@ class Uploader:
 
     # ---- sources --------------------------------------------------------------------------------
     def add_source(self, tex: int, reader: PackReader) -> None:
+        """Read texture `tex`'s tiles from `reader`'s pack (the uploader keeps its own descriptor, so
+        the reader may close whenever its owner likes)."""
         idx = reader.index
         stored = idx["stored_size"].astype(np.int64)
         h = reader.header
-        tile = TileSource(reader.fileno(), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)),
+        tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)),
                           str(reader.path))  # fmt: skip
-        self.sources[tex] = _Source(reader, tile, idx["offset"].astype(np.int64), stored,
+        self.sources[tex] = _Source(tile, idx["offset"].astype(np.int64), stored,
                                     np.ascontiguousarray(idx["checksum"], np.uint64), self.space.ranges[tex].first_tile)  # fmt: skip
 
     def remove_source(self, tex: int) -> LoadRecords:
         """Forget a texture's loads (cancelled; returned so the caller frees their cache slots) and
-        close its pack once no I/O thread reads it any more."""
+        close the uploader's descriptor of its pack once no I/O thread reads it any more."""
         cancelled = self.cancel_where(self.tex == tex)
         src = self.sources.pop(tex, None)
         if src is not None:
@@ -191,7 +193,7 @@ class Uploader:
             if src.batches:
                 self._retired.append(src)
             else:
-                src.reader.close()
+                os.close(src.tile.fd)
         return cancelled
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -210,6 +212,12 @@ class Uploader:
     @property
     def busy(self) -> bool:
         return bool(np.any((self.state != LoadState.FREE) & (self.state != LoadState.UPLOADING)))
+
+    def states(self, tex: int | None = None) -> dict[LoadState, int]:
+        """How many loads (of texture `tex`, or all) are in each state."""
+        s = self.state if tex is None else self.state[self.tex == tex]
+        counts = np.bincount(s, minlength=len(LoadState))
+        return {st: int(counts[st]) for st in LoadState}
 
     def loading_mask(self, ids: np.ndarray) -> np.ndarray:
         """Which of these tiles have a load (any state but UPLOADING's tail end)."""
@@ -298,7 +306,7 @@ class Uploader:
                 src.batches -= 1
                 if src.closing and src.batches == 0:
                     self._retired.remove(src)
-                    src.reader.close()
+                    os.close(src.tile.fd)
                 return
 
     def _records(self, slots: np.ndarray) -> LoadRecords:
@@ -447,8 +455,8 @@ class Uploader:
         stopped = self.io.shutdown()
         self._scratch.close()
         for src in list(self.sources.values()) + self._retired:
-            if stopped:
-                src.reader.close()
+            if stopped:  # else a stuck thread may still read it
+                os.close(src.tile.fd)
         self.sources.clear()
         self._retired.clear()
         if stopped:

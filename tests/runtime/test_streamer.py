@@ -28,8 +28,8 @@ from texstream.pack.extract import extract_level
 from texstream.pack.format import TexelFormat
 from texstream.pack.reader import PackReader
 from texstream.render import PlaneRenderer, render
-from texstream.runtime.feedback_reduce import unpack_feedback
 from texstream.runtime.staging import SlotState
+from texstream.runtime.uploader import LoadState
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 
@@ -187,7 +187,7 @@ def test_budget_far_below_demand(gl_ctx: moderngl.Context, packs: Packs) -> None
             assert sum(h["uploads"] for h in tail) == 0, "still re-uploading after settling"
             assert s.stats()["vram_peak_bytes"] <= s.budget.budget
             for pool in s.pools.values():
-                pool.slots.check()
+                pool.check()
     finally:
         renderer.release()
 
@@ -228,12 +228,12 @@ def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, rende
         for view in path:  # fill the cache well beyond what the last view needs
             for _ in run(s, renderer, vt, view, 4):
                 pass
-        before = vt.pool.slots.capacity
+        before = vt.pool.capacity
         resident_before = vt.table.resident_count
         s.set_budget(3.5)
         assert s.budget.usage <= s.budget.budget == int(3.5 * 2**20)
-        assert vt.pool.slots.capacity < before and vt.pool.slots.capacity < resident_before
-        vt.pool.slots.check()
+        assert vt.pool.capacity < before and vt.pool.capacity < resident_before
+        vt.pool.check()
         vt.table.validate()
         scores = []
         for frame, st in run(s, renderer, vt, final, FRAMES):
@@ -257,19 +257,19 @@ def test_close_while_streaming_returns_every_staging_slot(gl_ctx: moderngl.Conte
     first, second = PlaneRenderer(gl_ctx, SIZE), PlaneRenderer(gl_ctx, SIZE)
     try:
         with Streamer(gl_ctx, config(32.0, upload_tiles_per_frame=2)) as s:
-            s.scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up in _ready
+            s.scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up READY
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             for _ in range(60):  # feedback arrives when the GPU's fences signal: a few frames on real drivers
                 s.update()
                 first.draw(colour, view_c)
                 second.draw(normals, view_n)
-                if any(job.tex_id == normals.id for job, *_ in s._ready):
+                if s.uploader.states(normals.id)[LoadState.READY]:
                     break
-            assert any(job.tex_id == normals.id for job, *_ in s._ready), "no backlog to test"
+            assert s.uploader.states(normals.id)[LoadState.READY], "no backlog to test"
             s.close(normals)
             assert psnr(last_frame(s, first, colour, view_c, 60), ref_c) >= CONVERGED_DB
-            rs = s.ring.stats()
-            assert not s.busy and rs.ready == rs.filling == 0, rs
+            rs = s.uploader.ring.stats()
+            assert not s.busy and rs.held == 0, rs
             again = s.open(packs.normals)
             assert again.id == normals.id
             assert psnr(last_frame(s, second, again, view_n, FRAMES * 2), ref_n) >= CONVERGED_DB
@@ -329,34 +329,26 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
     try:
         with Streamer(gl_ctx, cfg) as s:
             # the default feedback ring is sized for 1920x1080 (126 MiB at divisor 1): size it for 192^2
-            s.budget.release("feedback")
-            s.feedback.release()
-            s.feedback = s._make_feedback(size)
+            s.set_feedback_size(size)
             s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
             vt = s.open(packs.big)
-            pool = vt.pool.slots
+            pool = vt.pool
             sampled = np.full(pool.capacity, -(1 << 30), np.int64)  # slot -> last draw sampling it
-            upload = s._upload
-
-            def checked_upload(p, items):  # noqa: ANN001, ANN202
-                nonlocal uploads
-                for _staging, slot in items:
-                    uploads += 1
-                    if s.frame - sampled[slot] < fif:
-                        early.append((s.frame, slot, int(sampled[slot])))
-                return upload(p, items)
-
-            s._upload = checked_upload  # type: ignore[method-assign]
-            pool.on_evict = lambda rec: ages.extend((s.frame - pool.last_used[rec.slot]).tolist())
-            for view in [b] * 12 + ([a] * 4 + [b]) * 8:
-                s.update()
-                fb = s.feedback._current
+            for view in [b] * 12 + ([a] * 4 + [b] * 2) * 10:
+                st = s.update()
+                if st.uploaded is not None:
+                    for slot in st.uploaded.loads.cache_slot.tolist():
+                        uploads += 1
+                        if s.frame - sampled[slot] < fif:
+                            early.append((s.frame, slot, int(sampled[slot])))
+                ages.extend(st.evicted_age.tolist())
                 renderer.draw(vt, view)
                 gl_ctx.finish()
-                n = int(np.frombuffer(fb.buffer.read(size=4), np.uint32)[0])
-                ids = np.frombuffer(fb.buffer.read(size=4 * n, offset=16), np.uint32)
-                _tex, level, x, y = unpack_feedback(np.unique(ids))
-                sampled[vt.table.used_slots(level, x, y)] = s.frame
+                ids = np.unique(s.feedback.read_current()).astype(np.int64)  # every fragment's page
+                parents = s.space.parent[ids].astype(np.int64)
+                ids = np.concatenate([ids, parents[parents >= 0]])  # trilinear samples the next level
+                slots = s.tables.sample_slot(ids)
+                sampled[slots[slots >= 0]] = s.frame
                 assert s.budget.usage <= s.budget.budget
             pool.check()
     finally:
@@ -387,26 +379,24 @@ def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, pack
                                                   renderer: PlaneRenderer) -> None:  # fmt: skip
     with Streamer(gl_ctx, config(ring_mb=1)) as s:
         vt = s.open(packs.colour)
-        ring = s.ring
-        assert ring is not None
+        ring = s.uploader.ring
         HeldFence.held = True
-        ring._fence_factory = lambda: HeldFence(s.gl.fence())
+        ring.fence_factory = lambda: HeldFence(s.gl.fence())
         acquire = ring.acquire
         fenced: set[int] = set()
         reused: list[int] = []
 
-        def checked_acquire(tag: object = None):  # noqa: ANN202
-            slot = acquire(tag)
-            if slot is not None and slot.index in fenced:
-                reused.append(slot.index)
-            return slot
+        def checked_acquire(count: int) -> np.ndarray:
+            slots = acquire(count)
+            reused.extend(v for v in slots.tolist() if v in fenced)
+            return slots
 
         ring.acquire = checked_acquire  # type: ignore[method-assign]
         view = View(0.5, 0.5, 0.6)
         for i in range(48):  # pan: keeps asking for new tiles while no upload fence signals
             for frame, _st in run(s, renderer, vt, View(0.2 + 0.013 * i, 0.3 + 0.008 * i, 0.5), 1):
                 assert not black(frame).any()
-            fenced |= {sl.index for sl in ring.slots if sl.state is SlotState.IN_FLIGHT}
+            fenced |= set(np.flatnonzero(ring.state == SlotState.IN_FLIGHT).tolist())
         rs = ring.stats()
         assert not reused, f"slots {reused[:8]} handed out again before their fence signalled"
         assert rs.free == 0 and rs.in_flight == len(fenced) == rs.slot_count, rs  # ran dry; frames went on
