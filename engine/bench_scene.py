@@ -57,9 +57,8 @@ from .config import BakeConfig, BudgetConfig, StreamerConfig
 from .errors import BudgetError
 from .pack.format import TexelFormat
 from .pack.reader import PackReader
-from .runtime.feedback_reduce import WantedPages
+from .runtime.feedback_reduce import Wanted
 from .runtime.streamer import Streamer, VirtualTexture
-from .runtime.tile_cache import TileState, tile_keys
 from .scene.paths import CameraPath, Pose, named_path
 from .scene.terrain import TerrainScene, sky_clear_colour
 from .telemetry import Telemetry
@@ -207,26 +206,15 @@ def _release_fbo(ctx: moderngl.Context, fbo: moderngl.Framebuffer) -> None:
     fbo.release()
 
 
-def _pool_working_set(streamer: Streamer, wanted: WantedPages) -> dict[str, int]:
+def _pool_working_set(streamer: Streamer, wanted: Wanted) -> dict[str, int]:
     """Per pool: distinct unpinned tiles `wanted` samples plus their parents (trilinear reads both),
-    as the budget controller counts them (Streamer._pressure)."""
-    out = {}
-    for pool in streamer.pools.values():
-        keys = [np.zeros(0, np.int64)]
-        for vt in pool.textures:
-            m = wanted.tex == vt.id
-            lv, x, y = wanted.level[m], wanted.x[m], wanted.y[m]
-            first = vt.table.first_pinned_level
-            own, up = lv < first, lv + 1 < first
-            keys.append(tile_keys(vt.id, lv[own], x[own], y[own]))
-            keys.append(tile_keys(vt.id, lv[up] + 1, x[up] >> 1, y[up] >> 1))
-        out[pool.name] = int(np.unique(np.concatenate(keys)).size)
-    return out
+    as the budget controller counts them (Streamer.pressure)."""
+    return {name: need for name, (need, _cap) in streamer.pressure(wanted).items()}
 
 
 def _pool_slots(streamer: Streamer) -> dict[str, int]:
-    """Unpinned cache slots per pool."""
-    return {p.name: p.slots.capacity - p.slots.pinned_count for p in streamer.pools.values()}
+    """Cache slots per pool besides those pinned for the coarsest levels."""
+    return {name: cap for name, (_need, cap) in streamer.pressure(Wanted.empty()).items()}
 
 
 class _Reference:
@@ -272,20 +260,19 @@ class _Reference:
         self.rig.ctx.finish()
         s.update()
         s.update()  # every earlier draw's feedback collected
-        parts: list[WantedPages] = []
-        seen = s._last_sampled
+        parts: list[Wanted] = []
+        seen = s.sampled
         for i in range(frames + 2):
             if i < frames:
                 self.rig.draw(pose)
             else:
                 self.rig.ctx.finish()
             s.update()
-            if s._last_sampled is not seen:
-                seen = s._last_sampled
+            if s.sampled is not seen:
+                seen = s.sampled
                 parts.append(seen)
-        union = WantedPages(*(np.concatenate([getattr(p, f) for p in parts] or [np.zeros(0, np.int64)])
-                              for f in ("tex", "level", "x", "y", "count")))  # fmt: skip
-        return _pool_working_set(s, union)
+        ids = np.unique(np.concatenate([p.ids for p in parts] or [np.zeros(0, np.int64)]))
+        return _pool_working_set(s, Wanted(ids, np.ones(ids.size, np.int64)))
 
     def release(self) -> None:
         self.rig.release()
@@ -305,59 +292,27 @@ def _reference_budget_mb(packs: Packs) -> float:
 
 
 # ---- measurements while a path plays --------------------------------------------------------------
-class _UpdateCpu:
-    """CPU time of the render thread inside Streamer.update() (time.thread_time): the work update()
-    does itself, without waiting on the driver (on llvmpipe the feedback fence's glMemoryBarrier and
-    texture uploads wait for the frame's rasterization) or on the GIL held by the I/O threads."""
-
-    def __init__(self, streamer: Streamer) -> None:
-        self.ms = 0.0
-        update = streamer.update
-
-        def timed():  # noqa: ANN202 (FrameStats)
-            c = time.thread_time()
-            try:
-                return update()
-            finally:
-                self.ms = (time.thread_time() - c) * 1e3
-
-        streamer.update = timed  # type: ignore[method-assign]
-
-
 class _RefetchWindow:
-    """Counts uploads of tiles evicted at most `window` frames earlier, from the pools' slot arrays
-    (one vectorized pass over the resident slots on frames with uploads or evictions)."""
+    """Counts uploads of tiles evicted at most `window` frames earlier, from each frame's upload and
+    eviction records (tile ids: one vectorized pass per frame with uploads or evictions)."""
 
     def __init__(self, streamer: Streamer, window: int) -> None:
         self.streamer, self.window = streamer, window
-        self.base: dict[int, int] = {}
-        n = 0
-        for vt in streamer.textures:
-            self.base[vt.id] = n
-            n += vt.header.tile_count
-        self.evicted_at = np.full(n, -(1 << 40), np.int64)
-        self.prev = self._resident()
+        self.evicted_at = np.full(streamer.space.capacity, -(1 << 40), np.int64)
         self.count = 0
         self.evictions = 0
 
-    def _resident(self) -> np.ndarray:
-        parts = [np.zeros(0, np.int64)]
-        for pool in self.streamer.pools.values():
-            sp = pool.slots
-            r = np.flatnonzero(sp.state == TileState.RESIDENT)
-            for vt in pool.textures:
-                rr = r[sp.tex[r] == vt.id]
-                parts.append(self.base[vt.id] + vt.table.flat_index(sp.level[rr], sp.x[rr], sp.y[rr]))
-        return np.unique(np.concatenate(parts))
-
     def check(self, frame: int) -> None:
-        cur = self._resident()
-        gone = np.setdiff1d(self.prev, cur, assume_unique=True)
-        new = np.setdiff1d(cur, self.prev, assume_unique=True)
-        self.evicted_at[gone] = frame
-        self.evictions += int(gone.size)
-        self.count += int(np.count_nonzero(frame - self.evicted_at[new] <= self.window))
-        self.prev = cur
+        st = self.streamer.last
+        cap = self.streamer.space.capacity
+        if self.evicted_at.size < cap:
+            self.evicted_at = np.concatenate([self.evicted_at, np.full(cap - self.evicted_at.size, -(1 << 40))])
+        if st.evicted_tiles.size:
+            self.evicted_at[st.evicted_tiles] = frame
+            self.evictions += int(st.evicted_tiles.size)
+        if st.uploaded is not None and len(st.uploaded.loads):
+            new = st.uploaded.loads.tiles
+            self.count += int(np.count_nonzero(frame - self.evicted_at[new] <= self.window))
 
 
 class _Grabber:
@@ -449,7 +404,6 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
         if reference is not None and path.cut_times():
             conv = _Convergence(ctx, path, reference, mode.frame_size)
         s = rig.streamer
-        cpu = _UpdateCpu(s)
         refetch = _RefetchWindow(s, REFETCH_WINDOW)
         frames = path.frames(FPS)
         cpu_ms = np.zeros(frames)
@@ -460,15 +414,14 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
         for i in range(frames):
             pose = path.pose(i * DT)
             rec = telemetry.update()
-            cpu_ms[i] = cpu.ms
+            cpu_ms[i] = s.last.update_cpu_ms
             telemetry.gpu_begin()
             rig.draw(pose)
             telemetry.gpu_end()
             if rec["uploads"] or rec["evicted"]:
                 refetch.check(i)
             mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
-            need, cap = s._pressure(s._last_sampled)
-            pressure_peak = max(pressure_peak, need / cap)
+            pressure_peak = max([pressure_peak] + [n / c for n, c in s.pressure(s.sampled).values()])
             if conv is not None:
                 conv.after_draw(i, pose, rig.fbo)
             if jsonl is not None:

@@ -233,7 +233,8 @@ class RequestScheduler:
             self.score[n] = np.minimum(np.concatenate(weights)[take], _SCORE_LIMIT)
             self.tier[n] = np.concatenate(tiers)[take]
             self.last_wanted[n] = frame
-            self.queue = np.union1d(self.queue, n)
+            merged = np.sort(np.concatenate([self.queue, n]))
+            self.queue = merged[np.concatenate([[True], merged[1:] != merged[:-1]])] if merged.size else merged
 
         # Drop what was issued, failed, became resident or loading, was closed, or went stale.
         q = self.queue

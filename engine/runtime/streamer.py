@@ -70,6 +70,7 @@ class FrameStats:
 
     frame: int = 0
     update_ms: float = 0.0
+    update_cpu_ms: float = 0.0  # the render thread's own CPU time in update() (no driver or lock waits)
     upload_ms: float = 0.0
     uploads: int = 0
     upload_bytes: int = 0
@@ -371,7 +372,7 @@ class Streamer:
     def update(self) -> FrameStats:
         """Once a frame, before drawing with the virtual textures."""
         self._check_open()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.frame += 1
         frame = self.frame
         st = FrameStats(frame=frame)
@@ -421,6 +422,7 @@ class Streamer:
         self.feedback.begin_frame(frame)
         st.queued = self.scheduler.queued_count
         st.update_ms = (time.perf_counter() - t0) * 1e3
+        st.update_cpu_ms = (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st

@@ -363,12 +363,11 @@ class Telemetry:
         return float(vals[:n].sum()) / span if span > 0 else 0.0
 
     def _record_latencies(self, stats: dict[str, Any]) -> None:
-        last = getattr(self.streamer, "last", None)
-        lat = getattr(last, "latency_frames", None)
-        if lat is None or getattr(last, "frame", None) != stats.get("frame"):
+        last = self.streamer.last
+        if last.frame != stats.get("frame"):
             return
-        if lat:
-            a = np.asarray(lat, np.int64)
+        a = np.asarray(last.latency_frames, np.int64)
+        if a.size:
             self._latency_max = max(self._latency_max, int(a.max()))
             self._latency_hist += np.bincount(np.clip(a, 0, _LATENCY_BINS - 1), minlength=_LATENCY_BINS)
 
