@@ -6,5 +6,8 @@ loops (same results, more interpreter-lock contention between the render and I/O
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("texstream.native._native", ["engine/native/_native.c"], optional=True,
-                             extra_compile_args=["-O2"])])  # fmt: skip
+setup(
+    ext_modules=[
+        Extension("texstream.native._native", ["engine/native/_native.c"], optional=True, extra_compile_args=["-O2"])
+    ]
+)

@@ -364,9 +364,7 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             packs = _bake_packs(Path(tmp), quick)
             result["bake_seconds"] = time.perf_counter() - t0
             result["streamer_bound"] = streamer_bound(ctx, packs["terrain"], 2048, 16 if quick else 64)
-            e2e = end_to_end(
-                ctx, packs["terrain"], (768, 768) if quick else (1024, 1024), 80 if quick else 200
-            )
+            e2e = end_to_end(ctx, packs["terrain"], (768, 768) if quick else (1024, 1024), 80 if quick else 200)
             result["end_to_end"] = {k: v for k, v in e2e.items() if not k.startswith("latency")}
             result["latency_frames"] = {
                 "p50": e2e["latency_frames_p50"],

@@ -40,10 +40,12 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("encoding")
     g.add_argument("--format", default="bc1", help="bc1 (default), bc3, bc4, bc5, bc7 or rgba8")
     srgb = g.add_mutually_exclusive_group()
-    srgb.add_argument("--srgb", dest="srgb", action="store_true", default=None,
-                      help="colour data (default for colour formats)")
-    srgb.add_argument("--linear", dest="srgb", action="store_false",
-                      help="linear data: normal maps, masks (default for bc4/bc5)")
+    srgb.add_argument(
+        "--srgb", dest="srgb", action="store_true", default=None, help="colour data (default for colour formats)"
+    )
+    srgb.add_argument(
+        "--linear", dest="srgb", action="store_false", help="linear data: normal maps, masks (default for bc4/bc5)"
+    )
     g.add_argument("--tile", type=int, default=128, help="tile content size: 64, 128 (default) or 256")
     g.add_argument("--border", type=int, default=4, help="border texels, multiple of 4 (default 4)")
     g.add_argument("--address", default="clamp", help="clamp (default) or wrap")
@@ -264,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("pack")
     s.add_argument("--out", required=True, help="output image (.png)")
     s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
-    s.add_argument("--view", default="0.5,0.5,1",
-                   help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees")
+    s.add_argument(
+        "--view", default="0.5,0.5,1", help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees"
+    )
     s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
     s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
     s.add_argument("--all-resident", action="store_true", help="load every tile first (the reference image)")
@@ -284,8 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("bench", help="measure throughput against ceilings measured in the same run")
-    s.add_argument("what", nargs="?", default="bake", choices=["bake", "stream", "scene"],
-                   help="bake, stream or scene (default bake)")
+    s.add_argument(
+        "what",
+        nargs="?",
+        default="bake",
+        choices=["bake", "stream", "scene"],
+        help="bake, stream or scene (default bake)",
+    )
     s.add_argument("--telemetry", default=None, help="bench scene: per-frame JSONL telemetry of every path")
     s.add_argument("--quick", action="store_true", help="small sizes, for CI")
     s.add_argument("--size", type=int, default=16384, help="source image size for bench bake (default 16384)")

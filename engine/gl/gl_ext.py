@@ -46,7 +46,6 @@ __all__ = [
     "GLFormat",
     "GpuMemoryInfo",
     "GpuTimer",
-    "HasGlo",
     "MappedBuffer",
     "TextureArray",
     "gl_format",
@@ -362,11 +361,6 @@ class FenceLike(Protocol):
     def release(self) -> None: ...
 
 
-class HasGlo(Protocol):
-    @property
-    def glo(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class GpuMemoryInfo:
     """GPU memory as the driver reports it, in KiB (GL's unit). Fields the source lacks are None."""
@@ -547,9 +541,7 @@ class MappedBuffer:
         busy += sum(1 for pair in self._chunks if _refs(pair[0]) > baseline)
         name, self._glo = self._glo, 0
         if busy:
-            log.error(
-                "%s: %d views are still in use; leaving it mapped (GL buffer %d leaked)", self, busy, name
-            )
+            log.error("%s: %d views are still in use; leaving it mapped (GL buffer %d leaked)", self, busy, name)
             return
         self._chunks.clear()
         self._gl._unmap_and_delete_buffer(name)
@@ -860,9 +852,7 @@ class GLExt:
             f.glTexParameteri(GL_TEXTURE_2D_ARRAY, GL_TEXTURE_BASE_LEVEL, 0)
             f.glTexParameteri(GL_TEXTURE_2D_ARRAY, GL_TEXTURE_MAX_LEVEL, 0)
             if anisotropy > 1.0 and self.has(Feature.TEXTURE_ANISOTROPY):
-                f.glTexParameterf(
-                    GL_TEXTURE_2D_ARRAY, GL_TEXTURE_MAX_ANISOTROPY, min(anisotropy, self.max_anisotropy)
-                )
+                f.glTexParameterf(GL_TEXTURE_2D_ARRAY, GL_TEXTURE_MAX_ANISOTROPY, min(anisotropy, self.max_anisotropy))
         except BaseException:
             self._unbind_scratch()
             self._delete_textures(name)
@@ -896,163 +886,10 @@ class GLExt:
         out = ctypes.c_int(0)
         self._bind_scratch(texture.glo)
         try:
-            self._f.glGetTexLevelParameteriv(
-                GL_TEXTURE_2D_ARRAY, 0, GL_TEXTURE_INTERNAL_FORMAT, ctypes.byref(out)
-            )
+            self._f.glGetTexLevelParameteriv(GL_TEXTURE_2D_ARRAY, 0, GL_TEXTURE_INTERNAL_FORMAT, ctypes.byref(out))
         finally:
             self._unbind_scratch()
         return int(out.value)
-
-    def upload_layers(
-        self,
-        texture: TextureArray,
-        regions: Iterable[tuple[int, int, int]],
-        pbo: int | HasGlo,
-    ) -> int:
-        """Upload whole layers from a pixel-unpack buffer: `regions` is ``(layer, offset, nbytes)``.
-
-        The buffer (a GL name, or an object with ``glo``: a `MappedBuffer`, a staging ring, a
-        moderngl Buffer) is bound once as GL_PIXEL_UNPACK_BUFFER for the batch and unbound after
-        it, even on error. Each region fills one layer with ``texture.layer_bytes`` bytes read at
-        `offset`. Returns the number of bytes uploaded.
-        """
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        buffer = pbo if isinstance(pbo, int) else pbo.glo
-        if not buffer:
-            raise ValueError("pbo is 0 (released?): uploads need a pixel-unpack buffer")
-        fmt, size, want = texture.format, texture.size, texture.layer_bytes
-        f = self._f
-        total = 0
-        self._bind_scratch(texture.glo)
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, buffer)
-        try:
-            for layer, offset, nbytes in regions:
-                if not 0 <= layer < texture.layers:
-                    raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
-                if nbytes != want:
-                    raise ValueError(f"a {fmt.name} {size}x{size} layer is {want} bytes, got {nbytes!r}")
-                if offset < 0:
-                    raise ValueError(f"buffer offset must be >= 0, got {offset!r}")
-                if fmt.compressed:
-                    f.glCompressedTexSubImage3D(
-                        GL_TEXTURE_2D_ARRAY,
-                        0,
-                        0,
-                        0,
-                        layer,
-                        size,
-                        size,
-                        1,
-                        fmt.internal_format,
-                        nbytes,
-                        ctypes.c_void_p(offset),
-                    )
-                else:
-                    f.glTexSubImage3D(
-                        GL_TEXTURE_2D_ARRAY,
-                        0,
-                        0,
-                        0,
-                        layer,
-                        size,
-                        size,
-                        1,
-                        GL_RGBA,
-                        GL_UNSIGNED_BYTE,
-                        ctypes.c_void_p(offset),
-                    )
-                total += nbytes
-        finally:
-            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-            self._unbind_scratch()
-        return total
-
-    def create_page_texture(self, width: int, height: int, levels: int) -> int:
-        """An immutable RGBA16UI 2-D texture with `levels` mips (page tables); returns the GL name."""
-        f = self._f
-        self._clear_stale("creating a page texture")
-        (name,) = self._gen_names(f.glGenTextures, 1)
-        f.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
-        f.glBindTexture(GL_TEXTURE_2D, name)
-        try:
-            f.glTexStorage2D(GL_TEXTURE_2D, levels, GL_RGBA16UI, width, height)
-            for pname in (GL_TEXTURE_MIN_FILTER, GL_TEXTURE_MAG_FILTER):
-                f.glTexParameteri(GL_TEXTURE_2D, pname, GL_NEAREST)
-            f.glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAX_LEVEL, levels - 1)
-        finally:
-            f.glBindTexture(GL_TEXTURE_2D, 0)
-        try:
-            self.check(f"creating RGBA16UI page texture {width}x{height} ({levels} levels)")
-        except GLError:
-            self._delete_textures(name)
-            raise
-        return name
-
-    def write_page_region(self, name: int, level: int, x: int, y: int, data: np.ndarray) -> None:
-        """glTexSubImage2D of an (h, w, 4) uint16 block into mip `level` of a page texture."""
-        block = np.ascontiguousarray(data, dtype=np.uint16)
-        h, w = block.shape[:2]
-        f = self._f
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-        f.glPixelStorei(GL_UNPACK_ALIGNMENT, 1)
-        f.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
-        f.glBindTexture(GL_TEXTURE_2D, name)
-        try:
-            f.glTexSubImage2D(GL_TEXTURE_2D, level, x, y, w, h, GL_RGBA_INTEGER, GL_UNSIGNED_SHORT,
-                              block.ctypes.data_as(ctypes.c_void_p))  # fmt: skip
-        finally:
-            f.glBindTexture(GL_TEXTURE_2D, 0)
-
-    def bind_texture_2d(self, name: int, unit: int) -> None:
-        self._f.glActiveTexture(GL_TEXTURE0 + unit)
-        self._f.glBindTexture(GL_TEXTURE_2D, name)
-
-    def delete_texture(self, name: int) -> None:
-        self._delete_textures(name)
-
-    def upload_cells(
-        self,
-        texture: TextureArray,
-        regions: Iterable[tuple[int, int, int, int, int]],
-        cell_size: int,
-        pbo: int | HasGlo,
-    ) -> int:
-        """Upload square cells of layers from a pixel-unpack buffer (one tile slot each).
-
-        `regions` is ``(layer, x, y, offset, nbytes)`` with (x, y) the cell's texel origin (multiples
-        of 4 for block formats). Binds the buffer once and unbinds it after the batch, even on error.
-        """
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        buffer = pbo if isinstance(pbo, int) else pbo.glo
-        if not buffer:
-            raise ValueError("pbo is 0 (released?): uploads need a pixel-unpack buffer")
-        fmt, size = texture.format, texture.size
-        want = fmt.layer_bytes(cell_size)
-        f = self._f
-        total = 0
-        self._bind_scratch(texture.glo)
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, buffer)
-        try:
-            for layer, x, y, offset, nbytes in regions:
-                if not 0 <= layer < texture.layers:
-                    raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
-                if not (0 <= x <= size - cell_size and 0 <= y <= size - cell_size):
-                    raise ValueError(f"cell at ({x}, {y}) does not fit a {size}x{size} layer")
-                if nbytes != want:
-                    raise ValueError(f"a {fmt.name} {cell_size}x{cell_size} cell is {want} bytes, got {nbytes!r}")
-                if fmt.compressed:
-                    f.glCompressedTexSubImage3D(GL_TEXTURE_2D_ARRAY, 0, x, y, layer, cell_size, cell_size, 1,
-                                                fmt.internal_format, nbytes, ctypes.c_void_p(offset))  # fmt: skip
-                else:
-                    f.glTexSubImage3D(GL_TEXTURE_2D_ARRAY, 0, x, y, layer, cell_size, cell_size, 1,
-                                      GL_RGBA, GL_UNSIGNED_BYTE, ctypes.c_void_p(offset))  # fmt: skip
-                total += nbytes
-        finally:
-            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-            self._unbind_scratch()
-        return total
 
     def upload_cell_batch(
         self,
@@ -1131,9 +968,7 @@ class GLExt:
             raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
         raw = memoryview(data).cast("B")
         if raw.nbytes != texture.layer_bytes:
-            raise ValueError(
-                f"a {texture.format.name} layer is {texture.layer_bytes} bytes, got {raw.nbytes}"
-            )
+            raise ValueError(f"a {texture.format.name} layer is {texture.layer_bytes} bytes, got {raw.nbytes}")
         buf = (ctypes.c_ubyte * raw.nbytes).from_buffer_copy(raw)
         fmt, size, f = texture.format, texture.size, self._f
         self._bind_scratch(texture.glo)
@@ -1144,9 +979,7 @@ class GLExt:
                     GL_TEXTURE_2D_ARRAY, 0, 0, 0, layer, size, size, 1, fmt.internal_format, raw.nbytes, buf
                 )
             else:
-                f.glTexSubImage3D(
-                    GL_TEXTURE_2D_ARRAY, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, buf
-                )
+                f.glTexSubImage3D(GL_TEXTURE_2D_ARRAY, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, buf)
         finally:
             self._unbind_scratch()
 
@@ -1165,14 +998,10 @@ class GLExt:
         if texture.format.compressed:
             f.glGetCompressedTextureSubImage(texture.glo, 0, 0, 0, layer, size, size, 1, n, out)
         else:
-            f.glGetTextureSubImage(
-                texture.glo, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, n, out
-            )
+            f.glGetTextureSubImage(texture.glo, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, n, out)
         return bytes(out)
 
-    def copy_layers(
-        self, src: TextureArray, src_layer: int, dst: TextureArray, dst_layer: int, count: int = 1
-    ) -> None:
+    def copy_layers(self, src: TextureArray, src_layer: int, dst: TextureArray, dst_layer: int, count: int = 1) -> None:
         """GPU-to-GPU copy of `count` consecutive layers (glCopyImageSubData), e.g. to grow a cache."""
         for t in (src, dst):
             if t.released:
@@ -1183,9 +1012,7 @@ class GLExt:
             raise ValueError(f"count must be >= 1, got {count!r}")
         for t, first in ((src, src_layer), (dst, dst_layer)):
             if not (0 <= first and first + count <= t.layers):
-                raise ValueError(
-                    f"layers {first}..{first + count - 1} are outside 0..{t.layers - 1} of {t!r}"
-                )
+                raise ValueError(f"layers {first}..{first + count - 1} are outside 0..{t.layers - 1} of {t!r}")
         if src is dst and abs(src_layer - dst_layer) < count:
             raise ValueError("source and destination layer ranges overlap")
         s = src.size
@@ -1214,9 +1041,7 @@ class GLExt:
         if size < 1:
             raise ValueError(f"buffer size must be positive, got {size!r}")
         if not self.has(Feature.BUFFER_STORAGE):
-            raise GLError(
-                f"persistent mapping needs {Feature.BUFFER_STORAGE.requirement}, which this context lacks"
-            )
+            raise GLError(f"persistent mapping needs {Feature.BUFFER_STORAGE.requirement}, which this context lacks")
         f = self._f
         self._clear_stale("creating a mapped buffer")
         (name,) = self._gen_names(f.glGenBuffers, 1)
@@ -1292,9 +1117,7 @@ class GLExt:
         gen(count, arr)
         names = [int(v) for v in arr]
         if not all(names):
-            raise GLError(
-                f"GL returned no object names ({gen.__name__ if hasattr(gen, '__name__') else gen})"
-            )
+            raise GLError(f"GL returned no object names ({gen.__name__ if hasattr(gen, '__name__') else gen})")
         return names
 
     def _delete_textures(self, *names: int) -> None:

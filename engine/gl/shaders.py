@@ -134,9 +134,7 @@ def shader_root() -> Traversable:
         fallback = Path(__file__).resolve().parents[2] / "shaders"
         if fallback.is_dir():
             return fallback
-        raise ShaderError(
-            f"cannot find texstream's shader folder (package {PACKAGE} is not installed)"
-        ) from None
+        raise ShaderError(f"cannot find texstream's shader folder (package {PACKAGE} is not installed)") from None
 
 
 class _Preprocessor:
@@ -195,9 +193,7 @@ class _Preprocessor:
                     self._line(number + 1, file_id)
                 continue
             if _VERSION.match(line) and stack:
-                raise self._error(
-                    f, number, "#version is only allowed in the top-level shader, not in an include"
-                )
+                raise self._error(f, number, "#version is only allowed in the top-level shader, not in an include")
             if _PRAGMA_ONCE.match(line):
                 self.once.add(f.key)
                 self.rows.append(("", file_id, number, False))
@@ -364,9 +360,7 @@ class Diagnostic:
 class ShaderCompileError(ShaderError):
     """A stage failed to compile or the program failed to link; ``diagnostics`` holds the parsed log."""
 
-    def __init__(
-        self, message: str, stage: str, diagnostics: Sequence[Diagnostic] = (), log: str = ""
-    ) -> None:
+    def __init__(self, message: str, stage: str, diagnostics: Sequence[Diagnostic] = (), log: str = "") -> None:
         super().__init__(message)
         self.stage = stage
         self.diagnostics = tuple(diagnostics)

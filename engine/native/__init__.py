@@ -101,7 +101,9 @@ def load() -> Native | None:
     for key, (symbol, sonames, modules) in wanted.items():
         hit = _symbol(symbol, sonames, modules)
         if hit is None or not hit[1]:
-            log.info("no C function %s found (zstandard/lz4/xxhash packages or system library): pure Python I/O", symbol)
+            log.info(
+                "no C function %s found (zstandard/lz4/xxhash packages or system library): pure Python I/O", symbol
+            )
             return None
         found[key] = hit
     try:
@@ -114,17 +116,43 @@ def load() -> Native | None:
         return None
     read_batch.restype = ctypes.c_int64
     read_batch.argtypes = (
-        ctypes.c_int, ctypes.c_int, ctypes.c_int64, _i64p, _i64p, ctypes.c_int64, _u64p, _i64p,
-        ctypes.c_void_p, ctypes.c_int64, _u8p, ctypes.c_uint8, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-        ctypes.c_void_p, ctypes.POINTER(Codecs), _i32p, _i32p,
-    )  # fmt: skip
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int64,
+        _i64p,
+        _i64p,
+        ctypes.c_int64,
+        _u64p,
+        _i64p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        _u8p,
+        ctypes.c_uint8,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.POINTER(Codecs),
+        _i32p,
+        _i32p,
+    )
     upload_cells.restype = None
     upload_cells.argtypes = (
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, _i64p, _i64p, _i64p, ctypes.c_int,
-        ctypes.c_uint, ctypes.c_int, _i64p,
-    )  # fmt: skip
-    codecs = Codecs(*(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress",
-                                            "xxh3")))  # fmt: skip
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int64,
+        _i64p,
+        _i64p,
+        _i64p,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_int,
+        _i64p,
+    )
+    codecs = Codecs(
+        *(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress", "xxh3"))
+    )
     create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
     free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
     native = Native(path, read_batch, upload_cells, codecs, create, free, tuple(lib for lib, _ in found.values()))

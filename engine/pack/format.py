@@ -74,9 +74,7 @@ CHECKSUM_STRUCT = struct.Struct("<Q")
 
 FLAG_SRGB = 1
 
-INDEX_DTYPE = np.dtype(
-    [("offset", "<u8"), ("stored_size", "<u4"), ("raw_size", "<u4"), ("checksum", "<u8")]
-)
+INDEX_DTYPE = np.dtype([("offset", "<u8"), ("stored_size", "<u4"), ("raw_size", "<u4"), ("checksum", "<u8")])
 LEVEL_DTYPE = np.dtype([("width", "<u4"), ("height", "<u4"), ("tiles_x", "<u4"), ("tiles_y", "<u4")])
 assert INDEX_DTYPE.itemsize == INDEX_ENTRY_SIZE and LEVEL_DTYPE.itemsize == LEVEL_ENTRY_SIZE
 

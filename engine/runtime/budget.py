@@ -57,9 +57,7 @@ class BudgetManager:
         if config.fallback_mb <= 0:
             raise ValueError(f"fallback budget must be positive, got {config.fallback_mb!r} MiB")
         if config.bias_step <= 0 or config.max_bias < 0:
-            raise ValueError(
-                f"need bias_step > 0 and max_bias >= 0, got {config.bias_step!r}, {config.max_bias!r}"
-            )
+            raise ValueError(f"need bias_step > 0 and max_bias >= 0, got {config.bias_step!r}, {config.max_bias!r}")
         self.config = config
         self.driver_free_bytes = driver_free_bytes
         if config.budget_mb is not None:
@@ -101,7 +99,7 @@ class BudgetManager:
         """Change the budget at run time.
 
         Shrinking below current usage is refused with BudgetError: shrink the pools first (their
-        new sizes from `slots_affordable(..., budget=nbytes)`), then lower the budget.
+        new sizes from `pools.plan_capacities` against the new budget), then lower the budget.
         """
         nbytes = _as_int(nbytes, "budget")
         if nbytes <= 0:
@@ -154,30 +152,6 @@ class BudgetManager:
     def _largest(self) -> str:
         items = list(self.breakdown().items())[:3]
         return ", ".join(f"{n} {_mib(b)}" for n, b in items) or "none"
-
-    def slots_affordable(
-        self,
-        slot_bytes: int,
-        fixed_costs: int = 0,
-        *,
-        exclude: tuple[str, ...] | list[str] = (),
-        budget: int | None = None,
-    ) -> int:
-        """How many slots of `slot_bytes` fit in what is left of the budget.
-
-        Args:
-            slot_bytes: bytes of one cache slot.
-            fixed_costs: bytes still to be reserved besides the slots (page tables, ring, ...).
-            exclude: allocation names counted as freed (the pools being resized).
-            budget: plan against this budget instead of the current one.
-        """
-        if slot_bytes <= 0:
-            raise ValueError(f"slot bytes must be positive, got {slot_bytes!r}")
-        if fixed_costs < 0:
-            raise ValueError(f"fixed costs must be >= 0, got {fixed_costs!r}")
-        held = self._usage - sum(self._allocations.get(n, 0) for n in set(exclude))
-        left = (self._budget if budget is None else budget) - held - fixed_costs
-        return max(0, left // slot_bytes)
 
     # ---- feedback mip bias ---------------------------------------------------------------------
     @property

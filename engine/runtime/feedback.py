@@ -53,8 +53,10 @@ class FeedbackRing:
         self.capacity, self.stride, self.depth = capacity, stride, depth
         mapped = gl.has_buffer_storage
         self._entries = [
-            _Entry(ctx.buffer(reserve=self.nbytes_each), gl.create_mapped_buffer(self.nbytes_each, read=True)
-                   if mapped else None)  # fmt: skip
+            _Entry(
+                ctx.buffer(reserve=self.nbytes_each),
+                gl.create_mapped_buffer(self.nbytes_each, read=True) if mapped else None,
+            )  # fmt: skip
             for _ in range(depth)
         ]
         self._current: _Entry | None = None

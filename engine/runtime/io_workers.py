@@ -141,8 +141,9 @@ def _runs(batch: ReadBatch, skip: np.ndarray, limit: int) -> list[tuple[int, int
     return runs
 
 
-def _read_batch_python(batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
-                       scratch: _Scratch) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _read_batch_python(
+    batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int, scratch: _Scratch
+) -> tuple[np.ndarray, np.ndarray]:
     src = batch.source
     n = len(batch)
     status = np.full(n, ReadStatus.OK, np.int32)
@@ -228,8 +229,9 @@ def _zstd_many(frames: list[memoryview], raw: int) -> list[bytes | memoryview | 
 _i64p = ctypes.POINTER(ctypes.c_int64)
 
 
-def read_batch(batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
-               scratch: _Scratch) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def read_batch(
+    batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int, scratch: _Scratch
+) -> tuple[np.ndarray, np.ndarray]:
     """Read one batch into the ring (compiled helper when `scratch` has one); (status, errnum)."""
     native = scratch.native
     if native is None:
@@ -245,12 +247,26 @@ def read_batch(batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarra
     sums = np.ascontiguousarray(batch.checksums, np.uint64)
     slots = np.ascontiguousarray(batch.ring_slots, np.int64)
     native.read_batch(
-        src.fd, int(src.codec), n, off.ctypes.data_as(_i64p), stored.ctypes.data_as(_i64p), src.raw_size,
-        sums.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), slots.ctypes.data_as(_i64p), ring.ctypes.data, stride,
-        state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), skip_state, buf.ctypes.data, buf.size, MAX_GAP,
-        scratch.dctx, ctypes.byref(native.codecs), status.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+        src.fd,
+        int(src.codec),
+        n,
+        off.ctypes.data_as(_i64p),
+        stored.ctypes.data_as(_i64p),
+        src.raw_size,
+        sums.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+        slots.ctypes.data_as(_i64p),
+        ring.ctypes.data,
+        stride,
+        state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+        skip_state,
+        buf.ctypes.data,
+        buf.size,
+        MAX_GAP,
+        scratch.dctx,
+        ctypes.byref(native.codecs),
+        status.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
         errnum.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-    )  # fmt: skip
+    )
     return status, errnum
 
 
@@ -267,8 +283,9 @@ class IOWorkers:
         native: the compiled helper, or None for the pure-Python loop.
     """
 
-    def __init__(self, threads: int, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int,
-                 native: Native | None) -> None:  # fmt: skip
+    def __init__(
+        self, threads: int, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int, native: Native | None
+    ) -> None:
         if threads < 1:
             raise ValueError(f"io thread count must be >= 1, got {threads!r}")
         self._ring, self._stride, self._state, self._skip = ring, stride, state, skip_state

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
-from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES, TileSpace
+from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
 __all__ = ["ENTRY_NONE", "LEVEL_SHIFT", "NO_LEVEL", "NO_SLOT", "PageTableBuffer", "PageTables", "TexturePages"]
 

@@ -408,8 +408,15 @@ class CachePool:
                 s = self.geometry.slot_size
                 fl, fx, fy = self.geometry.locate(result.moved_from)
                 tl, tx, ty = self.geometry.locate(result.moved_to)
-                moves = zip(fl.tolist(), (fx * s).tolist(), (fy * s).tolist(), tl.tolist(), (tx * s).tolist(),
-                            (ty * s).tolist(), strict=True)  # fmt: skip
+                moves = zip(
+                    fl.tolist(),
+                    (fx * s).tolist(),
+                    (fy * s).tolist(),
+                    tl.tolist(),
+                    (tx * s).tolist(),
+                    (ty * s).tolist(),
+                    strict=True,
+                )
                 self.gl.copy_cells(old_tex, new_tex, moves, s)
         old_tex.release()
         self.texture = new_tex
@@ -442,7 +449,9 @@ class CachePool:
         cancelled = np.flatnonzero(loading & ~kept)
         return survivors, dropped, cancelled
 
-    def _apply_shrink(self, capacity: int, survivors: np.ndarray, dropped: np.ndarray, cancelled: np.ndarray) -> ResizeResult:
+    def _apply_shrink(
+        self, capacity: int, survivors: np.ndarray, dropped: np.ndarray, cancelled: np.ndarray
+    ) -> ResizeResult:
         movers = np.sort(survivors[survivors >= capacity])
         keep_mask = np.zeros(self.capacity, bool)
         keep_mask[survivors] = True

@@ -92,8 +92,9 @@ class RequestScheduler:
         loading: mask of the given tile ids that have a load in flight (the uploader's answer).
     """
 
-    def __init__(self, config: StreamerConfig, space: TileSpace, tables: PageTables,
-                 loading: Callable[[np.ndarray], np.ndarray]) -> None:  # fmt: skip
+    def __init__(
+        self, config: StreamerConfig, space: TileSpace, tables: PageTables, loading: Callable[[np.ndarray], np.ndarray]
+    ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
         self.max_tiles = config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
@@ -221,7 +222,11 @@ class RequestScheduler:
         if self.config.prefetch and len(wanted) and dk.size < self.max_tiles:
             pk, pw = self._prefetch(wanted, gap)
             fresh = ~np.isin(pk, dk, assume_unique=True)
-            keys.append(pk[fresh]), weights.append(pw[fresh]), tiers.append(np.full(int(fresh.sum()), PREFETCH, np.uint8))
+            (
+                keys.append(pk[fresh]),
+                weights.append(pw[fresh]),
+                tiers.append(np.full(int(fresh.sum()), PREFETCH, np.uint8)),
+            )
         new = np.concatenate(keys)
         if new.size:
             st = self.state[new]

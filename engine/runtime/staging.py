@@ -117,7 +117,9 @@ class StagingRing:
         self._batches: deque[tuple[FenceLike, np.ndarray]] = deque()
         self._acquired = self._stalls = self._batch_count = self._bytes_submitted = 0
         self._closed = False
-        log.debug("staging ring: %d slots of %d bytes (%s)", count, slot_bytes, "persistent" if persistent else "orphaning")
+        log.debug(
+            "staging ring: %d slots of %d bytes (%s)", count, slot_bytes, "persistent" if persistent else "orphaning"
+        )
 
     # ---- properties -----------------------------------------------------------------------------
     @property
@@ -288,5 +290,7 @@ class StagingRing:
             raise ValueError(f"{what}: slot out of range 0..{self.slot_count - 1}")
         bad = s[self.state[s] != state]
         if bad.size:
-            raise ValueError(f"{what} needs {state.name} slots; slot {int(bad[0])} is {SlotState(int(self.state[bad[0]])).name}")
+            raise ValueError(
+                f"{what} needs {state.name} slots; slot {int(bad[0])} is {SlotState(int(self.state[bad[0]])).name}"
+            )
         return s

@@ -208,10 +208,23 @@ class Streamer:
         if index is None:
             raise EngineError(f"at most {MAX_POOLS} cache pools (texel format x slot size) can be open at once")
         max_slots = max(1, self.budget.budget // h.tile_raw_size)
-        g = SlotGeometry.choose(h.slot_size, h.tile_raw_size, max_slots, max_layers=self.gl.max_array_layers,
-                                max_texture_size=min(self.gl.max_texture_size, 16384))  # fmt: skip
-        pool = CachePool(self.gl, self.budget, key, index, g, g.round_up(max(1, self._pinned_tiles(h))),
-                         self.config.frames_in_flight, FIRST_UNIT)  # fmt: skip
+        g = SlotGeometry.choose(
+            h.slot_size,
+            h.tile_raw_size,
+            max_slots,
+            max_layers=self.gl.max_array_layers,
+            max_texture_size=min(self.gl.max_texture_size, 16384),
+        )
+        pool = CachePool(
+            self.gl,
+            self.budget,
+            key,
+            index,
+            g,
+            g.round_up(max(1, self._pinned_tiles(h))),
+            self.config.frames_in_flight,
+            FIRST_UNIT,
+        )
         self.pools[key] = pool
         self._pool_slots[index] = pool
         return pool
@@ -226,10 +239,16 @@ class Streamer:
         demands = {}
         for key, p in self.pools.items():
             headers = [self._by_id[t].header for t in p.textures]
-            demands[key] = PoolDemand(p.geometry, len(headers), sum(self._pinned_tiles(h) for h in headers),
-                                      sum(h.tile_count for h in headers), p.capacity)  # fmt: skip
-        plan = plan_capacities(demands, (self.budget.budget if budget is None else budget) - held,
-                               self.gl.max_array_layers)  # fmt: skip
+            demands[key] = PoolDemand(
+                p.geometry,
+                len(headers),
+                sum(self._pinned_tiles(h) for h in headers),
+                sum(h.tile_count for h in headers),
+                p.capacity,
+            )
+        plan = plan_capacities(
+            demands, (self.budget.budget if budget is None else budget) - held, self.gl.max_array_layers
+        )
         for key in sorted(plan, key=lambda k: plan[k] - self.pools[k].capacity):  # shrink first: growth needs room
             pool = self.pools[key]
             result = pool.resize(plan[key], self.frame)
@@ -244,8 +263,12 @@ class Streamer:
         need = _round_up(self.space.used + HEADER + h.tile_count, PAGE_BUFFER_STEP)
         extra = max(0, need - self.pages.entries) * 4  # the page-table buffer grows to hold its entries
         if key not in self.pools:
-            g = SlotGeometry.choose(h.slot_size, h.tile_raw_size, max(1, self.budget.budget // h.tile_raw_size),
-                                    max_layers=self.gl.max_array_layers)  # fmt: skip
+            g = SlotGeometry.choose(
+                h.slot_size,
+                h.tile_raw_size,
+                max(1, self.budget.budget // h.tile_raw_size),
+                max_layers=self.gl.max_array_layers,
+            )
             extra += g.round_up(self._pinned_tiles(h)) // g.cells * g.layer_bytes
         if self.uploader is None or self.uploader.ring.slot_bytes < h.tile_raw_size:
             extra += self._ring_size(h.tile_raw_size)
@@ -333,8 +356,10 @@ class Streamer:
         if np.any(alloc.slots < 0):
             got = alloc.slots[alloc.slots >= 0]
             vt.pool.free(got)
-            raise BudgetError(f"{vt.path}: {ids.size} tiles need cache slots; the {vt.pool.name} pool has "
-                              f"{got.size} to give (raise --budget-mb)")  # fmt: skip
+            raise BudgetError(
+                f"{vt.path}: {ids.size} tiles need cache slots; the {vt.pool.name} pool has "
+                f"{got.size} to give (raise --budget-mb)"
+            )
         if pin:
             vt.pool.pin(alloc.slots)
         return alloc.slots
@@ -404,8 +429,9 @@ class Streamer:
             # 2. Finished reads -> uploads -> page tables.
             self._apply_drained(up.drain(), st)
             tu = time.perf_counter()
-            uploaded = up.upload(frame, self._pool_slots, self.config.upload_tiles_per_frame,
-                                 self.config.upload_bytes_per_frame)  # fmt: skip
+            uploaded = up.upload(
+                frame, self._pool_slots, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
+            )
             self._apply_uploaded(uploaded, st)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
 
@@ -570,9 +596,11 @@ class Streamer:
         pool = vt.pool
         others = pool.evictable_mask(self.frame) & (pool.tex != vt.id)
         if ids.size > pool.free_count + int(np.count_nonzero(others)):
-            raise BudgetError(f"{vt.path}: all {vt.header.tile_count} tiles need "
-                              f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache; the "
-                              f"{pool.name} pool holds {pool.capacity} slots (raise --budget-mb)")  # fmt: skip
+            raise BudgetError(
+                f"{vt.path}: all {vt.header.tile_count} tiles need "
+                f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache; the "
+                f"{pool.name} pool holds {pool.capacity} slots (raise --budget-mb)"
+            )
         held = self.tables.own[have].astype(np.int64)
         newly = held[~pool.pinned[held]]
         pool.pin(newly)  # so that making room evicts none of this texture's tiles
@@ -600,8 +628,20 @@ class Streamer:
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
         p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
         ring = self.uploader.ring if self.uploader is not None else None
-        keys = ("frame", "update_ms", "upload_ms", "uploads", "upload_bytes", "requested", "wanted_pages",
-                "missing_pages", "in_flight", "queued", "failed", "feedback_age")  # fmt: skip
+        keys = (
+            "frame",
+            "update_ms",
+            "upload_ms",
+            "uploads",
+            "upload_bytes",
+            "requested",
+            "wanted_pages",
+            "missing_pages",
+            "in_flight",
+            "queued",
+            "failed",
+            "feedback_age",
+        )
         return {
             **{k: getattr(st, k) for k in keys},
             "vram_bytes": self.budget.usage,

@@ -159,7 +159,9 @@ class TileSpace:
         return max((r.stop for r in self.ranges.values()), default=0)
 
     # ---- questions (vectorized) -----------------------------------------------------------------
-    def ids(self, tex: np.ndarray | int, level: np.ndarray | int, x: np.ndarray | int, y: np.ndarray | int) -> np.ndarray:
+    def ids(
+        self, tex: np.ndarray | int, level: np.ndarray | int, x: np.ndarray | int, y: np.ndarray | int
+    ) -> np.ndarray:
         """Ids of tiles given as (texture, level, x, y); ValueError for a tile that does not exist."""
         t, lv, xx, yy = np.broadcast_arrays(*(np.asarray(a, np.int64) for a in (tex, level, x, y)))
         ok = self.contains(t, lv, xx, yy)
@@ -174,9 +176,15 @@ class TileSpace:
         t = np.clip(tex, 0, MAX_TEXTURES - 1)
         lv = np.clip(level, 0, MAX_LEVELS - 1)
         return (
-            (tex >= 0) & (tex < MAX_TEXTURES) & (level >= 0) & (level < self.level_count[t])
-            & (x >= 0) & (y >= 0) & (x < self.tiles_x[t, lv]) & (y < self.tiles_y[t, lv])
-        )  # fmt: skip
+            (tex >= 0)
+            & (tex < MAX_TEXTURES)
+            & (level >= 0)
+            & (level < self.level_count[t])
+            & (x >= 0)
+            & (y >= 0)
+            & (x < self.tiles_x[t, lv])
+            & (y < self.tiles_y[t, lv])
+        )
 
     def is_tile(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the ids that name a tile of an open texture (e.g. to validate GPU feedback)."""

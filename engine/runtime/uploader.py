@@ -163,8 +163,9 @@ class Uploader:
         self.sources: dict[int, _Source] = {}
         self._retired: list[_Source] = []  # closed textures whose files wait for their batches
         self._next_batch = 0
-        self.io = IOWorkers(config.io_threads, self.ring.memory, self.ring.stride, self.state, LoadState.CANCELLED,
-                            self.native)  # fmt: skip
+        self.io = IOWorkers(
+            config.io_threads, self.ring.memory, self.ring.stride, self.state, LoadState.CANCELLED, self.native
+        )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self._closed = False
 
@@ -178,10 +179,16 @@ class Uploader:
         idx = reader.index
         stored = idx["stored_size"].astype(np.int64)
         h = reader.header
-        tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)),
-                          str(reader.path))  # fmt: skip
-        self.sources[tex] = _Source(tile, idx["offset"].astype(np.int64), stored,
-                                    np.ascontiguousarray(idx["checksum"], np.uint64), self.space.ranges[tex].first_tile)  # fmt: skip
+        tile = TileSource(
+            os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)), str(reader.path)
+        )
+        self.sources[tex] = _Source(
+            tile,
+            idx["offset"].astype(np.int64),
+            stored,
+            np.ascontiguousarray(idx["checksum"], np.uint64),
+            self.space.ranges[tex].first_tile,
+        )
 
     def remove_source(self, tex: int) -> LoadRecords:
         """Forget a texture's loads (cancelled; returned so the caller frees their cache slots) and
@@ -262,8 +269,9 @@ class Uploader:
         for start in range(0, order.size, BATCH_TILES):
             o = order[start : start + BATCH_TILES]
             e = entry[o]
-            batch = ReadBatch(self._next_batch, src.tile, tiles[o], slots[o], offsets[o], src.stored[e],
-                              src.checksums[e])  # fmt: skip
+            batch = ReadBatch(
+                self._next_batch, src.tile, tiles[o], slots[o], offsets[o], src.stored[e], src.checksums[e]
+            )
             self._next_batch += 1
             src.batches += 1
             self.io.submit(batch)
@@ -281,7 +289,6 @@ class Uploader:
             self._batch_done(r.batch.source)
         slots = np.concatenate([r.batch.ring_slots for r in results])
         status = np.concatenate([r.status for r in results])
-        errnum = np.concatenate([r.errnum for r in results])
         state = self.state[slots]
         cancelled = state == LoadState.CANCELLED
         ok = (status == ReadStatus.OK) & ~cancelled
@@ -294,8 +301,10 @@ class Uploader:
             n = len(r.batch)
             for k in np.flatnonzero(failed[at : at + n]).tolist():
                 _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
-                reasons.append(f"{r.batch.source.name}: tile ({lv}, {x}, {y}) "
-                               f"{ReadStatus(int(r.status[k])).describe(int(r.errnum[k]))}")  # fmt: skip
+                reasons.append(
+                    f"{r.batch.source.name}: tile ({lv}, {x}, {y}) "
+                    f"{ReadStatus(int(r.status[k])).describe(int(r.errnum[k]))}"
+                )
             at += n
         self._free(np.concatenate([slots[failed], slots[cancelled]]))
         return Drained(failed_rec, reasons, int(np.count_nonzero(ok)), [r.seconds for r in results])
@@ -310,8 +319,9 @@ class Uploader:
                 return
 
     def _records(self, slots: np.ndarray) -> LoadRecords:
-        return LoadRecords(self.tile[slots].copy(), self.tex[slots].copy(), self.pool[slots].copy(),
-                           self.cache_slot[slots].copy())  # fmt: skip
+        return LoadRecords(
+            self.tile[slots].copy(), self.tex[slots].copy(), self.pool[slots].copy(), self.cache_slot[slots].copy()
+        )
 
     def _free(self, slots: np.ndarray) -> None:
         """Loads that end without an upload: their ring slots go straight back."""
@@ -384,8 +394,16 @@ class Uploader:
                 s = slots[self.pool[slots] == p]
                 g = pool.geometry
                 layer, cx, cy = g.locate(self.cache_slot[s])
-                total += self.gl.upload_cell_batch(pool.texture, layer, cx * g.slot_size, cy * g.slot_size,
-                                                   ring.offsets(s), g.slot_size, ring.glo, self.native)  # fmt: skip
+                total += self.gl.upload_cell_batch(
+                    pool.texture,
+                    layer,
+                    cx * g.slot_size,
+                    cy * g.slot_size,
+                    ring.offsets(s),
+                    g.slot_size,
+                    ring.glo,
+                    self.native,
+                )
         finally:
             ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
         return total
@@ -399,7 +417,9 @@ class Uploader:
         return int(freed.size)
 
     # ---- the blocking path ----------------------------------------------------------------------
-    def load_now(self, frame: int, tiles: np.ndarray, pool: CachePool, cache_slots: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def load_now(
+        self, frame: int, tiles: np.ndarray, pool: CachePool, cache_slots: np.ndarray
+    ) -> tuple[np.ndarray, list[str]]:
         """Read and upload `tiles` into `cache_slots` of `pool` now (open's pinned levels, all-resident
         references; never per frame). The same read and upload functions as the streaming path, from
         client memory in chunks (no ring slot is taken, so streaming loads are not disturbed).
@@ -431,19 +451,30 @@ class Uploader:
                 entry = t[m] - src.first_tile
                 order = np.argsort(src.offsets[entry], kind="stable")
                 e, rows = entry[order], m[order]
-                batch = ReadBatch(-1, src.tile, t[rows], rows.astype(np.int64), src.offsets[e], src.stored[e],
-                                  src.checksums[e])  # fmt: skip
+                batch = ReadBatch(
+                    -1, src.tile, t[rows], rows.astype(np.int64), src.offsets[e], src.stored[e], src.checksums[e]
+                )
                 st, err = read_batch(batch, memory, stride, nothing_cancelled, LoadState.CANCELLED, self._scratch)
                 status[rows] = st
                 for k in np.flatnonzero(st != ReadStatus.OK).tolist():
                     _, lv, x, y = (int(v[0]) for v in self.space.coords(t[rows[k : k + 1]]))
-                    reasons.append(f"{src.tile.name}: tile ({lv}, {x}, {y}) {ReadStatus(int(st[k])).describe(int(err[k]))}")
+                    reasons.append(
+                        f"{src.tile.name}: tile ({lv}, {x}, {y}) {ReadStatus(int(st[k])).describe(int(err[k]))}"
+                    )
             good = np.flatnonzero(status == ReadStatus.OK)
             ok[start + good] = True
             if good.size:
                 layer, cx, cy = g.locate(cache_slots[part][good])
-                self.gl.upload_cell_batch(pool.texture, layer, cx * g.slot_size, cy * g.slot_size,
-                                          memory.ctypes.data + good * stride, g.slot_size, 0, self.native)  # fmt: skip
+                self.gl.upload_cell_batch(
+                    pool.texture,
+                    layer,
+                    cx * g.slot_size,
+                    cy * g.slot_size,
+                    memory.ctypes.data + good * stride,
+                    g.slot_size,
+                    0,
+                    self.native,
+                )
         return ok, reasons
 
     # ---- lifetime -------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ def set_view_uniforms(program: moderngl.Program, pose: Pose, size: tuple[int, in
 
 def sky_clear_colour() -> tuple[float, float, float]:
     """The fog colour as display (sRGB) values, for glClear."""
+
     def enc(c: float) -> float:
         return 12.92 * c if c <= 0.0031308 else 1.055 * c ** (1 / 2.4) - 0.055
+
     return tuple(enc(c) for c in SKY)  # type: ignore[return-value]

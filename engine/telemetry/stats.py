@@ -41,7 +41,7 @@ from ..gl.gl_ext import Feature, GpuTimer
 from .schema import FRAME_FIELDS, validate_summary
 
 if TYPE_CHECKING:
-    from ..runtime.streamer import Streamer, VirtualTexture
+    from ..runtime.streamer import Streamer
 
 __all__ = ["HISTORY_SERIES", "History", "Telemetry"]
 

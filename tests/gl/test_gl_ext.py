@@ -27,6 +27,7 @@ from texstream.gl.gl_ext import (
     GpuMemoryInfo,
     gl_format,
 )
+from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 
 from .helpers import encode, make_image
@@ -155,22 +156,32 @@ def test_texture_array_argument_checks(gl: GLExt) -> None:
         gl.create_texture_array(TexelFormat.BC1, 8, 1)  # type: ignore[arg-type]
 
 
+def cells(*layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(layer, x, y) arrays of whole-layer cells."""
+    lv = np.array(layers, np.int64)
+    return lv, np.zeros_like(lv), np.zeros_like(lv)
+
+
 @pytestmark_gl
+@pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
 def test_upload_unbinds_the_unpack_buffer_so_moderngl_writes_still_work(
-    gl_ctx: moderngl.Context, gl: GLExt, bc1_array
+    gl_ctx: moderngl.Context, gl: GLExt, bc1_array, use_native: bool
 ) -> None:
+    native = load_native() if use_native else None
+    if use_native and native is None:
+        pytest.skip("texstream's compiled helper is not built here")
     blocks = encode(TexelFormat.BC1, make_image(16, 1))
     buf = gl.create_mapped_buffer(4096)
     try:
-        buf.view(512, len(blocks))[:] = blocks
-        assert gl.upload_layers(bc1_array, [(1, 512, len(blocks)), (3, 512, len(blocks))], buf) == 2 * len(
-            blocks
-        )
+        buf.array()[512 : 512 + len(blocks)] = np.frombuffer(blocks, np.uint8)
+        layer, x, y = cells(1, 3)
+        sent = gl.upload_cell_batch(bc1_array, layer, x, y, np.array([512, 512]), 16, buf.glo, native)
+        assert sent == 2 * len(blocks)
         assert gl.get_integer(GL_PIXEL_UNPACK_BUFFER_BINDING) == 0
         assert gl.read_layer(bc1_array, 1) == blocks and gl.read_layer(bc1_array, 3) == blocks
-        # a bad region raises mid-batch and still leaves nothing bound
-        with pytest.raises(ValueError, match="layer 9"):
-            gl.upload_layers(bc1_array, [(0, 512, len(blocks)), (9, 512, len(blocks))], buf)
+        # a bad cell is refused before any call and leaves nothing bound
+        with pytest.raises(ValueError, match="layers"):
+            gl.upload_cell_batch(bc1_array, *cells(0, 9), np.array([512, 512]), 16, buf.glo, native)
         assert gl.get_integer(GL_PIXEL_UNPACK_BUFFER_BINDING) == 0
         # moderngl's own client-memory upload reads from the pointer, not from a stale PBO
         pixels = np.arange(8 * 8 * 4, dtype=np.uint8).tobytes()
@@ -183,16 +194,25 @@ def test_upload_unbinds_the_unpack_buffer_so_moderngl_writes_still_work(
 
 
 @pytestmark_gl
-def test_upload_checks_its_regions(gl: GLExt, bc1_array) -> None:
-    n = bc1_array.layer_bytes
+def test_upload_from_client_memory(gl: GLExt, bc1_array) -> None:
+    """pbo=0: the offsets are addresses of memory the caller keeps alive during the call."""
+    tiles = [encode(TexelFormat.BC1, make_image(16, seed)) for seed in (4, 5)]
+    memory = np.frombuffer(b"".join(tiles), np.uint8).copy()
+    n = len(tiles[0])
+    layer, x, y = cells(2, 0)
+    gl.upload_cell_batch(bc1_array, layer, x, y, memory.ctypes.data + np.array([0, n]), 16, 0, load_native())
+    assert gl.read_layer(bc1_array, 2) == tiles[0] and gl.read_layer(bc1_array, 0) == tiles[1]
+
+
+@pytestmark_gl
+def test_upload_checks_its_cells(gl: GLExt, bc1_array) -> None:
     buf = gl.create_mapped_buffer(4096)
     try:
-        with pytest.raises(ValueError, match="bytes"):
-            gl.upload_layers(bc1_array, [(0, 0, n - 8)], buf)
-        with pytest.raises(ValueError, match="offset"):
-            gl.upload_layers(bc1_array, [(0, -256, n)], buf)
-        with pytest.raises(ValueError, match="pbo"):
-            gl.upload_layers(bc1_array, [(0, 0, n)], 0)
+        with pytest.raises(ValueError, match="does not fit"):
+            gl.upload_cell_batch(bc1_array, np.array([0]), np.array([4]), np.array([0]), np.array([0]), 16, buf.glo)
+        with pytest.raises(ValueError, match="layers"):
+            gl.upload_cell_batch(bc1_array, *cells(-1), np.array([0]), 16, buf.glo)
+        assert gl.upload_cell_batch(bc1_array, *cells(), np.zeros(0, np.int64), 16, buf.glo) == 0
     finally:
         buf.release()
 
@@ -298,15 +318,14 @@ def test_get_error_and_check(gl: GLExt) -> None:
 
 @pytestmark_gl
 def test_debug_mode_names_the_failing_call(gl: GLExt, gl_debug: GLExt, bc1_array) -> None:
-    n = bc1_array.layer_bytes
     buf = gl_debug.create_mapped_buffer(1024)
     try:
         # reading past the end of the unpack buffer is GL_INVALID_OPERATION
         with pytest.raises(GLError, match=r"glCompressedTexSubImage3D failed: GL_INVALID_OPERATION"):
-            gl_debug.upload_layers(bc1_array, [(0, 1024, n)], buf)
+            gl_debug.upload_cell_batch(bc1_array, *cells(0), np.array([1024]), 16, buf.glo, load_native())
         assert gl_debug.get_integer(GL_PIXEL_UNPACK_BUFFER_BINDING) == 0
         # without debug mode the same call returns, and the error waits for check()
-        gl.upload_layers(bc1_array, [(0, 1024, n)], buf)
+        gl.upload_cell_batch(bc1_array, *cells(0), np.array([1024]), 16, buf.glo)
         with pytest.raises(GLError, match="GL_INVALID_OPERATION"):
             gl.check("after upload")
     finally:
@@ -378,6 +397,21 @@ def test_mapped_buffer_views_and_release(gl: GLExt, caplog: pytest.LogCaptureFix
     assert "still in use" in caplog.text and held.released
     arr[:] = 7  # still valid memory
     assert int(arr.sum()) == 7 * 64
+    # the whole-mapping array: one array, shared memory; a live slice keeps the mapping too
+    whole = gl.create_mapped_buffer(512)
+    a = whole.array()
+    assert a is whole.array() and a.size == 512
+    a[10:20] = 3
+    piece = a[10:20]
+    del a
+    with caplog.at_level(logging.ERROR, logger="texstream.gl.gl_ext"):
+        whole.release()
+    assert whole.released and int(piece.sum()) == 30
+    free = gl.create_mapped_buffer(512)
+    name = free.glo
+    free.array()[:] = 1
+    free.release()  # no reference left: unmapped and deleted
+    assert not gl.is_buffer(name)
 
 
 @pytestmark_gl

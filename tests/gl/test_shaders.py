@@ -64,9 +64,7 @@ def test_line_directives_match_the_drivers_numbering() -> None:
 
 
 def test_pragma_once_includes_a_file_once() -> None:
-    src = preprocess(
-        user('#include "inc_b.glsl"\n#include "inc_a.glsl"\n#include "inc_b.glsl"'), include_dirs=[DATA]
-    )
+    src = preprocess(user('#include "inc_b.glsl"\n#include "inc_a.glsl"\n#include "inc_b.glsl"'), include_dirs=[DATA])
     assert src.text.count("float inc_b(float x)") == 1
     assert "#pragma once" not in src.text
 
@@ -193,9 +191,7 @@ def test_syntax_error_in_an_include_names_its_file_and_line(gl_ctx: moderngl.Con
 
 @pytest.mark.gl
 def test_error_in_the_top_level_fragment_source(gl_ctx: moderngl.Context) -> None:
-    fs = (
-        '#version 330\n#include "texstream/common.glsl"\nout vec4 c;\nvoid main() {\n    c = vec4(nope);\n}\n'
-    )
+    fs = '#version 330\n#include "texstream/common.glsl"\nout vec4 c;\nvoid main() {\n    c = vec4(nope);\n}\n'
     with pytest.raises(ShaderCompileError) as info:
         shaders.program(gl_ctx, vertex=user(""), fragment=fs)
     assert info.value.stage == "fragment"
@@ -216,10 +212,7 @@ def test_link_error_is_a_shader_error(gl_ctx: moderngl.Context) -> None:
 def test_compute_shader_errors_map_too(gl_ctx: moderngl.Context) -> None:
     if gl_ctx.version_code < 430:
         pytest.skip("compute shaders need GL 4.3")
-    cs = (
-        '#version 430\n#include "texstream/common.glsl"\nlayout(local_size_x = 1) in;\n'
-        + "void main() { x = 1; }\n"
-    )
+    cs = '#version 430\n#include "texstream/common.glsl"\nlayout(local_size_x = 1) in;\n' + "void main() { x = 1; }\n"
     with pytest.raises(ShaderCompileError, match=r"<compute>:4: .*\n\s+4 \| void main\(\) \{ x = 1; \}"):
         shaders.compute_shader(gl_ctx, cs)
     ok = shaders.compute_shader(gl_ctx, cs.replace("x = 1;", "vec3 c = ts_srgb_to_linear(vec3(0.5));"))

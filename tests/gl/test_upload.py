@@ -1,4 +1,5 @@
-"""End to end on GL: BC/RGBA8 tiles through the staging ring into array layers, checked two ways.
+"""End to end on GL: BC/RGBA8 tiles through the staging ring into array layers (the engine's own
+upload loop, compiled and pure Python), checked two ways.
 
 1. The layer's stored bytes equal the uploaded bytes (glGetCompressedTextureSubImage).
 2. Sampling the layer (texelFetch into a float framebuffer) matches texture2ddecoder's decode of
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from texstream.gl.gl_ext import GLExt, gl_format
+from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import StagingRing
 
@@ -70,13 +72,21 @@ def check_layer(gl: GLExt, sampler: LayerSampler, tex, layer: int, fmt: TexelFor
         assert np.allclose(got[..., 3], 1.0)  # opaque: RGB DXT1, RGTC have no alpha
 
 
+@pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "orphaning"])
-@pytest.mark.parametrize(
-    ("fmt", "srgb"), CASES, ids=[f"{f.name.lower()}{'-srgb' if s else ''}" for f, s in CASES]
-)
+@pytest.mark.parametrize(("fmt", "srgb"), CASES, ids=[f"{f.name.lower()}{'-srgb' if s else ''}" for f, s in CASES])
 def test_tiles_through_the_ring_sample_like_the_reference_decoder(
-    gl_ctx: moderngl.Context, gl: GLExt, sampler: LayerSampler, fmt: TexelFormat, srgb: bool, persistent: bool
+    gl_ctx: moderngl.Context,
+    gl: GLExt,
+    sampler: LayerSampler,
+    fmt: TexelFormat,
+    srgb: bool,
+    persistent: bool,
+    use_native: bool,
 ) -> None:
+    native = load_native() if use_native else None
+    if use_native and native is None:
+        pytest.skip("texstream's compiled helper is not built here")
     f = gl_format(fmt, srgb)
     n = f.layer_bytes(SLOT)
     tiles = [encode(fmt, make_image(SLOT, seed)) for seed in (3, 4, 5)]
@@ -85,22 +95,18 @@ def test_tiles_through_the_ring_sample_like_the_reference_decoder(
     tex = gl.create_texture_array(f, SLOT, 5)
     try:
         assert ring.persistent is persistent
-        slots = []
-        for data in tiles:
-            slot = ring.acquire()
-            assert slot is not None
-            slot.view[:n] = data  # what an I/O worker does, straight into the upload memory
-            ring.mark_ready(slot, n)
-            slots.append(slot)
-        layers = [4, 0, 2]
-        with ring.batch(slots) as pbo:
-            gl.upload_layers(
-                tex, [(layer, s.offset, s.nbytes) for layer, s in zip(layers, slots, strict=True)], pbo
-            )
-        for layer, data in zip(layers, tiles, strict=True):
+        slots = ring.acquire(3)
+        for slot, data in zip(slots.tolist(), tiles, strict=True):
+            ring.view(slot)[:] = data  # what an I/O thread does, straight into the upload memory
+        layers = np.array([4, 0, 2])
+        ring.stage(slots, n)
+        zero = np.zeros(3, np.int64)
+        gl.upload_cell_batch(tex, layers, zero, zero, ring.offsets(slots), SLOT, ring.glo, native)
+        ring.submit(slots, 3 * n)
+        for layer, data in zip(layers.tolist(), tiles, strict=True):
             check_layer(gl, sampler, tex, layer, fmt, srgb, data)
         gl_ctx.finish()
-        assert ring.reclaim() == 3 and ring.stats().free == ring.slot_count
+        assert ring.reclaim().size == 3 and ring.stats().free == ring.slot_count
     finally:
         tex.release()
         ring.release()
@@ -115,20 +121,21 @@ def test_orphaning_batches_do_not_disturb_earlier_uploads(
     ring = StagingRing(gl_ctx, gl, size_bytes=2 * n, slot_bytes=n, persistent=False)
     tex = gl.create_texture_array(f, SLOT, 6)
     tiles = [encode(TexelFormat.BC7, make_image(SLOT, seed)) for seed in range(6)]
+    zero = np.zeros(1, np.int64)
     try:
         for layer, data in enumerate(tiles):
-            slot = None
-            for _ in range(1000):  # both slots may be in flight: wait for a fence like a worker would
+            slots = np.zeros(0, np.int64)
+            for _ in range(1000):  # both slots may be in flight: wait for a fence like the uploader would
                 ring.reclaim()
-                slot = ring.acquire()
-                if slot is not None:
+                slots = ring.acquire(1)
+                if slots.size:
                     break
                 gl_ctx.finish()
-            assert slot is not None
-            slot.view[:n] = data
-            ring.mark_ready(slot, n)
-            with ring.batch([slot]) as pbo:
-                gl.upload_layers(tex, [(layer, slot.offset, n)], pbo)
+            assert slots.size == 1
+            ring.view(int(slots[0]))[:] = data
+            ring.stage(slots, n)
+            gl.upload_cell_batch(tex, np.array([layer]), zero, zero, ring.offsets(slots), SLOT, ring.glo)
+            ring.submit(slots, n)
         for layer, data in enumerate(tiles):
             check_layer(gl, sampler, tex, layer, TexelFormat.BC7, True, data)
     finally:

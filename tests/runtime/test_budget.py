@@ -42,8 +42,6 @@ def test_bad_arguments() -> None:
         b.reserve("ring", 1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="positive"):
         b.set_budget(0)
-    with pytest.raises(ValueError, match="slot bytes"):
-        b.slots_affordable(0)
 
 
 def test_reserve_release_and_breakdown() -> None:
@@ -110,23 +108,6 @@ def test_set_budget_at_run_time() -> None:
     b.reserve("pool/bc7", 2 * MIB)
     b.set_budget(8 * MIB)
     assert b.budget == 8 * MIB
-
-
-def test_slots_affordable() -> None:
-    b = BudgetManager(BudgetConfig(budget_mb=10))
-    b.reserve("ring", 2 * MIB)
-    b.reserve("pool/bc1", 4 * MIB)
-    assert b.slots_affordable(MIB) == 4
-    assert b.slots_affordable(MIB, fixed_costs=MIB + 1) == 2
-    assert b.slots_affordable(MIB, exclude=["pool/bc1"]) == 8
-    assert b.slots_affordable(MIB, exclude=("pool/bc1", "pool/bc1")) == 8
-    assert b.slots_affordable(MIB, exclude=["pool/bc1"], budget=20 * MIB) == 18
-    assert b.slots_affordable(MIB, fixed_costs=100 * MIB) == 0
-    # What slots_affordable returns can really be reserved.
-    n = b.slots_affordable(9248, exclude=["pool/bc1"])
-    b.reserve("pool/bc1", n * 9248)
-    with pytest.raises(BudgetError):
-        b.reserve("pool/bc1", (n + 1) * 9248)
 
 
 def test_bias_rises_when_oversubscribed_and_falls_back() -> None:
