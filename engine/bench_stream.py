@@ -1,21 +1,26 @@
-"""`texstream bench stream`: streaming throughput against a ceiling measured in the same run.
+"""`texstream bench stream`: the streaming core measured against ceilings taken in the same run.
 
-Measured in one run, on one headless context:
+On one headless context, in one run:
 
-(a) upload ceiling: tiles/s of glCompressedTexSubImage3D from the persistent-mapped staging ring
-    into a cache texture array, batched and fenced like the streamer does, timed until glFinish
-    (no disk, no decode, no page tables: what the GPU path alone allows);
-(b) end to end: tiles/s the streamer delivers (read + checksum + decompress on the I/O threads,
-    upload, page-table update) while a scripted camera pans at 1:1 across a large pack whose file
-    is in the page cache (read once first), with generous per-frame caps; reported with the share of
-    frames that ended with loads still pending (close to 1: supply-limited, the rate is the
-    streamer's; low: the camera asked for less than the streamer could do);
-(c) render-thread cost: `update()` minus its uploads (FrameStats.update_ms - upload_ms), per frame,
-    with three virtual textures (BC1, BC5, BC4) open and drawn at 1920x1080 (960x540 quick);
-(d) latency: frames from issuing a load to its tile being resident (p50 / p95), from run (b).
+(a) upload ceiling: tiles/s of the engine's own upload loop (`GLExt.upload_cell_batch`, the compiled
+    loop when built) from the persistent-mapped staging ring into a cache array, in batches fenced
+    like the uploader's, timed until glFinish: no disk, no decode, no bookkeeping. The same with the
+    pure-Python loop is reported too (what the compiled loop buys);
+(b) end to end: tiles/s the streamer delivers (feedback, scheduler, batched reads with checksum and
+    zstd on the I/O threads, uploads, page tables) while a plane drawn at 1:1 pans a whole frame per
+    frame over a pack in the page cache, with caps that never bind; once with the compiled I/O and
+    upload loops and once with the pure-Python ones (the interpreter lock's share);
+(b') streamer-bound: the same pan with the feedback written by the CPU (nothing drawn);
+(c) update(): wall and render-thread CPU time per frame with three virtual textures (terrain BC1,
+    normals BC5, detail BC1) on the terrain scene's perspective flythrough at 1920x1080 (quick:
+    960x540) in the demo's budget; p50/p95/p99, the worst after the first second, and how many frames
+    did real work (wanted pages, uploads);
+(d) latency: frames from a load's submission to its upload, from (b);
+(e) camera cuts: random cuts across the terrain in the same scene; per cut, frames until nothing the
+    feedback wants is missing (the first feedback of the new view counted from the cut frame).
 
-Results are ratios against (a) and absolute numbers of this machine; the GL renderer is reported
-(llvmpipe: the "GPU" is the same cores that read and decompress, so the ratio is pessimistic).
+Ratios against (a) and absolute figures of this machine; the GL renderer is reported (on llvmpipe
+the "GPU" is the same cores that read and decode).
 """
 
 from __future__ import annotations
@@ -43,17 +48,19 @@ MIB = 1 << 20
 
 
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
-def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 64) -> dict:
-    """Tiles/s of compressed sub-image uploads from the staging ring, fenced, until glFinish."""
+def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True) -> dict:
+    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish."""
     from .gl.gl_ext import GLExt, gl_format
+    from .native import load
+    from .runtime.pools import SlotGeometry
     from .runtime.staging import StagingRing
-    from .runtime.tile_cache import SlotGeometry
 
+    native = load() if compiled else None
     gl = GLExt(ctx)
     fmt = gl_format(TexelFormat.BC1, True)
     slot = TILE + 8
     tile_bytes = fmt.layer_bytes(slot)
-    capacity = 1024
+    capacity = 4096
     geo = SlotGeometry.choose(slot, tile_bytes, capacity, max_layers=gl.max_array_layers,
                               max_texture_size=min(gl.max_texture_size, 16384))  # fmt: skip
     layers = -(-capacity // geo.cells)
@@ -61,66 +68,53 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 64) -> dict:
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
     try:
         rng = np.random.default_rng(1)
-        for s in ring.slots:  # any bytes are valid BC1 blocks; filled once (no decode in this path)
-            s.view[:] = rng.integers(0, 256, tile_bytes, np.uint8).tobytes()
+        ring.memory[:] = rng.integers(0, 256, ring.memory.size, np.uint8)  # any bytes are BC1 blocks
         ctx.finish()
         done, cell = 0, 0
         t0 = time.perf_counter()
         while done < tiles:
             ring.reclaim()
-            got = []
-            while len(got) < min(batch, tiles - done):
-                s = ring.acquire()
-                if s is None:
-                    break
-                ring.mark_ready(s, tile_bytes)
-                got.append(s)
-            if not got:
-                time.sleep(0)  # every slot waits on the GPU: poll again
-                continue
-            cells = (np.arange(cell, cell + len(got)) % (layers * geo.cells)).astype(np.int64)
+            got = ring.acquire(min(batch, tiles - done))
+            if not got.size:
+                continue  # every slot waits on the GPU: poll again
+            cells = (np.arange(cell, cell + got.size) % (layers * geo.cells)).astype(np.int64)
             lay, cx, cy = geo.locate(cells)
-            regions = [(int(lay[i]), int(cx[i]) * slot, int(cy[i]) * slot, s.offset, tile_bytes)
-                       for i, s in enumerate(got)]  # fmt: skip
-            with ring.batch(got) as pbo:
-                gl.upload_cells(tex, regions, slot, pbo)
-            cell += len(got)
-            done += len(got)
+            gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
+            ring.submit(got, got.size * tile_bytes)
+            cell += got.size
+            done += got.size
         ctx.finish()
         seconds = time.perf_counter() - t0
         ring.reclaim()
     finally:
         tex.release()
         ring.release()
-    return {
-        "tiles": done,
-        "seconds": seconds,
-        "tiles_per_s": done / seconds,
-        "mib_per_s": done * tile_bytes / seconds / MIB,
-        "tile_bytes": tile_bytes,
-        "format": "bc1-srgb",
-        "slot": slot,
-        "batch": batch,
-        "persistent_ring": ring.persistent,
-    }
+    return {"tiles": done, "seconds": seconds, "tiles_per_s": done / seconds,
+            "mib_per_s": done * tile_bytes / seconds / MIB, "tile_bytes": tile_bytes, "format": "bc1-srgb",
+            "slot": slot, "batch": batch, "loop": "compiled" if native is not None else "python"}  # fmt: skip
 
 
 # ---- packs -----------------------------------------------------------------------------------------
 def _bake_packs(folder: Path, quick: bool) -> dict[str, Path]:
+    """terrain (BC1), normals (BC5), detail (BC1): quick ones baked into `folder`, full ones the demo's
+    cached assets plus a 16384^2 detail texture."""
+    from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, AssetRecipe, ensure_asset
     from .bake.pipeline import bake_procedural
 
-    big = 8192 if quick else 16384
-    small = 2048 if quick else 4096
+    detail = AssetRecipe(name="detail", pattern="terrain", size=16384, seed=7, texel_format=TexelFormat.BC1)
+    if not quick:
+        return {name: ensure_asset(r, progress=False) for name, r in
+                (("terrain", DEFAULT_TERRAIN), ("normals", DEFAULT_NORMALS), ("detail", detail))}  # fmt: skip
     common = {"tile_size": TILE, "progress": False}
     specs = {
-        "terrain": (big, "terrain", BakeConfig(**common)),
-        "normals": (small, "normals", BakeConfig(texel_format=TexelFormat.BC5, **common)),
-        "height": (small, "checker", BakeConfig(texel_format=TexelFormat.BC4, **common)),
+        "terrain": (8192, "terrain", 1, BakeConfig(**common)),
+        "normals": (2048, "normals", 1, BakeConfig(texel_format=TexelFormat.BC5, **common)),
+        "detail": (2048, "terrain", 7, BakeConfig(**common)),
     }
     out = {}
-    for name, (size, pattern, cfg) in specs.items():
+    for name, (size, pattern, seed, cfg) in specs.items():
         out[name] = folder / f"{name}-{size}.tpk"
-        bake_procedural(out[name], size, pattern, 7, cfg)
+        bake_procedural(out[name], size, pattern, seed, cfg)
     return out
 
 
@@ -143,17 +137,21 @@ def _serpentine(xs: np.ndarray, ys: np.ndarray, max_frames: int) -> list[tuple[f
     return [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
 
 
-def _pan_config(pack: Path) -> StreamerConfig:
+def _pan_config(pack: Path, native: bool = True) -> StreamerConfig:
     """Budget for the whole pack, a 64 MiB ring, an I/O thread a core, caps that never bind."""
     return StreamerConfig(budget=BudgetConfig(budget_mb=_budget_mb([pack])), ring_mb=64,
-                          io_threads=max(2, os.cpu_count() or 2), upload_tiles_per_frame=4096,
-                          upload_bytes_per_frame=256 * MIB)  # fmt: skip
+                          io_threads=max(2, os.cpu_count() or 2), upload_tiles_per_frame=8192,
+                          upload_bytes_per_frame=1 << 30, native=native)  # fmt: skip
+
+
+def _pct(values: list[float] | np.ndarray, q: float) -> float:
+    return float(np.percentile(np.asarray(values, float), q)) if len(values) else 0.0
 
 
 # ---- (b) end to end and (d) latency ----------------------------------------------------------------
-def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int) -> dict:
-    """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (every
-    frame shows only tiles never seen before: the demand stays above what can be delivered)."""
+def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int, native: bool) -> dict:
+    """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
+    shows only tiles never seen before: demand stays above what can be delivered)."""
     from .render import PlaneRenderer
     from .runtime.streamer import Streamer
     from .scene.camera import View
@@ -163,23 +161,14 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
         tex_w, tex_h = r.header.width, r.header.height
     w, h = size
     path = _serpentine(np.arange(w / 2, tex_w - w / 2 + 1, w), np.arange(h / 2, tex_h - h / 2 + 1, h), max_frames)
-    cfg = _pan_config(pack)
+    cfg = _pan_config(pack, native)
     renderer = PlaneRenderer(ctx, size)
-    latencies: list[int] = []
-    io_seconds: list[float] = []
-    backlog: list[int] = []  # loads issued but not resident yet, after each update
-    update_ms: list[float] = []
+    latencies: list[np.ndarray] = []
+    update_ms, cpu_ms, backlog = [], [], []
+    read_s = batches = 0.0
     try:
         with Streamer(ctx, cfg) as s:
             vt = s.open(pack)
-            drain = s.io.drain
-
-            def timed_drain(limit: int | None = None):  # noqa: ANN202 (bench instrumentation)
-                jobs = drain(limit)
-                io_seconds.extend(j.seconds for j in jobs)
-                return jobs
-
-            s.io.drain = timed_drain  # type: ignore[method-assign]
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
@@ -188,196 +177,212 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             for x, y in path:
                 st = s.update()
                 renderer.draw(vt, View(x / tex_w, y / tex_h, 1.0))
-                latencies.extend(st.latency_frames)
+                latencies.append(st.latency_frames)
                 update_ms.append(st.update_ms)
-                backlog.append(st.in_flight + len(s._ready))
+                cpu_ms.append(st.update_cpu_ms)
+                backlog.append(st.in_flight)
+                read_s += st.read_seconds
+                batches += st.read_batches
             ctx.finish()
             seconds = time.perf_counter() - t0
             tiles = s.totals["uploads"] - start["uploads"]
-            issued = s.totals["requested"] - start["requested"]
             nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
-            ring = s.ring.stats() if s.ring is not None else None
+            native_used = s.uploader is not None and s.uploader.native is not None
     finally:
         renderer.release()
-    lat = np.array(latencies or [0])
-    io_us = float(np.mean(io_seconds)) * 1e6 if io_seconds else 0.0
-    return {
-        "pack": pack.name,
-        "frame_size": list(size),
-        "frames": len(path),
-        "tiles": tiles,
-        "seconds": seconds,
-        "tiles_per_s": tiles / seconds,
-        "mib_per_s": nbytes / seconds / MIB,
-        "fps": len(path) / seconds,
-        "issued": issued,
-        "backlog_mean": float(np.mean(backlog)),
-        "backlog_frames_share": float(np.mean(np.array(backlog) > 0)),
-        "update_ms_p50": float(np.percentile(update_ms, 50)),
-        "io_threads": cfg.io_threads,
-        "io_us_per_tile": io_us,  # pread + decompress + checksum, on a worker (GIL waits included)
-        "io_capacity_tiles_per_s": cfg.io_threads / (io_us * 1e-6) if io_us else 0.0,
-        "frame_bound": bool(np.percentile(lat, 95) <= 1),  # all issued loads landed by the next frame
-        "ring_stalls": ring.stalls if ring else 0,
-        "latency_frames_p50": float(np.percentile(lat, 50)),
-        "latency_frames_p95": float(np.percentile(lat, 95)),
-        "latency_samples": len(latencies),
-    }
+    lat = np.concatenate(latencies) if latencies else np.zeros(1)
+    return {"pack": pack.name, "frame_size": list(size), "frames": len(path), "tiles": tiles, "seconds": seconds,
+            "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": len(path) / seconds,
+            "compiled": native_used, "io_threads": cfg.io_threads,
+            "update_ms_p50": _pct(update_ms, 50), "update_cpu_ms_p50": _pct(cpu_ms, 50),
+            "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
+            "read_batches": int(batches), "backlog_mean": float(np.mean(backlog)),
+            "latency_frames_p50": _pct(lat, 50), "latency_frames_p95": _pct(lat, 95),
+            "latency_samples": int(lat.size)}  # fmt: skip
 
 
 def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: int) -> dict:
     """The same pan with the feedback written by the CPU instead of rasterized: each frame names the
-    level-0 pages under a fresh `view_px`^2 window (what a 1:1 top view's feedback names). Nothing
-    is drawn, so neither rasterization nor the driver's texture sync limits the rate: this is what
-    the streamer itself delivers (feedback -> scheduler -> I/O -> upload -> page tables)."""
-    from .runtime.feedback_reduce import pack_feedback
+    level-0 pages under a fresh `view_px`^2 window. Nothing is drawn, so neither rasterization nor the
+    driver's texture sync limits the rate: this is what the streamer itself delivers."""
     from .runtime.streamer import Streamer
 
     _warm_page_cache(pack)
     with PackReader(pack) as r:
         h = r.header
-    t = h.tile_size
-    w = view_px
+    t, w = h.tile_size, view_px
     path = _serpentine(np.arange(0, h.width - w + 1, w), np.arange(0, h.height - w + 1, w), max_frames)
-    cfg = _pan_config(pack)
-    latencies: list[int] = []
     frames = 0
-    with Streamer(ctx, cfg) as s:
+    with Streamer(ctx, _pan_config(pack)) as s:
         vt = s.open(pack)
         ctx.finish()
         start = dict(s.totals)
         t0 = time.perf_counter()
         for i in range(len(path) + 1000):
-            st = s.update()
-            latencies.extend(st.latency_frames)
+            s.update()
             frames += 1
-            fb = s.feedback._current  # the buffer the coming draw would append to
-            if i < len(path) and fb is not None:
+            if i < len(path):
                 x0, y0 = path[i]
                 yy, xx = np.mgrid[y0 // t : -(-(y0 + w) // t), x0 // t : -(-(x0 + w) // t)]
-                ids = pack_feedback(vt.id, 0, xx.ravel(), yy.ravel())
-                head = np.array([ids.size, s.feedback.capacity, s.feedback.stride, 0], np.uint32)
-                fb.buffer.write(head.tobytes() + ids.tobytes())
-            elif i >= len(path) and not s.busy:
+                s.feedback.inject(vt.table.ids(0, xx.ravel(), yy.ravel()))
+            elif not s.busy:
                 break
         ctx.finish()
         seconds = time.perf_counter() - t0
         tiles = s.totals["uploads"] - start["uploads"]
         nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
-    lat = np.array(latencies or [0])
-    return {
-        "pack": pack.name,
-        "window": view_px,
-        "frames": frames,
-        "tiles": tiles,
-        "seconds": seconds,
-        "tiles_per_s": tiles / seconds,
-        "mib_per_s": nbytes / seconds / MIB,
-        "fps": frames / seconds,
-        "latency_frames_p50": float(np.percentile(lat, 50)),
-        "latency_frames_p95": float(np.percentile(lat, 95)),
-    }
+    return {"pack": pack.name, "window": view_px, "frames": frames, "tiles": tiles, "seconds": seconds,
+            "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": frames / seconds}  # fmt: skip
 
 
-# ---- (c) render-thread cost with three textures ----------------------------------------------------
-def update_cost(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], frames: int) -> dict:
-    """update() minus its uploads, per frame, with three textures open and drawn each frame."""
-    from .render import PlaneRenderer
-    from .runtime.streamer import Streamer
-    from .scene.camera import View
+# ---- (c) update() on the three-texture scene and (e) camera cuts -----------------------------------
+class _Scene:
+    """Terrain + normals + detail streamed into one budget, drawn by TerrainScene offscreen."""
 
-    cfg = StreamerConfig(budget=BudgetConfig(budget_mb=_budget_mb(list(packs.values()))), ring_mb=64)
-    names = list(packs)
-    renderers = [PlaneRenderer(ctx, size) for _ in names]
-    warmup = 5
-    cpu, upload, wanted, thread_cpu = [], [], [], []
+    def __init__(self, ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float) -> None:
+        from .runtime.streamer import Streamer
+        from .scene.terrain import TerrainScene
+
+        self.ctx, self.size = ctx, size
+        self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
+        try:
+            s = self.streamer
+            self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
+            self.scene = TerrainScene(ctx, *self.textures)
+            self.fbo = ctx.simple_framebuffer(size)
+        except BaseException:
+            self.streamer.release()
+            raise
+
+    @property
+    def ground(self) -> tuple[int, int]:
+        h = self.textures[0].header
+        return h.width, h.height
+
+    def frame(self, pose) -> object:  # noqa: ANN001 (Pose) -> FrameStats
+        from .scene.terrain import sky_clear_colour
+
+        st = self.streamer.update()
+        self.fbo.use()
+        self.fbo.clear(*sky_clear_colour(), 1.0)
+        self.scene.draw(pose, self.size)
+        return st
+
+    def release(self) -> None:
+        if self.ctx.fbo is self.fbo:
+            self.ctx.detect_framebuffer(0).use()
+        self.fbo.release()
+        self.scene.release()
+        self.streamer.release()
+
+
+def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float,
+                 seconds: float, fps: float = 60.0) -> dict:  # fmt: skip
+    """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere)."""
+    from .scene.paths import flythrough
+
+    scene = _Scene(ctx, packs, size, budget_mb)
+    wall, cpu, wanted, uploads = [], [], [], []
     try:
-        with Streamer(ctx, cfg) as s:
-            vts = [s.open(packs[n]) for n in names]
-            upload_cpu = [0.0]
-            upload_ready = s._upload_ready
-
-            def timed_upload(frame: int, st) -> None:  # noqa: ANN001 (bench instrumentation)
-                c0 = time.thread_time()
-                upload_ready(frame, st)
-                upload_cpu[0] = time.thread_time() - c0
-
-            s._upload_ready = timed_upload  # type: ignore[method-assign]
-            for i in range(frames + warmup):
-                t = i / max(1, frames)
-                views = [
-                    View(0.3 + 0.4 * t, 0.5, 0.5, 55.0, 20.0),  # oblique, minified: many levels at once
-                    View(0.5, 0.3 + 0.4 * t, 1.0 + t),  # magnifying slowly
-                    View(0.6 - 0.2 * t, 0.6, 0.35),  # minified pan
-                ]
-                c0 = time.thread_time()
-                st = s.update()
-                c1 = time.thread_time()
-                for r, vt, v in zip(renderers, vts, views, strict=True):
-                    r.draw(vt, v)
-                if i >= warmup:
-                    cpu.append(st.update_ms - st.upload_ms)
-                    thread_cpu.append((c1 - c0 - upload_cpu[0]) * 1e3)
-                    upload.append(st.upload_ms)
-                    wanted.append(st.wanted_pages)
-            ctx.finish()
-            pools = sorted(p.name for p in s.pools.values())
+        w, h = scene.ground
+        path = flythrough(w, h, seconds=seconds)
+        n = path.frames(fps)
+        t0 = time.perf_counter()
+        for i in range(n):
+            st = scene.frame(path.pose(i / fps))
+            wall.append(st.update_ms)
+            cpu.append(st.update_cpu_ms)
+            wanted.append(st.wanted_pages)
+            uploads.append(st.uploads)
+        ctx.finish()
+        elapsed = time.perf_counter() - t0
+        pools = sorted(p.name for p in scene.streamer.pools.values())
+        peak = scene.streamer.budget.peak
     finally:
-        for r in renderers:
-            r.release()
-    c = np.array(cpu)
-    return {
-        "frame_size": list(size),
-        "textures": [packs[n].name for n in names],
-        "pools": pools,
-        "frames": len(cpu),
-        "cpu_ms_p50": float(np.percentile(c, 50)),
-        "cpu_ms_p95": float(np.percentile(c, 95)),
-        "cpu_ms_max": float(c.max()),
-        "thread_cpu_ms_p50": float(np.percentile(thread_cpu, 50)),  # same, CPU time of the thread only
-        "thread_cpu_ms_p95": float(np.percentile(thread_cpu, 95)),
-        "upload_ms_p50": float(np.percentile(upload, 50)),
-        "wanted_pages_p50": float(np.percentile(wanted, 50)),
-    }
+        scene.release()
+    after = np.asarray(wall[int(fps) :] or wall)
+    up = np.asarray(uploads)
+    return {"frame_size": list(size), "budget_mb": budget_mb, "textures": [p.name for p in packs.values()],
+            "pools": pools, "frames": n, "fps_wall": n / elapsed, "vram_peak_bytes": int(peak),
+            "update_ms_p50": _pct(wall, 50), "update_ms_p95": _pct(wall, 95), "update_ms_p99": _pct(wall, 99),
+            "update_ms_max_after_1s": float(after.max()), "update_cpu_ms_p50": _pct(cpu, 50),
+            "update_cpu_ms_p95": _pct(cpu, 95), "wanted_pages_p50": _pct(wanted, 50),
+            "frames_with_uploads": float(np.mean(up > 0)), "uploads": int(up.sum()),
+            "uploads_per_frame_p95": _pct(up, 95)}  # fmt: skip
+
+
+def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float, cuts: int,
+                hold: int = 24, seed: int = 11) -> dict:  # fmt: skip
+    """Random cuts across the terrain; per cut, frames until the streamer reports nothing missing
+    for feedback drawn after the cut."""
+    from .scene.paths import Pose
+
+    scene = _Scene(ctx, packs, size, budget_mb)
+    rng = np.random.default_rng(seed)
+    result = []
+    update_ms = []
+    try:
+        w, h = scene.ground
+        frame = 0
+        for _ in range(cuts):
+            x, y = rng.uniform(0.1, 0.9, 2) * (w, h)
+            ang = rng.uniform(0, 2 * np.pi)
+            pose = Pose(
+                np.array([x, y, -rng.uniform(40, 120)]), np.array([x + 400 * np.cos(ang), y + 400 * np.sin(ang), 0])
+            )
+            cut_frame, done = frame, None
+            for k in range(hold):
+                st = scene.frame(pose)
+                frame += 1
+                update_ms.append(st.update_ms)
+                fresh = st.feedback_age >= 0 and st.frame - st.feedback_age > cut_frame + 1
+                if done is None and fresh and st.wanted_pages and st.missing_pages == 0:
+                    done = k
+            result.append(done if done is not None else hold)
+        ctx.finish()
+    finally:
+        scene.release()
+    r = np.asarray(result)
+    return {"cuts": cuts, "hold_frames": hold, "frames_to_complete": r.tolist(), "p50": _pct(r, 50),
+            "p95": _pct(r, 95), "max": int(r.max()), "unfinished": int(np.count_nonzero(r >= hold)),
+            "update_ms_p50": _pct(update_ms, 50), "update_ms_p95": _pct(update_ms, 95)}  # fmt: skip
 
 
 # ---- the run ---------------------------------------------------------------------------------------
 def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
-    """Run (a)-(d) on a fresh headless context; print a table; write JSON to `json_path` if given."""
+    """Run (a)-(e) on a fresh headless context; print a table; write JSON to `json_path` if given."""
     from .gl.context import headless_context
 
     t_start = time.perf_counter()
     ctx = headless_context()
     try:
         info = ctx.info
-        result: dict = {
-            "bench": "stream",
-            "quick": quick,
-            "gl_renderer": info.get("GL_RENDERER", "?"),
-            "gl_vendor": info.get("GL_VENDOR", "?"),
-            "gl_version": info.get("GL_VERSION", "?"),
-            "cpu_count": os.cpu_count(),
-        }
-        result["upload_ceiling"] = upload_ceiling(ctx, 4096 if quick else 32768)
+        result: dict = {"bench": "stream", "quick": quick, "gl_renderer": info.get("GL_RENDERER", "?"),
+                        "gl_vendor": info.get("GL_VENDOR", "?"), "gl_version": info.get("GL_VERSION", "?"),
+                        "cpu_count": os.cpu_count()}  # fmt: skip
+        n = 16384 if quick else 131072
+        result["upload_ceiling"] = upload_ceiling(ctx, n)
+        result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False)
         with tempfile.TemporaryDirectory(prefix="texstream-bench-") as tmp:
             t0 = time.perf_counter()
             packs = _bake_packs(Path(tmp), quick)
-            result["bake_seconds"] = time.perf_counter() - t0
-            result["streamer_bound"] = streamer_bound(ctx, packs["terrain"], 2048, 16 if quick else 64)
-            e2e = end_to_end(ctx, packs["terrain"], (768, 768) if quick else (1024, 1024), 80 if quick else 200)
-            result["end_to_end"] = {k: v for k, v in e2e.items() if not k.startswith("latency")}
-            result["latency_frames"] = {
-                "p50": e2e["latency_frames_p50"],
-                "p95": e2e["latency_frames_p95"],
-                "samples": e2e["latency_samples"],
-                "definition": "frames from issuing a load to its tile being resident",
-            }
+            result["packs_seconds"] = time.perf_counter() - t0
+            terrain = packs["terrain"]
+            pan = (768, 768) if quick else (2048, 2048)
+            frames = 60 if quick else 200
+            result["streamer_bound"] = streamer_bound(ctx, terrain, 2048 if quick else 4096, 16 if quick else 48)
+            result["end_to_end"] = end_to_end(ctx, terrain, pan, frames, native=True)
+            result["end_to_end_python"] = end_to_end(ctx, terrain, pan, frames, native=False)
             size = (960, 540) if quick else (1920, 1080)
-            result["update_cpu"] = update_cost(ctx, packs, size, 30 if quick else 120)
+            budget = 16.0 if quick else 192.0
+            result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
+            result["camera_cuts"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24)
         ceiling = result["upload_ceiling"]["tiles_per_s"]
         result["ratios"] = {
             "end_to_end_vs_ceiling": result["end_to_end"]["tiles_per_s"] / ceiling,
+            "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
+            "compiled_vs_python_upload_loop": ceiling / result["upload_ceiling_python"]["tiles_per_s"],
         }
         result["seconds"] = time.perf_counter() - t_start
     finally:
@@ -390,39 +395,34 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
 
 def print_stream(r: dict) -> None:
     """The results as a table: measure, value, what it means."""
-    up, e2e, sb = r["upload_ceiling"], r["end_to_end"], r["streamer_bound"]
-    cpu, lat, ratio = r["update_cpu"], r["latency_frames"], r["ratios"]
+    up, upy, e2e, epy, sb = (r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end",
+                                            "end_to_end_python", "streamer_bound"))  # fmt: skip
+    sc, cuts, ratio = r["scene_update"], r["camera_cuts"], r["ratios"]
     quick = " (quick)" if r["quick"] else ""
     print(f"texstream bench stream{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs")
     fw, fh = e2e["frame_size"]
-    cw, ch = cpu["frame_size"]
-    bound = "; all loads landed by the next frame: frame-bound" if e2e["frame_bound"] else ""
+    sw, sh = sc["frame_size"]
     rows = [
         ("(a) upload ceiling", f"{up['tiles_per_s']:,.0f} tiles/s",
-         f"{up['mib_per_s']:,.0f} MiB/s, {up['tiles']} {up['format']} {up['slot']}^2 tiles, "
-         f"batches of {up['batch']}, fenced + finished"),
+         f"{up['mib_per_s']:,.0f} MiB/s, {up['loop']} loop, batches of {up['batch']}, fenced + finished; "
+         f"Python loop {upy['tiles_per_s']:,.0f} tiles/s"),
         ("(b) end to end, drawn", f"{e2e['tiles_per_s']:,.0f} tiles/s",
-         f"{e2e['mib_per_s']:,.0f} MiB/s, {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
-         f"({e2e['fps']:.0f} fps)"),
-        ("    I/O per tile", f"{e2e['io_us_per_tile']:,.0f} us",
-         f"read + decompress + checksum: {e2e['io_capacity_tiles_per_s']:,.0f} tiles/s "
-         f"on {e2e['io_threads']} threads{bound}"),
-        ("    ratio (b)/(a)", f"{ratio['end_to_end_vs_ceiling']:.3f}",
-         "warm page cache, zstd + xxh3 per tile"),
+         f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
+         f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads"),
+        ("    pure Python I/O", f"{epy['tiles_per_s']:,.0f} tiles/s",
+         f"{ratio['end_to_end_python_vs_ceiling']:.3f} x (a): the same pan with the Python loops"),
         ("(b') streamer-bound", f"{sb['tiles_per_s']:,.0f} tiles/s",
-         f"{sb['mib_per_s']:,.0f} MiB/s, {sb['tiles']} tiles, same pan with CPU-written feedback "
-         f"({sb['window']}^2 windows, nothing drawn), {sb['fps']:.0f} updates/s"),
-        ("    ratio (b')/(a)", f"{ratio['streamer_bound_vs_ceiling']:.3f}", ""),
-        ("(c) update() - uploads", f"{cpu['cpu_ms_p50']:.2f} ms p50",
-         f"p95 {cpu['cpu_ms_p95']:.2f}, max {cpu['cpu_ms_max']:.2f} ms wall; 3 textures at {cw}x{ch}, "
-         f"{cpu['frames']} frames (uploads p50 {cpu['upload_ms_p50']:.2f} ms)"),
-        ("    thread CPU", f"{cpu['thread_cpu_ms_p50']:.2f} ms p50",
-         f"p95 {cpu['thread_cpu_ms_p95']:.2f} ms: the render thread's own CPU time; the rest of the "
-         "wall time waits on the driver or the GIL"),
-        ("(d) latency", f"{lat['p50']:.0f} / {lat['p95']:.0f} frames",
-         f"p50 / p95 from issue to resident, {lat['samples']} tiles of (b); (b'): "
-         f"{sb['latency_frames_p50']:.0f} / {sb['latency_frames_p95']:.0f}"),
+         f"{ratio['streamer_bound_vs_ceiling']:.3f} x (a); {sb['window']}^2 windows of CPU-written feedback, "
+         f"{sb['fps']:.0f} updates/s"),
+        ("(c) update(), 3 textures", f"{sc['update_ms_p50']:.2f} ms p50",
+         f"p95 {sc['update_ms_p95']:.2f}, p99 {sc['update_ms_p99']:.2f}, max after 1 s "
+         f"{sc['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc['update_cpu_ms_p50']:.2f}; {sw}x{sh} flythrough, "
+         f"{sc['frames']} frames, {sc['frames_with_uploads']:.0%} with uploads"),
+        ("(d) latency", f"{e2e['latency_frames_p50']:.0f} / {e2e['latency_frames_p95']:.0f} frames",
+         f"p50 / p95 from submission to upload, {e2e['latency_samples']} tiles of (b)"),
+        ("(e) camera cuts", f"{cuts['p95']:.0f} frames p95",
+         f"p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is missing, {cuts['cuts']} cuts"),
     ]  # fmt: skip
     width = max(len(a) for a, _, _ in rows)
     for a, b, c in rows:
-        print(f"  {a:<{width}}  {b:>16}  {c}".rstrip())
+        print(f"  {a:<{width}}  {b:>18}  {c}".rstrip())

@@ -1,12 +1,15 @@
 #version 450 core
 // Terrain shading: albedo (sRGB virtual texture) lit through an optional BC5 normal map (second
-// virtual texture, same uv), distance fog, and debug views of what the streamer is doing.
+// virtual texture, same uv), modulated by an optional detail texture (third virtual texture, same
+// uv), distance fog, and debug views of what the streamer is doing.
 #include "common.glsl"
 #include "vt.glsl"
 
 VT_DECLARE(u_albedo)
 VT_DECLARE(u_normals)
+VT_DECLARE(u_detail)
 uniform bool u_has_normals;
+uniform bool u_has_detail;
 uniform int u_debug;          // 0 shaded, 1 colour by resident mip level, 2 colour by residency gap
 uniform vec3 u_eye;
 uniform vec3 u_sun;           // direction towards the sun (world, z < 0 is up)
@@ -25,6 +28,9 @@ vec3 level_colour(int level) {
 
 void main() {
     vec4 albedo = VT_SAMPLE(u_albedo, v_uv);
+    if (u_has_detail) {
+        albedo.rgb *= mix(vec3(1.0), 2.0 * VT_SAMPLE(u_detail, v_uv).rgb, 0.35);
+    }
     vec3 n = vec3(0.0, 0.0, -1.0);
     if (u_has_normals) {
         vec2 xy = VT_SAMPLE(u_normals, v_uv).xy * 2.0 - 1.0;

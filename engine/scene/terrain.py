@@ -15,10 +15,17 @@ SKY = (0.52, 0.66, 0.85)  # linear
 
 
 class TerrainScene:
-    """Draws the ground with an albedo virtual texture and an optional normal-map one."""
+    """Draws the ground with an albedo virtual texture, an optional normal-map one and an optional
+    detail one (modulating the albedo)."""
 
-    def __init__(self, ctx: moderngl.Context, albedo: VirtualTexture, normals: VirtualTexture | None = None) -> None:
-        self.ctx, self.albedo, self.normals = ctx, albedo, normals
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        albedo: VirtualTexture,
+        normals: VirtualTexture | None = None,
+        detail: VirtualTexture | None = None,
+    ) -> None:
+        self.ctx, self.albedo, self.normals, self.detail = ctx, albedo, normals, detail
         self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="terrain_fs.glsl")
         quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
         self.vbo = ctx.buffer(quad.tobytes())
@@ -37,11 +44,11 @@ class TerrainScene:
         set_view_uniforms(p, pose, self.size, fb_size, self.sun)
         p["u_debug"].value = self.debug
         p["u_has_normals"].value = self.normals is not None
+        p["u_has_detail"].value = self.detail is not None
         self.albedo.bind(p, "u_albedo")
-        if self.normals is not None:
-            self.normals.bind(p, "u_normals")
-        else:  # the sampler still needs a valid page table and cache: reuse the albedo's
-            self.albedo.bind(p, "u_normals")
+        # unused samplers still need a valid page table and cache: reuse the albedo's
+        (self.normals or self.albedo).bind(p, "u_normals")
+        (self.detail or self.albedo).bind(p, "u_detail")
         self.vao.render(moderngl.TRIANGLE_STRIP)
 
     def release(self) -> None:
