@@ -13,8 +13,7 @@
 // How a sample works: the level-0 texel coordinate uv * size gives derivatives, hence the level of
 // detail (anisotropic: chosen on the footprint's minor axis, at most meta.w samples along the major
 // one). For the two levels around it, the page table names the cache slot (layer and cell of the
-// pool's texture array) and the level actually resident there (the nearest resident ancestor when
-// the wanted tile is missing). Inside the tile, the coordinate is offset by the border; bilinear taps
+// pool's texture array) of the wanted tile, or of its nearest resident ancestor when it is missing. Inside the tile, the coordinate is offset by the border; bilinear taps
 // spread along the footprint's major axis filter anisotropically, clamped inside the slot. The two
 // levels are blended: trilinear.
 
@@ -37,8 +36,9 @@ struct VTInfo {
 };
 
 // Page tables (engine/runtime/page_table.py): entries base .. base + 15 hold each level's first
-// page index; page (level, x, y) is entry vt_pages[base + level] + y * pages_x + x:
-// bits 31..28 the level resident in the slot, bits 27..0 the slot index in the pool.
+// page index; page (level, x, y) is entry vt_pages[base + level] + y * pages_x + x: the slot of
+// the page's own tile in the pool (bits 27..0; its level in bits 31..28), or 0xFFFFFFFF when the
+// tile is not resident.
 layout(std430, binding = VT_PAGES_BINDING) readonly buffer VTPages {
     uint vt_pages[];
 };
@@ -64,16 +64,22 @@ uint vt_page_index(VTInfo vt, vec2 t, int level) {
     return vt_pages[vt.meta.y + level] + uint(page.y * n.x + page.x);
 }
 
-// The page's entry decoded: (cache layer, level resident there, cell x, cell y). The wanted tile
-// itself or its nearest resident ancestor; never empty once the texture is open (pinned levels).
+// The page's tile, or its nearest resident ancestor, decoded: (cache layer, its level, cell x,
+// cell y). Entries name only resident tiles (engine/runtime/page_table.py), so a missing page walks
+// up the levels; the coarsest levels are pinned, so the walk always ends on a resident tile.
 uvec4 vt_lookup(VTInfo vt, vec2 t, int level) {
-    uint e = vt_pages[vt_page_index(vt, t, level)];
+    uint e = 0xFFFFFFFFu;
+    int l = level;
+    for (; l < vt.meta.x; ++l) {
+        e = vt_pages[vt_page_index(vt, t, l)];
+        if (e != 0xFFFFFFFFu) break;
+    }
     uint slot = e & 0x0FFFFFFFu;
     uint per_layer = uint(vt.cells.y);
     uint layer = slot / per_layer;
     uint cell = slot - layer * per_layer;
     uint row = uint(vt.cells.x);
-    return uvec4(layer, e >> 28, cell % row, cell / row);
+    return uvec4(layer, uint(min(l, vt.meta.x - 1)), cell % row, cell / row);
 }
 
 // One level: anisotropic filtering done here, as up to meta.w bilinear taps spread along the

@@ -1,25 +1,25 @@
-"""Page tables of every open virtual texture: for each page, the cache slot it samples.
+"""Page tables of every open virtual texture: for each page, the cache slot of its own tile.
 
 A page (texture, level, x, y) is a tile of the pack (one tile id, `tiles.TileSpace`). Its entry names
-the cache slot to sample and the level actually resident there: the page's own tile when resident,
-otherwise its nearest resident ancestor. A tile at level L covers the ``2^(L-k) x 2^(L-k)`` pages of
-a finer level k under it (clipped at the level's edge), so arrivals and evictions rewrite only those
-sub-rectangles; `PageTables` does it for a whole batch of tiles at once (numpy, coarse levels first).
+the cache slot holding that tile, or says that the tile is not resident. A page whose tile is missing
+is drawn from its nearest resident ancestor: the shader (``vt_lookup`` in shaders/vt.glsl) walks up
+the levels until it finds a resident entry, and `resident_level` / `sample_slot` answer the same
+walk on the CPU. Nothing is propagated to finer levels, so arrivals and evictions are plain fancy
+indexing over the batch: no per-level rewrite of the pages under a tile. The walk is one lookup for
+every resident page (nearly all of them once a view has converged) and a few for the pages still
+loading; the coarsest levels are pinned, so it always ends on a resident tile.
 
 Entries (uint32, the same bits on the CPU and in the GPU buffer the shader reads)::
 
-    bits 31..28  level resident in the slot (the page's own level or an ancestor's)
+    bits 31..28  the tile's level
     bits 27..0   slot index in the texture's cache pool (layer = slot // cells, cell = slot % cells)
-    0xFFFFFFFF   nothing resident (only before the pinned levels are loaded)
+    0xFFFFFFFF   not resident
 
 The entries live in one array over the whole tile id space, uploaded into ONE shader storage buffer
-shared by every texture (binding ``VT_PAGES_BINDING``, shaders/vt.glsl). The ``HEADER`` entries at
-the start of each texture's id range hold each level's first tile id, so the shader finds page
-(level, x, y) at ``pages[pages[base + level] + y * tiles_x + x]``. Changed entries are tracked as id
-ranges and uploaded as a few merged ranges per frame (`take_dirty`).
-
-Once the coarsest tile of a texture is resident (it is pinned), every page of it maps to some
-resident tile.
+shared by every texture (binding ``VT_PAGES_BINDING``). The ``HEADER`` entries at the start of each
+texture's id range hold each level's first tile id, so the shader finds page (level, x, y) at
+``pages[pages[base + level] + y * tiles_x + x]``. Changed entries are uploaded as a few merged id
+ranges per frame (`take_dirty`).
 """
 
 from __future__ import annotations
@@ -89,23 +89,38 @@ class PageTables:
         self.resident_count[tex] = 0
 
     # ---- lookups (vectorized) ------------------------------------------------------------------
+    def nearest_resident(self, ids: np.ndarray) -> np.ndarray:
+        """Each page's own tile when resident, else its nearest resident ancestor; -1 when none is
+        (only before a texture's pinned levels are loaded). One pass per level walked."""
+        cur = np.asarray(ids, np.int64).copy()
+        look = np.flatnonzero(self.own[cur] < 0)
+        for _ in range(MAX_LEVELS):
+            if look.size == 0:
+                break
+            up = self.space.parent[cur[look]].astype(np.int64)
+            cur[look] = up
+            top = up < 0
+            look = look[~top]
+            look = look[self.own[cur[look]] < 0]
+        cur[self.own[np.maximum(cur, 0)] < 0] = -1
+        return cur
+
     def resident_level(self, ids: np.ndarray) -> np.ndarray:
         """Level each page samples (its own or an ancestor's); NO_LEVEL when none (int64)."""
-        e = self.entry[ids]
-        return np.where(e == ENTRY_NONE, NO_LEVEL, e >> LEVEL_SHIFT).astype(np.int64)
+        tile = self.nearest_resident(ids)
+        return np.where(tile >= 0, self.space.level[np.maximum(tile, 0)].astype(np.int64), NO_LEVEL)
 
     def sample_slot(self, ids: np.ndarray) -> np.ndarray:
-        """Slot each page samples; NO_SLOT when none (int64)."""
-        e = self.entry[ids]
-        return np.where(e == ENTRY_NONE, NO_SLOT, e & SLOT_MASK).astype(np.int64)
+        """Slot each page samples (its own or an ancestor's); NO_SLOT when none (int64)."""
+        tile = self.nearest_resident(ids)
+        return np.where(tile >= 0, self.own[np.maximum(tile, 0)], NO_SLOT).astype(np.int64)
 
     def is_resident(self, ids: np.ndarray) -> np.ndarray:
         return self.own[ids] >= 0
 
     # ---- updates -------------------------------------------------------------------------------
     def set_resident(self, ids: np.ndarray, slots: np.ndarray) -> None:
-        """Tiles `ids` now sit in `slots` (arrivals); every page under each one whose entry named a
-        coarser level (or nothing) now samples it. Any order; finer tiles win."""
+        """Tiles `ids` now sit in `slots` (arrivals, or moves)."""
         ids = np.asarray(ids, np.int64).ravel()
         slots = np.asarray(slots, np.int64).ravel()
         if ids.size != slots.size:
@@ -117,15 +132,11 @@ class PageTables:
             raise ValueError(f"slots must be in 0..{MAX_SLOT}, got {slots.min()}..{slots.max()}")
         if np.unique(ids).size != ids.size:
             raise ValueError("a tile is listed twice in one set_resident call")
-        tex = self.space.tex[ids].astype(np.int64)
         new = self.own[ids] < 0
-        np.add.at(self.resident_count, tex[new], 1)
+        np.add.at(self.resident_count, self.space.tex[ids[new]].astype(np.int64), 1)
         self.own[ids] = slots
-        level = self.space.level[ids].astype(np.int64)
-        for lv in np.unique(level)[::-1].tolist():  # coarse first: finer arrivals overwrite them
-            m = level == lv
-            value = (np.uint32(lv) << np.uint32(LEVEL_SHIFT)) | slots[m].astype(np.uint32)
-            self._rewrite(ids[m], lv, value, lambda e, lv=lv: (e == ENTRY_NONE) | ((e >> LEVEL_SHIFT) >= lv))
+        self.entry[ids] = (self.space.level[ids].astype(np.uint32) << np.uint32(LEVEL_SHIFT)) | slots.astype(np.uint32)
+        self._mark(ids, ids + 1)
 
     def set_absent(self, ids: np.ndarray) -> None:
         """Tiles `ids` left their slots (evictions): their pages fall back to the nearest resident
@@ -140,30 +151,13 @@ class PageTables:
             bad = int(ids[self.own[ids] < 0][0])
             raise ValueError(f"tile {self._name(bad)} is not resident")
         tex = self.space.tex[ids].astype(np.int64)
-        level = self.space.level[ids].astype(np.int64)
-        pinned = level >= self.first_pinned[tex]
+        pinned = self.space.level[ids] >= self.first_pinned[tex]
         if pinned.any():
-            bad = int(ids[pinned][0])
-            raise ValueError(f"tile {self._name(bad)} is on a pinned level")
+            raise ValueError(f"tile {self._name(int(ids[pinned][0]))} is on a pinned level")
         np.subtract.at(self.resident_count, tex, 1)
         self.own[ids] = NO_SLOT
-        for lv in np.unique(level)[::-1].tolist():  # coarse first: ancestors are final when looked up
-            g = ids[level == lv]
-            anc = self.space.parent[g].astype(np.int64)
-            found = np.zeros(g.size, bool)
-            for _ in range(MAX_LEVELS):
-                look = ~found & (anc >= 0)
-                if not look.any():
-                    break
-                found[look] = self.own[anc[look]] >= 0
-                step = look & ~found
-                anc[step] = self.space.parent[anc[step]]
-            value = np.full(g.size, ENTRY_NONE, np.uint32)
-            a = anc[found]
-            value[found] = (self.space.level[a].astype(np.uint32) << np.uint32(LEVEL_SHIFT)) | self.own[a].astype(
-                np.uint32
-            )
-            self._rewrite(g, lv, value, lambda e, lv=lv: (e != ENTRY_NONE) & ((e >> LEVEL_SHIFT) == lv))
+        self.entry[ids] = ENTRY_NONE
+        self._mark(ids, ids + 1)
 
     def move_slots(self, textures: list[int], old_slots: np.ndarray, new_slots: np.ndarray) -> None:
         """Rename slots after a pool resize, in the tables of the pool's `textures`."""
@@ -179,41 +173,12 @@ class PageTables:
             rng = self.space.ranges[tex]
             sl = slice(rng.first_tile, rng.stop)
             own = self.own[sl]
-            hit = (own >= 0) & (own < remap.size)
+            hit = np.flatnonzero((own >= 0) & (own < remap.size))
             own[hit] = remap[own[hit]]
             e = self.entry[sl]
-            slot = (e & SLOT_MASK).astype(np.int64)
-            hit = (e != ENTRY_NONE) & (slot < remap.size)
-            e[hit] = (e[hit] & ~np.uint32(SLOT_MASK)) | remap[slot[hit]].astype(np.uint32)
-            self._mark(np.array([rng.first_tile]), np.array([rng.stop]))
-
-    def _rewrite(self, tiles: np.ndarray, lv: int, value: np.ndarray, select) -> None:  # noqa: ANN001
-        """For each tile of level `lv`, set the entries `select` accepts of the pages under it."""
-        t, _, x, y = self.space.coords(tiles)
-        active = np.arange(tiles.size)
-        for k in range(lv, -1, -1):
-            d = lv - k
-            s = 1 << d
-            ta, xa, ya = t[active], x[active] << d, y[active] << d
-            tx, ty = self.space.tiles_x[ta, k], self.space.tiles_y[ta, k]
-            first = self.space.level_first[ta, k]
-            off = np.arange(s, dtype=np.int64)
-            px = xa[:, None, None] + off[None, None, :]
-            py = ya[:, None, None] + off[None, :, None]
-            inside = (px < tx[:, None, None]) & (py < ty[:, None, None])
-            pages = first[:, None, None] + py * tx[:, None, None] + px
-            owner = np.broadcast_to(np.arange(active.size)[:, None, None], pages.shape)[inside]
-            pages = pages[inside]
-            hit = select(self.entry[pages])
-            if not hit.any():
-                break  # every page under these tiles samples something finer: so do finer levels
-            self.entry[pages[hit]] = value[active][owner[hit]]
-            touched = np.bincount(owner[hit], minlength=active.size) > 0
-            w = np.minimum(s, tx - xa)[touched]
-            h = np.minimum(s, ty - ya)[touched]
-            lo = first[touched] + ya[touched] * tx[touched] + xa[touched]
-            self._mark(lo, lo + (h - 1) * tx[touched] + w)
-            active = active[touched]
+            e[hit] = (e[hit] & ~np.uint32(SLOT_MASK)) | own[hit].astype(np.uint32)
+            if hit.size:
+                self._mark(rng.first_tile + hit, rng.first_tile + hit + 1)
 
     def _check_tiles(self, ids: np.ndarray) -> None:
         ok = self.space.is_tile(ids)
@@ -252,22 +217,19 @@ class PageTables:
 
     # ---- checks --------------------------------------------------------------------------------
     def validate(self, tex: int) -> None:
-        """Assert texture `tex`'s entries equal a from-scratch computation (tests and debugging)."""
-        sp = self.space
-        ids = sp.tile_ids(tex)
-        expect = np.full(ids.size, ENTRY_NONE, np.uint32)
-        cur = ids.copy()
-        found = np.zeros(ids.size, bool)
-        for _ in range(MAX_LEVELS):
-            hit = ~found & (self.own[cur] >= 0)
-            expect[hit] = (sp.level[cur[hit]].astype(np.uint32) << np.uint32(LEVEL_SHIFT)) | self.own[cur[hit]].astype(
-                np.uint32
-            )
-            found |= hit
-            up = sp.parent[cur].astype(np.int64)
-            cur = np.where(up >= 0, up, cur)
-        assert np.array_equal(self.entry[ids], expect), "page-table entries differ from the reference"
-        assert int(np.count_nonzero(self.own[ids] >= 0)) == int(self.resident_count[tex])
+        """Assert texture `tex`'s entries agree with its tiles' slots (tests and debugging)."""
+        ids = self.space.tile_ids(tex)
+        own = self.own[ids]
+        expect = np.where(
+            own >= 0,
+            (self.space.level[ids].astype(np.uint32) << np.uint32(LEVEL_SHIFT)) | np.maximum(own, 0).astype(np.uint32),
+            ENTRY_NONE,
+        )
+        assert np.array_equal(self.entry[ids], expect), "page-table entries differ from the tiles' slots"
+        assert int(np.count_nonzero(own >= 0)) == int(self.resident_count[tex])
+        levels = int(self.space.level_count[tex])
+        start = self.space.ranges[tex].start
+        assert np.array_equal(self.entry[start : start + levels], self.space.level_first[tex, :levels])
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,8 @@ class SlotGeometry:
             raise ValueError(f"slot size must be a positive multiple of 4 texels, got {self.slot_size!r}")
         if self.slot_bytes < 1:
             raise ValueError(f"slot bytes must be positive, got {self.slot_bytes!r}")
-        if self.cells_x < 1 or self.cells_y < 1:
-            raise ValueError(f"cells per layer must be >= 1, got {self.cells_x!r} x {self.cells_y!r}")
+        if self.cells_x < 1 or self.cells_y < 1 or self.cells_x != self.cells_y:
+            raise ValueError(f"cells per layer must be a square grid >= 1, got {self.cells_x!r} x {self.cells_y!r}")
 
     @classmethod
     def choose(
@@ -261,8 +261,15 @@ class CachePool:
             return Allocation(out, empty, empty, empty)
         take = min(n, self._free.size)
         if take:
-            out[:take] = self._free[::-1][:take]
-            self._free = self._free[: self._free.size - take]
+            top = self._free[self._free.size - take :][::-1]  # lowest free slots
+            if np.any(self.writable_at[top] > frame):
+                # some free slots wait for draws in flight (a released texture's): writable ones first
+                order = np.lexsort((self._free, self.writable_at[self._free] > frame))
+                top, rest = self._free[order[:take]], self._free[order[take:]]
+                self._free = np.sort(rest)[::-1]
+            else:
+                self._free = self._free[: self._free.size - take]
+            out[:take] = top
         victims = self._pick_victims(frame, n - take) if n > take else empty
         evicted_tiles = self.tile[victims].copy()
         evicted_last_used = self.last_used[victims].copy()
@@ -317,7 +324,8 @@ class CachePool:
         self._push_free(s)
 
     def touch(self, slots: np.ndarray, frame: int) -> None:
-        """Record a use at `frame` of every listed slot (-1 entries and free slots ignored)."""
+        """Record a use at `frame` of every listed slot (-1 entries ignored; a free slot's use is
+        overwritten when it is allocated)."""
         s = np.asarray(slots, np.int64).ravel()
         s = s[(s >= 0) & (s < self.capacity)]
         self.last_used[s] = frame
@@ -350,8 +358,8 @@ class CachePool:
         self.pinned[s] = False
 
     def _push_free(self, s: np.ndarray) -> None:
-        if s.size:
-            self._free = np.concatenate([self._free, np.sort(s)[::-1]])
+        if s.size:  # the stack stays sorted: the lowest free slot on top
+            self._free = np.sort(np.concatenate([self._free, s]))[::-1]
 
     # ---- resizing -------------------------------------------------------------------------------
     def _check_capacity(self, capacity: int) -> None:
@@ -494,22 +502,40 @@ class PoolDemand:
 
 
 def plan_capacities(demands: dict[str, PoolDemand], available: int, max_layers: int) -> dict[str, int]:
-    """Slots per pool: `available` bytes shared by textures x slot bytes, each pool at least its pinned
-    tiles (whole layers) and at most its textures' tiles. BudgetError when the pinned tiles alone do
-    not fit."""
-    weight = {k: d.textures * d.geometry.slot_bytes for k, d in demands.items()}
-    total_w = sum(weight.values()) or 1
-    plan = {}
+    """Slots per pool: `available` bytes shared in proportion to textures x slot bytes, rounded down to
+    whole layers, never more than a pool's textures' tiles; a pool whose share is below its pinned
+    tiles gets those (whole layers, at least one layer) and the others share what is left.
+    BudgetError when the pinned tiles alone do not fit."""
+
+    def nbytes(k: str, slots: int) -> int:
+        g = demands[k].geometry
+        return slots // g.cells * g.layer_bytes
+
+    need = {}
     for k, d in demands.items():
         g = d.geometry
-        share = int(available * weight[k] / total_w) // g.slot_bytes
-        need = g.round_up(d.pinned_tiles)
-        every = g.round_up(d.total_tiles)
-        plan[k] = min(max(min(g.round_capacity(share), every), need, g.cells), max_layers * g.cells)
-    need_bytes = sum(plan[k] // d.geometry.cells * d.geometry.layer_bytes for k, d in demands.items())
-    if need_bytes > available:
+        need[k] = min(max(g.round_up(d.pinned_tiles), g.cells), max_layers * g.cells)
+    if sum(nbytes(k, n) for k, n in need.items()) > available:
+        total = sum(nbytes(k, n) for k, n in need.items())
         raise BudgetError(
-            f"VRAM budget too small: the pinned levels alone need {need_bytes / 2**20:.1f} MiB of cache, "
+            f"VRAM budget too small: the pinned levels alone need {total / 2**20:.1f} MiB of cache, "
             f"{available / 2**20:.1f} MiB is left after page tables, ring and feedback"
         )
-    return plan
+    weight = {k: d.textures * d.geometry.slot_bytes for k, d in demands.items()}
+    held: set[str] = set()  # pools given their pinned minimum; the rest share what those leave
+    while True:
+        spare = available - sum(nbytes(k, need[k]) for k in held)
+        total_w = sum(weight[k] for k in demands if k not in held) or 1
+        plan = {k: need[k] for k in held}
+        short = []
+        for k, d in demands.items():
+            if k in held:
+                continue
+            g = d.geometry
+            share = g.round_capacity(int(spare * weight[k] / total_w) // g.slot_bytes)
+            plan[k] = min(share, g.round_up(d.total_tiles), max_layers * g.cells)
+            if plan[k] < need[k]:
+                short.append(k)
+        if not short:
+            return plan
+        held.update(short)

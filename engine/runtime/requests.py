@@ -13,14 +13,16 @@ Policy:
   ``d`` tiles between them. Each tile of a chain weighs the sum, over the wanted pages under it, of
   ``coverage * (resident level - wanted level)``, so a parent always weighs at least as much as its
   children.
-- Order: demand before prefetch, weight descending, coarser level first, then id. A parent ranks
-  ahead of its children, so a frame's cut (a prefix of the order) never takes a child without its
-  missing parent, yet a whole chain can be issued in one frame (a camera cut converges in as many
-  frames as the caps need, not one level per frame). The top of the order is found with
-  ``argpartition``; only those are sorted.
+- Order: this frame's demand, then this frame's prefetch, each by weight descending, coarser level
+  first; then tiles queued in earlier frames and not wanted in this one, coarser level first (their
+  weights are stale); ties by id. A parent ranks ahead of its children, so a frame's cut (a prefix
+  of the order) never takes a child without its missing parent, yet a whole chain can be issued in
+  one frame (a camera cut converges in as many frames as the caps need, not one level per frame).
+  The top of the order is found with ``argpartition``; only those are sorted.
 - Queue: tiles beyond this frame's caps stay QUEUED; a queued tile not wanted again for
   ``cancel_after_frames`` frames is dropped.
-- Prefetch (``config.prefetch``, below any demand, only when demand leaves room under the tile cap):
+- Prefetch (``config.prefetch``, below any demand, only when this frame's queued demand leaves room
+  under the caps):
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
   their parent is resident.
 - Caps: at most ``max_tiles`` tiles, the free staging-ring slots, and ``max_bytes`` bytes per frame.
@@ -45,8 +47,9 @@ __all__ = ["RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
 log = logging.getLogger(__name__)
 
 DEMAND, PREFETCH = 0, 1
+NEVER = -(1 << 40)  # last_wanted of a tile never wanted
 MAX_BACKOFF_DOUBLINGS = 10
-_SCORE_LIMIT = (1 << 40) - 1
+_SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
 
 
 class RequestState(enum.IntEnum):
@@ -101,7 +104,7 @@ class RequestScheduler:
         self.stats = SchedulerStats()
         n = space.capacity
         self.state = np.zeros(n, np.uint8)
-        self.last_wanted = np.zeros(n, np.int64)
+        self.last_wanted = np.full(n, NEVER, np.int64)
         self.score = np.zeros(n, np.int64)
         self.tier = np.zeros(n, np.uint8)
         self.fails = np.zeros(n, np.int64)
@@ -115,7 +118,8 @@ class RequestScheduler:
     def _grow(self, capacity: int) -> None:
         for name in self._ARRAYS:
             a = getattr(self, name)
-            setattr(self, name, np.concatenate([a, np.zeros(capacity - a.size, a.dtype)]))
+            fill = NEVER if name == "last_wanted" else 0
+            setattr(self, name, np.concatenate([a, np.full(capacity - a.size, fill, a.dtype)]))
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -147,68 +151,81 @@ class RequestScheduler:
     def forget(self, start: int, stop: int) -> None:
         """Drop everything known about the tile ids of a closed texture."""
         for name in self._ARRAYS:
-            getattr(self, name)[start:stop] = 0
+            getattr(self, name)[start:stop] = NEVER if name == "last_wanted" else 0
         self.queue = self.queue[(self.queue < start) | (self.queue >= stop)]
 
     # ---- the per-frame step --------------------------------------------------------------------
     def _demand(self, wanted: Wanted) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Ids and weights of the missing chains of the wanted pages, and each wanted page's gap to
-        its resident level (0: resident). Chains are built one level at a time, merging siblings
-        before going up, so the work shrinks with each level."""
-        sp = self.space
-        ids, counts = wanted.ids, wanted.counts
-        level = sp.level[ids].astype(np.int64)
-        top = sp.level_count[sp.tex[ids].astype(np.int64)]
-        res = np.minimum(self.tables.resident_level(ids), top)  # nothing resident: up to the top
-        gap = res - level
-        miss = gap > 0
-        m_ids, m_level, m_ceiling = ids[miss], level[miss], res[miss]
-        m_weight = np.maximum(counts[miss], 1) * gap[miss]
-        out_k, out_w = [], []
-        carry_k = carry_w = carry_c = np.zeros(0, np.int64)
-        lo = int(m_level.min()) if m_ids.size else 0
-        for lv in range(lo, MAX_LEVELS):
-            at = m_level == lv
-            k = np.concatenate([m_ids[at], carry_k])
-            if k.size == 0:
-                if not np.any(m_level > lv):
-                    break
-                continue
-            w = np.concatenate([m_weight[at], carry_w])
-            c = np.concatenate([m_ceiling[at], carry_c])
-            uk, uw = unique_sums(k, w)
-            uc = np.empty(uk.size, np.int64)
-            uc[np.searchsorted(uk, k)] = c  # merged tiles share their nearest resident ancestor
-            out_k.append(uk)
-            out_w.append(uw)
-            up = lv + 1 < uc
-            carry_k = sp.parent[uk[up]].astype(np.int64)
-            carry_w, carry_c = uw[up], uc[up]
-        dk = np.concatenate(out_k) if out_k else np.zeros(0, np.int64)
-        dw = np.concatenate(out_w) if out_w else np.zeros(0, np.int64)
-        return dk, dw, gap
+        """Ids and weights of the missing chains of the wanted pages, and a mask of the wanted pages
+        that are resident. A missing page's chain is itself and its ancestors below the nearest
+        resident one; each weighs coverage x gap, summed over the pages under it."""
+        sp, tables = self.space, self.tables
+        ids = wanted.ids
+        miss = ~tables.is_resident(ids)
+        if not miss.any():
+            z = np.zeros(0, np.int64)
+            return z, z, ~miss
+        m_ids = ids[miss]
+        anc = tables.nearest_resident(m_ids)
+        level = sp.level[m_ids].astype(np.int64)
+        top = sp.level_count[sp.tex[m_ids].astype(np.int64)]
+        ceiling = np.where(anc >= 0, sp.level[np.maximum(anc, 0)], top)
+        weight = np.maximum(wanted.counts[miss], 1) * (ceiling - level)
+        keys, weights = [m_ids], [weight]
+        cur, w, stop = m_ids, weight, ceiling - level - 1  # ancestors still to add per chain
+        while cur.size:
+            go = stop > 0
+            cur, w, stop = sp.parent[cur[go]].astype(np.int64), w[go], stop[go] - 1
+            keys.append(cur)
+            weights.append(w)
+        dk, dw = unique_sums(np.concatenate(keys), np.concatenate(weights))
+        return dk, dw, ~miss
 
-    def _prefetch(self, wanted: Wanted, gap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _prefetch(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Neighbours of the wanted pages and children of the resident ones, under a resident parent."""
         sp = self.space
-        tex, level, x, y = sp.coords(wanted.ids)
-        parts_t, parts_l, parts_x, parts_y, parts_w = [], [], [], [], []
-        for dx, dy in ((-1, 0), (1, 0), (0, -1), (0, 1)):
-            parts_t.append(tex), parts_l.append(level), parts_x.append(x + dx), parts_y.append(y + dy)
-            parts_w.append(wanted.counts)
-        fine = (level > 0) & (gap == 0)
-        for cx, cy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            parts_t.append(tex[fine]), parts_l.append(level[fine] - 1)
-            parts_x.append(2 * x[fine] + cx), parts_y.append(2 * y[fine] + cy), parts_w.append(wanted.counts[fine])
-        t, lv, px, py, w = (np.concatenate(p) for p in (parts_t, parts_l, parts_x, parts_y, parts_w))
-        inside = sp.contains(t, lv, px, py)
-        t, lv, px, py, w = t[inside], lv[inside], px[inside], py[inside], w[inside]
-        ids = sp.level_first[t, lv] + py * sp.tiles_x[t, lv] + px
-        ids, w = unique_sums(ids, np.maximum(w, 1))
-        parent = sp.parent[ids].astype(np.int64)
-        keep = (parent >= 0) & ~self.tables.is_resident(ids)
-        keep[keep] = self.tables.is_resident(parent[keep])
-        return ids[keep], w[keep]
+        ids, counts = wanted.ids, wanted.counts
+        tex = sp.tex[ids].astype(np.int64)
+        level = sp.level[ids].astype(np.int64)
+        first = sp.level_first[tex, level]
+        tx, ty = sp.tiles_x[tex, level], sp.tiles_y[tex, level]
+        off = ids - first
+        x, y = off % tx, off // tx
+        parts = [ids[x > 0] - 1, ids[x < tx - 1] + 1, ids[y > 0] - tx[y > 0], ids[y < ty - 1] + tx[y < ty - 1]]
+        wparts = [counts[x > 0], counts[x < tx - 1], counts[y > 0], counts[y < ty - 1]]
+        fine = np.flatnonzero((level > 0) & resident)
+        if fine.size:
+            t, lv = tex[fine], level[fine] - 1
+            ctx, cty = sp.tiles_x[t, lv], sp.tiles_y[t, lv]
+            base = sp.level_first[t, lv] + 2 * y[fine] * ctx + 2 * x[fine]
+            right, down = 2 * x[fine] + 1 < ctx, 2 * y[fine] + 1 < cty
+            parts += [base, base[right] + 1, base[down] + ctx[down], base[right & down] + ctx[right & down] + 1]
+            c = counts[fine]
+            wparts += [c, c[right], c[down], c[right & down]]
+        pk, pw = unique_sums(np.concatenate(parts), np.maximum(np.concatenate(wparts), 1))
+        keep = ~self.tables.is_resident(pk)
+        pk, pw = pk[keep], pw[keep]
+        keep = self.tables.is_resident(np.maximum(sp.parent[pk].astype(np.int64), 0)) & (sp.parent[pk] >= 0)
+        return pk[keep], pw[keep]
+
+    def _merge(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
+        """Queue `ids` (unique) with this frame's weights; returns how many were queued."""
+        if ids.size == 0:
+            return 0
+        st = self.state[ids]
+        retry = (st == RequestState.FAILED) & (self.retry_at[ids] <= frame)
+        take = ((st != RequestState.FAILED) | retry) & ~self.loading(ids)
+        self.stats.retried += int(np.count_nonzero(retry & take))
+        n = ids[take]
+        fresh = self.state[n] != RequestState.QUEUED
+        self.state[n] = RequestState.QUEUED
+        self.score[n] = np.minimum(weights[take], _SCORE_LIMIT)
+        self.tier[n] = tier
+        self.last_wanted[n] = frame
+        if fresh.any():
+            merged = np.concatenate([self.queue, n[fresh]])
+            self.queue = merged[np.argsort(merged, kind="stable")]
+        return int(n.size)
 
     def update(self, frame: int, wanted: Wanted, max_issue: int) -> Requests:
         """Merge this frame's wanted pages into the queue and return the tiles to load now (at most
@@ -217,29 +234,13 @@ class RequestScheduler:
             raise ValueError(f"frame {frame!r} is before the previous update's frame {self._frame}")
         self._frame = frame
         self.stats.frames += 1
-        dk, dw, gap = self._demand(wanted) if len(wanted) else (np.zeros(0, np.int64),) * 3
-        keys, weights, tiers = [dk], [dw], [np.full(dk.size, DEMAND, np.uint8)]
-        if self.config.prefetch and len(wanted) and dk.size < self.max_tiles:
-            pk, pw = self._prefetch(wanted, gap)
-            fresh = ~np.isin(pk, dk, assume_unique=True)
-            (
-                keys.append(pk[fresh]),
-                weights.append(pw[fresh]),
-                tiers.append(np.full(int(fresh.sum()), PREFETCH, np.uint8)),
-            )
-        new = np.concatenate(keys)
-        if new.size:
-            st = self.state[new]
-            retry = (st == RequestState.FAILED) & (self.retry_at[new] <= frame)
-            take = ((st != RequestState.FAILED) | retry) & ~self.loading(new)
-            self.stats.retried += int(np.count_nonzero(retry & take))
-            n = new[take]
-            self.state[n] = RequestState.QUEUED
-            self.score[n] = np.minimum(np.concatenate(weights)[take], _SCORE_LIMIT)
-            self.tier[n] = np.concatenate(tiers)[take]
-            self.last_wanted[n] = frame
-            merged = np.sort(np.concatenate([self.queue, n]))
-            self.queue = merged[np.concatenate([[True], merged[1:] != merged[:-1]])] if merged.size else merged
+        room = min(self.max_tiles, max_issue)
+        if len(wanted):
+            dk, dw, resident = self._demand(wanted)
+            queued = self._merge(frame, dk, dw, DEMAND)
+            if self.config.prefetch and queued < room:
+                pk, pw = self._prefetch(wanted, resident)
+                self._merge(frame, pk[self.last_wanted[pk] != frame], pw[self.last_wanted[pk] != frame], PREFETCH)
 
         # Drop what was issued, failed, became resident or loading, was closed, or went stale.
         q = self.queue
@@ -252,18 +253,20 @@ class RequestScheduler:
         q = q[live & ~stale]
         self.queue = q
         self.stats.cancelled += cancelled
-
-        # The best `limit` by (tier, weight desc, level desc, id); then the byte cap on that prefix.
-        limit = min(self.max_tiles, max_issue, q.size)
+        limit = min(room, q.size)
         if limit <= 0:
             return Requests(np.zeros(0, np.int64), np.zeros(0, bool), cancelled, int(q.size))
-        level = self.space.level[q].astype(np.int64)
-        key = (self.tier[q].astype(np.int64) << 58) | ((_SCORE_LIMIT - self.score[q]) << 4) | (MAX_LEVELS - 1 - level)
-        if limit < q.size:
-            part = np.argpartition(key, limit - 1)[:limit]
-        else:
-            part = np.arange(q.size)
-        chosen = part[np.lexsort((q[part], key[part]))]
+
+        # Order (one uint64 key): this frame's demand, then this frame's prefetch, both by weight desc,
+        # coarser first; then tiles queued earlier and not wanted this frame (their weights are old, so
+        # they go coarser first: a parent before its child). Ties by id. Only the best `limit` are sorted.
+        level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
+        fresh = self.last_wanted[q] == frame
+        klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
+        score = np.where(fresh, _SCORE_LIMIT - np.minimum(self.score[q], _SCORE_LIMIT), 0).astype(np.uint64)
+        key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
+        part = np.argpartition(key, limit - 1)[:limit] if limit < q.size else np.arange(q.size)
+        chosen = part[np.argsort(key[part])]
         ids = q[chosen]
         nbytes = self.space.tile_bytes[self.space.tex[ids].astype(np.int64)]
         fits = (np.cumsum(nbytes) <= self.max_bytes) | (np.arange(ids.size) == 0)

@@ -1,142 +1,238 @@
-"""Feedback packing contract and reduction to unique pages with coverage counts."""
+"""Feedback reduction: raw tile ids to unique wanted pages with coverage, invalid ids dropped, mip bias."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from texstream.pack.format import PackHeader
-from texstream.runtime.feedback_reduce import (
-    FEEDBACK_EMPTY,
-    FeedbackReducer,
-    WantedPages,
-    check_packable,
-    pack_feedback,
-    unpack_feedback,
-)
+from texstream.runtime.feedback_reduce import FeedbackReducer, Wanted, unique_counts, unique_sums
+from texstream.runtime.tiles import HEADER, TileSpace
+
+SMALL = PackHeader(width=1000, height=700, tile_size=64)  # levels 0..4: tiles 16x11, 8x6, 4x3, 2x2, 1x1
+TINY = PackHeader(width=300, height=300, tile_size=64)  # levels 0..3: tiles 5x5, 3x3, 2x2, 1x1
 
 
-def header(w: int, h: int, t: int = 64) -> PackHeader:
-    return PackHeader(width=w, height=h, tile_size=t)
+def space_of(headers: dict[int, PackHeader]) -> TileSpace:
+    space = TileSpace()
+    for tex, header in headers.items():
+        space.register(tex, header)
+    return space
 
 
-def test_pack_round_trip_including_extremes() -> None:
-    rng = np.random.default_rng(0)
-    tex = np.concatenate([[0, 254], rng.integers(0, 255, 500)])
-    level = np.concatenate([[0, 15], rng.integers(0, 16, 500)])
-    x = np.concatenate([[0, 1023], rng.integers(0, 1024, 500)])
-    y = np.concatenate([[1023, 0], rng.integers(0, 1024, 500)])
-    ids = pack_feedback(tex, level, x, y)
-    assert ids.dtype == np.uint32 and not (ids == FEEDBACK_EMPTY).any()
-    for got, want in zip(unpack_feedback(ids), (tex, level, x, y), strict=True):
-        np.testing.assert_array_equal(got, want)
+def tile_id(space: TileSpace, header: PackHeader, tex: int, level: int, x: int, y: int) -> int:
+    """The documented layout: the texture's first tile id plus the tile's position in its pack index."""
+    return space.ranges[tex].first_tile + header.tile_index(level, x, y)
 
 
-def test_pack_layout_matches_the_documented_bits() -> None:
-    assert int(pack_feedback(0xAB, 0x5, 0x2CD, 0x1EF)) == (0xAB << 24) | (0x5 << 20) | (0x1EF << 10) | 0x2CD
-    # What the GLSL expression computes, evaluated in uint32 arithmetic.
-    t, lv, x, y = np.uint32(7), np.uint32(3), np.uint32(1000), np.uint32(513)
-    u = np.uint32
-    glsl = (t << u(24)) | ((lv & u(0xF)) << u(20)) | ((y & u(0x3FF)) << u(10)) | (x & u(0x3FF))
-    assert int(glsl) == int(pack_feedback(7, 3, 1000, 513))
+def reference_ancestor(space: TileSpace, headers: dict[int, PackHeader], tile: int, levels: int) -> int:
+    """Tile `levels` levels up, clamped at the coarsest level, from the pack geometry alone."""
+    tex = next(t for t, r in space.ranges.items() if r.first_tile <= tile < r.stop)
+    h = headers[tex]
+    i = tile - space.ranges[tex].first_tile
+    level = int(np.searchsorted(h.level_first, i, side="right")) - 1
+    tx = h.tiles_in_level(level)[0]
+    x, y = (i - int(h.level_first[level])) % tx, (i - int(h.level_first[level])) // tx
+    up = min(levels, h.level_count - 1 - level)
+    return tile_id(space, h, tex, level + up, x >> up, y >> up)
 
 
-@pytest.mark.parametrize("bad", [(255, 0, 0, 0), (0, 16, 0, 0), (0, 0, 1024, 0), (0, 0, 0, -1)])
-def test_pack_rejects_overflow(bad: tuple[int, int, int, int]) -> None:
-    with pytest.raises(ValueError, match="out of range"):
-        pack_feedback(*bad)
+def pairs(wanted: Wanted) -> list[tuple[int, int]]:
+    return list(zip(wanted.ids.tolist(), wanted.counts.tolist(), strict=True))
 
 
-def test_check_packable_limits() -> None:
-    check_packable(header(65536, 65536, 64))  # 1024 pages a side, 11 levels
-    check_packable(header(262144, 100, 256))
-    with pytest.raises(ValueError, match="1024 a side"):
-        check_packable(header(65537, 64, 64))
-    r = FeedbackReducer()
-    with pytest.raises(ValueError, match="texture id 255"):
-        r.register(255, header(64, 64))
+# ---- helpers --------------------------------------------------------------------------------------
+def test_unique_counts_matches_a_counter() -> None:
+    v = np.random.default_rng(0).integers(0, 50, 1000).astype(np.uint32).reshape(10, 100)
+    u, c = unique_counts(v)
+    assert list(zip(u.tolist(), c.tolist(), strict=True)) == sorted(Counter(v.ravel().tolist()).items())
+    assert c.dtype == np.int64
+    u, c = unique_counts(np.zeros(0, np.uint32))
+    assert u.size == 0 and c.size == 0
+    u, c = unique_counts(np.array([7, 7, 7]))
+    assert u.tolist() == [7] and c.tolist() == [3]
 
 
-def test_reduce_counts_unique_pages_and_drops_invalid() -> None:
-    r = FeedbackReducer({0: header(1000, 700), 3: header(300, 300)})  # tex 0: 16x11 pages, 5 levels
-    entries = (
-        [pack_feedback(0, 0, 5, 4)] * 7
-        + [pack_feedback(0, 2, 1, 1)] * 3
-        + [pack_feedback(3, 1, 2, 2)] * 2
-        + [pack_feedback(3, 0, 4, 4)]
-        + [pack_feedback(1, 0, 0, 0)] * 4  # texture 1 is not registered
-        + [pack_feedback(0, 5, 0, 0)] * 2  # level past the chain
-        + [pack_feedback(0, 0, 16, 0)]  # x past level 0's 16 pages
-        + [pack_feedback(0, 1, 0, 6)]  # y past level 1's 6 pages
-        + [np.uint32(FEEDBACK_EMPTY)] * 30
+def test_unique_sums_matches_a_dict() -> None:
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 40, 500)
+    weights = rng.integers(0, 1000, 500)
+    expect: dict[int, int] = {}
+    for k, wt in zip(keys.tolist(), weights.tolist(), strict=True):
+        expect[k] = expect.get(k, 0) + wt
+    k, s = unique_sums(keys, weights)
+    assert list(zip(k.tolist(), s.tolist(), strict=True)) == sorted(expect.items())
+    assert k.dtype == np.int64 and s.dtype == np.int64
+    k, s = unique_sums(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert k.size == 0 and s.size == 0
+
+
+def test_wanted_container() -> None:
+    w = Wanted(np.array([3, 8, 9], np.int64), np.array([2, 5, 1], np.int64))
+    assert len(w) == 3 and w.coverage == 8
+    s = w.select(np.array([True, False, True]))
+    assert pairs(s) == [(3, 2), (9, 1)] and s.coverage == 3
+    e = Wanted.empty()
+    assert len(e) == 0 and e.coverage == 0 and e.ids.dtype == np.int64
+
+
+# ---- reduce ---------------------------------------------------------------------------------------
+def test_reduce_counts_unique_pages() -> None:
+    headers = {0: SMALL, 3: TINY}
+    space = space_of(headers)
+    a = tile_id(space, SMALL, 0, 0, 5, 4)
+    b = tile_id(space, SMALL, 0, 2, 1, 1)
+    c = tile_id(space, TINY, 3, 1, 2, 2)
+    d = tile_id(space, SMALL, 0, 4, 0, 0)
+    raw = np.array([a] * 7 + [b] * 3 + [c] * 2 + [d], np.uint32)
+    np.random.default_rng(2).shuffle(raw)
+    res = FeedbackReducer(space).reduce(raw.reshape(-1, 1))  # any shape
+    assert pairs(res.wanted) == sorted([(a, 7), (b, 3), (c, 2), (d, 1)])
+    assert (res.samples, res.invalid, res.bias_levels) == (13, 0, 0)
+    assert res.wanted.coverage == 13 and res.wanted.ids.dtype == np.int64 and res.wanted.counts.dtype == np.int64
+
+
+def test_reduce_drops_and_counts_ids_that_name_no_tile() -> None:
+    headers = {0: SMALL, 1: TINY, 2: SMALL}
+    space = space_of(headers)
+    good = tile_id(space, SMALL, 2, 1, 3, 3)
+    first = space.ranges[0].first_tile
+    space.unregister(1)  # closed while its draws were in flight
+    closed = [space.ranges[0].stop + HEADER, space.ranges[0].stop + HEADER + 30]  # tiles of texture 1
+    bad = (
+        [space.ranges[0].start] * 3  # header entries of texture 0 (level-first ids for the shader)
+        + [first - 1] * 2
+        + [space.ranges[2].start + 5]  # a header entry of texture 2
+        + closed * 2
+        + [space.ranges[2].stop, space.capacity - 1, space.capacity, 1 << 30]  # past every range
+        + [0xFFFFFFFF] * 6  # what an empty feedback entry could hold
     )
-    raw = np.array(entries, np.uint32)
-    np.random.default_rng(1).shuffle(raw)
-    res = r.reduce(raw.reshape(-1, 1))  # any shape
-    assert (res.samples, res.empty, res.invalid, res.bias_levels) == (raw.size, 30, 8, 0)
-    got = sorted(zip(*(a.tolist() for a in (res.pages.tex, res.pages.level, res.pages.x, res.pages.y,
-                                            res.pages.count)), strict=True))  # fmt: skip
-    assert got == [(0, 0, 5, 4, 7), (0, 2, 1, 1, 3), (3, 0, 4, 4, 1), (3, 1, 2, 2, 2)]
-    assert res.pages.coverage == 13
+    raw = np.array(bad + [good] * 4 + [first] * 2, np.uint32)
+    np.random.default_rng(3).shuffle(raw)
+    res = FeedbackReducer(space).reduce(raw.reshape(2, -1))
+    assert pairs(res.wanted) == [(first, 2), (good, 4)]
+    assert (res.samples, res.invalid) == (raw.size, len(bad))
+    # Negative entries (signed input) name no tile either.
+    res = FeedbackReducer(space).reduce(np.array([-1, -(1 << 40), good], np.int64))
+    assert pairs(res.wanted) == [(good, 1)] and res.invalid == 2
 
 
-def test_reduce_applies_mip_bias_and_merges() -> None:
-    r = FeedbackReducer({0: header(1000, 700)})  # levels 0..4
-    raw = np.array(
-        [pack_feedback(0, 0, 4, 4)] * 2 + [pack_feedback(0, 0, 5, 5)] * 3 + [pack_feedback(0, 1, 2, 2)]
-        + [pack_feedback(0, 0, 8, 4)] + [pack_feedback(0, 4, 0, 0)] * 5 + [pack_feedback(0, 3, 1, 1)],
-        np.uint32,
-    )  # fmt: skip
-    res = r.reduce(raw, bias=1.75)  # floor: one level coarser
-    got = sorted(zip(*(a.tolist() for a in (res.pages.level, res.pages.x, res.pages.y, res.pages.count)),
-                     strict=True))  # fmt: skip
-    # level 3 (1, 1) and level 4 both land on the top level (clamped)
-    assert got == [(1, 2, 2, 5), (1, 4, 2, 1), (2, 1, 1, 1), (4, 0, 0, 6)]
-    assert res.bias_levels == 1
-    res = r.reduce(raw, bias=6.0)
-    assert res.pages.level.tolist() == [4] and res.pages.count.tolist() == [raw.size]
-    assert r.reduce(raw, bias=0.9).pages.count.sum() == raw.size
+def test_reduce_of_nothing() -> None:
+    space = space_of({0: SMALL})
+    r = FeedbackReducer(space)
+    for raw in (np.zeros(0, np.uint32), np.full((4, 4), 0xFFFFFFFF, np.uint32)):
+        res = r.reduce(raw, bias=2.0)
+        assert len(res.wanted) == 0 and res.samples == raw.size and res.invalid == raw.size
+        assert res.wanted.ids.dtype == np.int64 and res.wanted.counts.dtype == np.int64
 
 
-def test_reduce_bad_input() -> None:
-    r = FeedbackReducer({0: header(1000, 700)})
-    with pytest.raises(ValueError, match="mip bias"):
-        r.reduce(np.zeros(4, np.uint32), bias=-1)
-    with pytest.raises(ValueError, match="mip bias"):
-        r.reduce(np.zeros(4, np.uint32), bias=float("nan"))
-    with pytest.raises(TypeError, match="uint32"):
+def test_reduce_rejects_bad_input() -> None:
+    r = FeedbackReducer(space_of({0: SMALL}))
+    with pytest.raises(TypeError, match="integer tile ids"):
         r.reduce(np.zeros(4, np.float32))
-    empty = r.reduce(np.full((4, 4), FEEDBACK_EMPTY, np.uint32))
-    assert len(empty.pages) == 0 and empty.empty == 16
-    assert len(r.reduce(np.zeros(0, np.uint32)).pages) == 0
+    for bias in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="mip bias"):
+            r.reduce(np.zeros(4, np.uint32), bias=bias)
 
 
-def test_unregister_makes_entries_invalid() -> None:
-    r = FeedbackReducer({0: header(1000, 700)})
-    raw = pack_feedback(np.zeros(3), np.zeros(3), np.arange(3), np.zeros(3))
-    assert len(r.reduce(raw).pages) == 3
-    r.unregister(0)
-    res = r.reduce(raw)
-    assert len(res.pages) == 0 and res.invalid == 3
+def test_reduce_applies_mip_bias_and_merges_counts() -> None:
+    space = space_of({0: SMALL, 1: TINY})
+
+    def t(tex: int, level: int, x: int, y: int) -> int:
+        return tile_id(space, {0: SMALL, 1: TINY}[tex], tex, level, x, y)
+
+    raw = np.array(
+        [t(0, 0, 4, 4)] * 2  # -> (1, 2, 2)
+        + [t(0, 0, 5, 5)] * 3  # -> (1, 2, 2)
+        + [t(0, 1, 2, 2)]  # -> (2, 1, 1)
+        + [t(0, 0, 8, 4)]  # -> (1, 4, 2)
+        + [t(0, 4, 0, 0)] * 5  # the top level stays
+        + [t(0, 3, 1, 1)]  # -> the top level
+        + [t(1, 0, 4, 4)] * 4  # another texture: -> (1, 2, 2) of texture 1, not merged with texture 0's
+        + [0xFFFFFFFF] * 2,
+        np.uint32,
+    )
+    res = FeedbackReducer(space).reduce(raw, bias=1.75)  # floor: one level coarser
+    assert res.bias_levels == 1 and res.invalid == 2 and res.samples == raw.size
+    assert pairs(res.wanted) == sorted(
+        [(t(0, 1, 2, 2), 5), (t(0, 2, 1, 1), 1), (t(0, 1, 4, 2), 1), (t(0, 4, 0, 0), 6), (t(1, 1, 2, 2), 4)]
+    )
+    res = FeedbackReducer(space).reduce(raw, bias=2.0)
+    assert res.bias_levels == 2
+    assert pairs(res.wanted) == sorted(
+        [(t(0, 2, 1, 1), 5), (t(0, 3, 0, 0), 1), (t(0, 2, 2, 1), 1), (t(0, 4, 0, 0), 6), (t(1, 2, 1, 1), 4)]
+    )
+    res = FeedbackReducer(space).reduce(raw, bias=6.0)  # past every texture's top: clamped
+    assert pairs(res.wanted) == [(t(0, 4, 0, 0), 13), (t(1, 3, 0, 0), 4)]
+    res = FeedbackReducer(space).reduce(raw, bias=0.9)  # below one level: unchanged
+    assert res.bias_levels == 0 and res.wanted.coverage == raw.size - 2 and len(res.wanted) == 7
 
 
-def test_wanted_pages_container() -> None:
-    w = WantedPages.from_tiles([(0, 1, 2, 3, 4), (1, 0, 0, 0, 1)])
-    assert len(w) == 2 and w.coverage == 5 and w.keys().shape == (2,)
-    with pytest.raises(ValueError, match="differ in length"):
-        WantedPages(np.zeros(2), np.zeros(2), np.zeros(2), np.zeros(2), np.zeros(3))
+def test_coarsen_merges_counts() -> None:
+    space = space_of({0: SMALL})
+
+    def t(level: int, x: int, y: int) -> int:
+        return tile_id(space, SMALL, 0, level, x, y)
+
+    r = FeedbackReducer(space)
+    w = r.reduce(np.array([t(0, 0, 0)] * 3 + [t(0, 1, 1)] + [t(0, 4, 0)] * 2 + [t(2, 3, 2)], np.uint32)).wanted
+    assert r.coarsen(w, 0) is w and r.coarsen(w, -1) is w
+    assert r.coarsen(Wanted.empty(), 3).ids.size == 0
+    assert pairs(r.coarsen(w, 1)) == sorted([(t(1, 0, 0), 4), (t(1, 2, 0), 2), (t(3, 1, 1), 1)])
+    assert pairs(r.coarsen(w, 2)) == sorted([(t(2, 0, 0), 4), (t(2, 1, 0), 2), (t(4, 0, 0), 1)])
+    assert pairs(r.coarsen(w, 9)) == [(t(4, 0, 0), 7)]
+    # Coarsening twice is coarsening once by the sum.
+    assert pairs(r.coarsen(r.coarsen(w, 1), 2)) == pairs(r.coarsen(w, 3))
 
 
-def test_reduce_large_buffer_is_exact() -> None:
-    """A full feedback target's worth of random ids reduces to exactly np.unique's answer."""
-    rng = np.random.default_rng(2)
-    r = FeedbackReducer({i: header(8192, 8192) for i in range(4)})  # 128x128 pages, 8 levels
-    tex = rng.integers(0, 4, 240 * 135)
-    level = rng.integers(0, 3, tex.size)
-    x = rng.integers(0, 128, tex.size) >> level
-    y = rng.integers(0, 128, tex.size) >> level
-    raw = pack_feedback(tex, level, x, y)
-    res = r.reduce(raw)
-    u, c = np.unique(raw, return_counts=True)
-    np.testing.assert_array_equal(pack_feedback(res.pages.tex, res.pages.level, res.pages.x, res.pages.y), u)
-    np.testing.assert_array_equal(res.pages.count, c)
+def test_reused_range_belongs_to_the_new_texture() -> None:
+    space = space_of({0: SMALL, 1: TINY})
+    r = FeedbackReducer(space)
+    old = np.arange(space.ranges[0].first_tile, space.ranges[0].stop, dtype=np.uint32)
+    assert len(r.reduce(old).wanted) == SMALL.tile_count
+    space.unregister(0)
+    res = r.reduce(old)
+    assert len(res.wanted) == 0 and res.invalid == old.size
+    space.register(2, TINY)  # first fit: texture 2 takes the start of texture 0's old range
+    res = r.reduce(old)
+    assert len(res.wanted) == TINY.tile_count and res.invalid == old.size - TINY.tile_count
+    assert res.wanted.ids[0] == space.ranges[2].first_tile
+
+
+@pytest.mark.parametrize("bias", [0.0, 1.5, 3.0])
+def test_reduce_large_buffer_matches_a_counter(bias: float) -> None:
+    """A feedback target's worth of random entries, valid and not, reduces exactly as a plain-Python count."""
+    rng = np.random.default_rng(4)
+    headers = {
+        0: PackHeader(width=8192, height=8192, tile_size=64),
+        1: PackHeader(width=5000, height=3000, tile_size=128),
+        2: SMALL,
+        3: PackHeader(width=8192, height=2048, tile_size=256),
+        4: TINY,
+    }
+    space = space_of(headers)
+    space.unregister(2)  # a hole of closed ids between open ranges
+    del headers[2]
+    valid = np.concatenate([np.arange(r.first_tile, r.stop) for r in space.ranges.values()])
+    n = 240 * 135
+    raw = rng.choice(valid, n).astype(np.uint32)
+    junk = rng.random(n) < 0.1
+    raw[junk] = rng.integers(0, space.capacity + 1000, int(junk.sum()))  # headers, the hole, past the end
+    raw[rng.random(n) < 0.01] = 0xFFFFFFFF
+    raw = raw.reshape(135, 240)
+
+    res = FeedbackReducer(space).reduce(raw, bias=bias)
+
+    tiles = set(valid.tolist())
+    expect: Counter[int] = Counter()
+    invalid = 0
+    for value, count in Counter(raw.ravel().tolist()).items():
+        if value in tiles:
+            expect[reference_ancestor(space, headers, value, int(bias))] += count
+        else:
+            invalid += count
+    assert invalid > 0
+    assert pairs(res.wanted) == sorted(expect.items())
+    assert (res.samples, res.invalid, res.bias_levels) == (n, invalid, int(bias))

@@ -93,41 +93,43 @@ def test_unregister_frees_the_range_and_first_fit_reuses_it() -> None:
     space = TileSpace()
     r0 = space.register(0, BIG)  # 0..257
     r1 = space.register(1, MID)  # 257..302
-    r2 = space.register(2, BIG)  # 302..559
-    r3 = space.register(3, MID)  # 559..604
-    assert [r.start for r in (r0, r1, r2, r3)] == [0, 257, 302, 559] and r3.stop == 604
+    r2 = space.register(2, MID)  # 302..347
+    r3 = space.register(3, MID)  # 347..392
+    assert [(r.start, r.stop) for r in (r0, r1, r2, r3)] == [(0, 257), (257, 302), (302, 347), (347, 392)]
     assert space.unregister(0) == r0 and space.unregister(2) == r2
     assert space.unregister(2) is None  # already free
     assert not space.is_tile(np.arange(r0.start, r0.stop)).any()
     assert not space.is_tile(np.arange(r2.start, r2.stop)).any()
     assert space.is_tile(np.arange(r1.first_tile, r1.stop)).all()
+    assert space.used == 392
     with pytest.raises(ValueError, match="texture id 0"):
         space.tile_ids(0)
     with pytest.raises(ValueError, match=r"\(2, 0, 0, 0\)"):
         space.ids(2, 0, 0, 0)
     assert not space.contains(np.array([0]), np.array([0]), np.array([0]), np.array([0]))[0]
-    # First fit: the first gap that is large enough, not the tightest one.
+    # Gaps now: 0..257 and 302..347. First fit takes the first gap large enough, not the tightest one.
     r4 = space.register(4, MID)
     assert (r4.start, r4.stop) == (0, 45)
-    r5 = space.register(5, BIG)  # 45..257 is too small; 302..559 fits exactly
-    assert (r5.start, r5.stop) == (302, 559)
+    r5 = space.register(5, BIG)  # 45..257 and 302..347 are too small: after the last range
+    assert (r5.start, r5.stop) == (392, 649)
     r6 = space.register(6, TINY)
     assert (r6.start, r6.stop) == (45, 62)
-    r7 = space.register(7, BIG)  # no gap left that fits: after the last range
-    assert (r7.start, r7.stop) == (604, 861)
-    assert space.used == 861
+    r7 = space.register(7, MID)  # 62..257 still comes before the exact fit 302..347
+    assert (r7.start, r7.stop) == (62, 107)
+    assert space.used == 649
     # A texture id can be registered again once it is free.
     r0b = space.register(0, TINY)
-    assert (r0b.start, r0b.stop) == (62, 79)
-    assert space.tile_ids(0).tolist() == [62 + HEADER]
-    assert space.coords(np.array([62 + HEADER])) == (0, 0, 0, 0)
+    assert (r0b.start, r0b.stop) == (107, 124)
+    assert space.tile_ids(0).tolist() == [107 + HEADER]
+    assert [int(c[0]) for c in space.coords(np.array([107 + HEADER]))] == [0, 0, 0, 0]
     # Unregistering the last range lowers `used`.
-    space.unregister(7)
-    assert space.used == 604
+    space.unregister(5)
+    assert space.used == 392
     # Every live texture still maps its own tiles.
-    for tex, h in ((1, MID), (3, MID), (4, MID), (5, BIG), (6, TINY), (0, TINY)):
+    for tex, h in ((1, MID), (3, MID), (4, MID), (6, TINY), (7, MID), (0, TINY)):
         r = space.ranges[tex]
         np.testing.assert_array_equal(np.sort(space.ids(tex, *tiles_of(h))), np.arange(r.first_tile, r.stop))
+        np.testing.assert_array_equal(space.tex[r.first_tile : r.stop], tex)
 
 
 def test_growth_calls_listeners_and_keeps_ids() -> None:

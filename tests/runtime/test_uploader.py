@@ -1,0 +1,545 @@
+"""The uploader: loads going READING -> READY -> UPLOADING -> FREE, the bytes that land in cache slots,
+the per-call caps and the cache slots' overwrite gate, one fence per upload call, failures with
+reasons, cancellation (READY and READING, and a tile asked for again), pack descriptors outliving
+`remove_source` while batches read them, the blocking `load_now`, and release.
+
+Packs are baked once per module (1024 texels, 64-texel tiles: 341 BC1 tiles of 72x72 texels,
+2592 bytes). Pools have one cell per layer, so cache slot s is layer s and `read_layer` returns
+exactly the tile uploaded there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import moderngl
+import numpy as np
+import pytest
+
+from texstream.bake.pipeline import bake_procedural
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.gl.gl_ext import FenceLike, GLExt
+from texstream.native import load as load_native
+from texstream.pack.format import Supercompression
+from texstream.pack.reader import PackReader
+from texstream.runtime.budget import BudgetManager
+from texstream.runtime.pools import CachePool, SlotGeometry
+from texstream.runtime.staging import SLOT_ALIGNMENT
+from texstream.runtime.tiles import TileSpace
+from texstream.runtime.uploader import LoadRecords, LoadState, Uploader
+
+pytestmark = pytest.mark.gl
+
+RING_SLOTS = 48
+BIG = 1 << 30
+
+
+# ---- packs ----------------------------------------------------------------------------------------
+@dataclass
+class Packs:
+    zstd: Path
+    lz4: Path
+    none: Path
+    zstd_corrupt: Path  # tile (0, 1, 0) lost its zstd magic number: "does not decode"
+    none_corrupt: Path  # tile (0, 2, 0) has a flipped byte: "checksum mismatch"
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory: pytest.TempPathFactory) -> Packs:
+    root = tmp_path_factory.mktemp("uploader-packs")
+    paths = {}
+    for sc in Supercompression:
+        paths[sc] = root / f"{sc.name.lower()}.pack"
+        bake_procedural(
+            paths[sc], 1024, "terrain", 1, BakeConfig(tile_size=64, jobs=1, progress=False, supercompression=sc)
+        )
+
+    def corrupt(
+        src: Path, name: str, tile: tuple[int, int, int], change: Callable[[bytearray, int, int], None]
+    ) -> Path:
+        with PackReader(src) as r:
+            e = r.entry(*tile)
+        data = bytearray(src.read_bytes())
+        change(data, e.offset, e.stored_size)
+        out = root / name
+        out.write_bytes(bytes(data))
+        return out
+
+    def zero_magic(d: bytearray, off: int, _n: int) -> None:
+        d[off : off + 4] = bytes(4)
+
+    def flip_middle(d: bytearray, off: int, n: int) -> None:
+        d[off + n // 2] ^= 0xFF
+
+    return Packs(
+        zstd=paths[Supercompression.ZSTD],
+        lz4=paths[Supercompression.LZ4],
+        none=paths[Supercompression.NONE],
+        zstd_corrupt=corrupt(paths[Supercompression.ZSTD], "zstd-corrupt.pack", (0, 1, 0), zero_magic),
+        none_corrupt=corrupt(paths[Supercompression.NONE], "none-corrupt.pack", (0, 2, 0), flip_middle),
+    )
+
+
+@pytest.fixture(scope="module")
+def gl(gl_ctx: moderngl.Context) -> GLExt:
+    return GLExt(gl_ctx)
+
+
+@pytest.fixture(params=[True, False], ids=["native", "python"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """StreamerConfig.native: the compiled read and upload loops, or the pure-Python ones."""
+    if request.param and load_native() is None:
+        pytest.skip("texstream's compiled helper (texstream.native) is not built: only the Python loops run")
+    return request.param
+
+
+# ---- fences ---------------------------------------------------------------------------------------
+class CountingFences:
+    """Wraps a fence factory and counts the fences it makes."""
+
+    def __init__(self, inner: Callable[[], FenceLike]) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def __call__(self) -> FenceLike:
+        self.count += 1
+        return self.inner()
+
+
+class FakeFence:
+    def __init__(self) -> None:
+        self.signal = False
+        self.released = 0
+
+    def signalled(self) -> bool:
+        return self.signal
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class FakeFences:
+    def __init__(self) -> None:
+        self.made: list[FakeFence] = []
+
+    def __call__(self) -> FakeFence:
+        self.made.append(FakeFence())
+        return self.made[-1]
+
+
+# ---- the rig --------------------------------------------------------------------------------------
+@dataclass
+class Drain:
+    """Everything drain() reported until no batch was left with the I/O threads."""
+
+    failed: list[LoadRecords] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    ready: int = 0
+
+    @property
+    def failed_tiles(self) -> list[int]:
+        return [int(t) for rec in self.failed for t in rec.tiles]
+
+
+class Rig:
+    """An uploader reading `paths` (texture ids 0, 1, ...) into `pools` one-cell-per-layer pools."""
+
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        gl: GLExt,
+        paths: list[Path],
+        *,
+        native: bool = True,
+        io_threads: int = 2,
+        capacity: int = 64,
+        pools: int = 1,
+        fence_factory: Callable[[], FenceLike] | None = None,
+    ) -> None:
+        self.ctx, self.gl = ctx, gl
+        self.space = TileSpace()
+        self.readers = [PackReader(p) for p in paths]
+        h = self.readers[0].header
+        self.raw = h.tile_raw_size
+        stride = -(-self.raw // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
+        config = StreamerConfig(io_threads=io_threads, native=native)
+        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, self.raw, fence_factory)
+        assert self.up.ring.slot_count == RING_SLOTS
+        for tex, r in enumerate(self.readers):
+            self.space.register(tex, r.header)
+            self.up.add_source(tex, r)
+        self.budget = BudgetManager(BudgetConfig(budget_mb=64))
+        g = SlotGeometry(h.slot_size, self.raw)
+        self.pools = [
+            CachePool(gl, self.budget, (h.texel_format, srgb, h.slot_size), i, g, capacity, 2, 0)
+            for i, srgb in enumerate([True, False][:pools])
+        ]
+
+    def ids(self, tex: int, *coords: tuple[int, int, int]) -> np.ndarray:
+        c = np.array(coords, np.int64).reshape(-1, 3)
+        return self.space.ids(tex, c[:, 0], c[:, 1], c[:, 2])
+
+    def allocate(self, frame: int, tiles: np.ndarray, pool: int = 0) -> np.ndarray:
+        slots = self.pools[pool].allocate(frame, tiles, self.space.tex[tiles], self.space.level[tiles]).slots
+        assert (slots >= 0).all()
+        return slots
+
+    def submit(self, frame: int, tiles: np.ndarray, pool: int = 0) -> np.ndarray:
+        """Take cache slots for `tiles` and start their loads; returns the cache slots."""
+        cache = self.allocate(frame, tiles, pool)
+        assert self.up.submit(frame, tiles, np.full(tiles.size, pool), cache) == tiles.size
+        return cache
+
+    def drain_all(self) -> Drain:
+        out = Drain()
+        deadline = time.monotonic() + 60.0  # a hang guard, not a speed check
+        while self.up.io.pending:
+            assert time.monotonic() < deadline, f"{self.up.io.pending} read batches never came back"
+            d = self.up.drain()
+            if len(d.failed):
+                out.failed.append(d.failed)
+            out.reasons += d.reasons
+            out.ready += d.ready
+            time.sleep(0.001)
+        return out
+
+    def upload(self, frame: int, max_tiles: int = 256, max_bytes: int = BIG):
+        return self.up.upload(frame, self.pools, max_tiles, max_bytes)
+
+    def tile_bytes(self, tile: int) -> bytes:
+        tex, lv, x, y = (int(v[0]) for v in self.space.coords(np.array([tile])))
+        return self.readers[tex].read_tile(lv, x, y)
+
+    def assert_uploaded(self, tiles: np.ndarray, cache: np.ndarray, pool: int = 0) -> None:
+        self.ctx.finish()
+        for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
+            assert self.gl.read_layer(self.pools[pool].texture, s) == self.tile_bytes(t), f"tile {t} in slot {s}"
+
+    def states(self, **counts: int) -> dict[LoadState, int]:
+        """The expected `states()`: the named counts, FREE for the rest of the ring."""
+        want = {st: counts.get(st.name.lower(), 0) for st in LoadState}
+        want[LoadState.FREE] = RING_SLOTS - sum(want.values())
+        return want
+
+    def release(self) -> None:
+        self.up.release()
+        for p in self.pools:
+            p.release()
+        for r in self.readers:
+            r.close()
+
+
+@pytest.fixture
+def rigs(gl_ctx: moderngl.Context, gl: GLExt) -> Iterator[Callable[..., Rig]]:
+    made: list[Rig] = []
+
+    def make(paths: list[Path], **kw: object) -> Rig:
+        made.append(Rig(gl_ctx, gl, paths, **kw))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.release()
+
+
+# ---- the cycle ------------------------------------------------------------------------------------
+def test_loads_go_reading_ready_uploading_free_and_land_in_their_cache_slots(
+    rigs: Callable[..., Rig], packs: Packs, native: bool
+) -> None:
+    rig = rigs([packs.zstd], native=native)
+    up = rig.up
+    assert (up.native is not None) is native
+    assert up.states() == rig.states() and not up.busy
+    tiles = rig.space.tile_ids(0)[::23]  # all levels, scattered through the file
+    n = tiles.size
+    cache = rig.submit(1, tiles)
+    assert up.states() == rig.states(reading=n) and up.states(0)[LoadState.READING] == n
+    assert up.loading_mask(tiles).all() and up.in_flight == n and up.busy
+    assert up.free_slots == RING_SLOTS - n
+    drained = rig.drain_all()
+    assert drained.ready == n and not drained.failed and not drained.reasons
+    assert up.states() == rig.states(ready=n) and up.in_flight == n
+    fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
+    done = rig.upload(3)
+    assert done.loads.tiles.tolist() == tiles.tolist()  # submission order
+    assert done.loads.cache_slot.tolist() == cache.tolist()
+    assert (done.loads.tex == 0).all() and (done.loads.pool == 0).all()
+    assert done.latency_frames.tolist() == [2] * n and done.nbytes == n * rig.raw
+    assert up.states() == rig.states(uploading=n) and fences.count == 1
+    assert not up.loading_mask(tiles).any() and up.in_flight == 0 and not up.busy
+    rig.assert_uploaded(tiles, cache)  # (waits for the GPU: the fence has signalled now)
+    assert up.reclaim() == n
+    assert up.states() == rig.states() and up.free_slots == RING_SLOTS
+    assert up.reclaim() == 0
+
+
+def test_the_reader_may_close_once_its_source_is_added(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.lz4])
+    rig.readers[0].close()
+    tiles = rig.ids(0, (0, 0, 0), (0, 15, 15), (4, 0, 0))
+    cache = rig.submit(1, tiles)
+    assert rig.drain_all().ready == 3
+    rig.upload(2)
+    with PackReader(packs.lz4) as again:
+        rig.readers[0] = again
+        rig.assert_uploaded(tiles, cache)
+
+
+def test_reclaim_frees_ring_slots_only_after_the_uploads_fence(
+    rigs: Callable[..., Rig], packs: Packs, gl_ctx: moderngl.Context
+) -> None:
+    fences = FakeFences()
+    rig = rigs([packs.none], fence_factory=fences)
+    up = rig.up
+    tiles = rig.ids(0, (0, 0, 0), (0, 1, 0), (1, 0, 0))
+    rig.submit(1, tiles)
+    rig.drain_all()
+    rig.upload(2)
+    assert len(fences.made) == 1
+    for _ in range(3):
+        assert up.reclaim() == 0
+    assert up.states() == rig.states(uploading=3) and up.free_slots == RING_SLOTS - 3
+    gl_ctx.finish()
+    fences.made[0].signal = True
+    assert up.reclaim() == 3 and fences.made[0].released == 1
+    assert up.states() == rig.states() and up.free_slots == RING_SLOTS
+
+
+# ---- caps, gate, fences ---------------------------------------------------------------------------
+def test_upload_takes_ready_loads_in_submission_order_under_the_caps(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd])
+    up = rig.up
+    later = rig.ids(0, (0, 9, 9), (0, 10, 9), (0, 11, 9), (0, 12, 9))
+    earlier_in_file = rig.ids(0, (0, 0, 0), (0, 1, 0))
+    rig.submit(1, later)
+    rig.submit(1, earlier_in_file)
+    tiles = np.concatenate([later, earlier_in_file])
+    assert rig.drain_all().ready == 6
+    fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
+    first = rig.upload(2, max_tiles=2)
+    assert first.loads.tiles.tolist() == tiles[:2].tolist() and first.nbytes == 2 * rig.raw
+    second = rig.upload(2, max_tiles=10, max_bytes=2 * rig.raw + rig.raw // 2)
+    assert second.loads.tiles.tolist() == tiles[2:4].tolist() and second.nbytes == 2 * rig.raw
+    # A byte cap below one tile still lets the first ready load go (it could never go otherwise).
+    third = rig.upload(2, max_tiles=10, max_bytes=1)
+    assert third.loads.tiles.tolist() == tiles[4:5].tolist()
+    nothing = rig.upload(2, max_tiles=0)
+    assert len(nothing.loads) == 0 and nothing.nbytes == 0
+    assert up.states() == rig.states(ready=1, uploading=5)
+    assert fences.count == 3  # one per call that uploaded something, none for the empty one
+    rest = rig.upload(3)
+    assert rest.loads.tiles.tolist() == tiles[5:].tolist() and fences.count == 4
+
+
+def test_a_cache_slot_is_not_written_before_its_writable_frame(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd])
+    up = rig.up
+    tiles = rig.ids(0, (0, 0, 0), (0, 1, 0), (0, 2, 0))
+    cache = rig.submit(1, tiles)
+    rig.pools[0].writable_at[cache[1]] = 5  # a draw in flight until frame 5 may sample it
+    rig.drain_all()
+    fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
+    assert rig.upload(3).loads.tiles.tolist() == [tiles[0], tiles[2]]
+    assert up.states() == rig.states(ready=1, uploading=2) and up.loading_mask(tiles[1:2]).all()
+    assert len(rig.upload(4).loads) == 0 and fences.count == 1  # still gated: no upload, no fence
+    late = rig.upload(5)
+    assert late.loads.tiles.tolist() == [tiles[1]] and late.loads.cache_slot.tolist() == [cache[1]]
+    assert late.latency_frames.tolist() == [4] and fences.count == 2
+    rig.assert_uploaded(tiles, cache)
+
+
+def test_one_fence_per_upload_call_across_pools_and_packs(
+    rigs: Callable[..., Rig], packs: Packs, gl_ctx: moderngl.Context
+) -> None:
+    rig = rigs([packs.zstd, packs.lz4], pools=2)
+    up = rig.up
+    fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
+    a = rig.ids(0, (0, 0, 0), (0, 3, 4), (2, 1, 1))
+    b = rig.ids(1, (0, 5, 5), (1, 2, 2), (4, 0, 0))
+    ca, cb = rig.allocate(1, a, 0), rig.allocate(1, b, 1)
+    tiles, cache = np.concatenate([a, b]), np.concatenate([ca, cb])
+    assert up.submit(1, tiles, np.repeat([0, 1], 3), cache) == 6
+    assert rig.drain_all().ready == 6
+    done = rig.upload(2)
+    assert len(done.loads) == 6 and sorted(done.loads.pool.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert sorted(done.loads.tex.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert fences.count == 1 and up.ring.batches_in_flight == 1
+    rig.assert_uploaded(a, ca, pool=0)
+    rig.assert_uploaded(b, cb, pool=1)
+    more = rig.ids(1, (0, 0, 0), (0, 1, 0))
+    rig.submit(3, more, pool=1)
+    rig.drain_all()
+    assert len(rig.upload(4).loads) == 2 and fences.count == 2
+    assert len(rig.upload(5).loads) == 0 and fences.count == 2
+    gl_ctx.finish()
+    assert up.reclaim() == 8
+
+
+# ---- failures -------------------------------------------------------------------------------------
+def test_failed_loads_come_back_with_a_reason_naming_the_pack_and_the_tile(
+    rigs: Callable[..., Rig], packs: Packs, native: bool, tmp_path: Path
+) -> None:
+    cut_copy = tmp_path / "cut.pack"
+    shutil.copy(packs.lz4, cut_copy)
+    rig = rigs([packs.zstd_corrupt, packs.none_corrupt, cut_copy], native=native)
+    up = rig.up
+    idx = rig.readers[2].index
+    last = rig.readers[2].tile_position(int(np.argmax(idx["offset"])))  # last in the file
+    e = rig.readers[2].entry(*last)
+    os.truncate(cut_copy, e.offset + e.stored_size // 2)  # the pack ends inside its last tile now
+    bad = {
+        int(rig.ids(0, (0, 1, 0))[0]): (packs.zstd_corrupt, (0, 1, 0), "does not decode"),
+        int(rig.ids(1, (0, 2, 0))[0]): (packs.none_corrupt, (0, 2, 0), "checksum mismatch"),
+        int(rig.ids(2, last)[0]): (cut_copy, last, "truncated"),
+    }
+    good = np.concatenate([rig.ids(t, (0, 0, 0), (1, 1, 1)) for t in range(3)])
+    tiles = np.concatenate([np.array(list(bad)), good])
+    cache = rig.submit(1, tiles)
+    slot_of = dict(zip(tiles.tolist(), cache.tolist(), strict=True))
+    drained = rig.drain_all()
+    assert drained.ready == good.size
+    assert sorted(drained.failed_tiles) == sorted(bad)
+    assert len(drained.reasons) == len(bad)
+    reasons = iter(drained.reasons)
+    for rec in drained.failed:
+        for tile, tex, pool, slot in zip(rec.tiles, rec.tex, rec.pool, rec.cache_slot, strict=True):
+            path, (lv, x, y), why = bad[int(tile)]
+            reason = next(reasons)  # reasons are parallel to the failed records
+            assert str(path) in reason and f"tile ({lv}, {x}, {y})" in reason and why in reason, reason
+            assert (int(tex), int(pool), int(slot)) == (int(rig.space.tex[tile]), 0, slot_of[int(tile)])
+    assert up.states() == rig.states(ready=good.size)
+    assert not up.loading_mask(np.array(list(bad))).any() and up.loading_mask(good).all()
+    assert up.free_slots == RING_SLOTS - good.size  # failed loads gave their ring slots back
+    rig.upload(2)
+    rig.assert_uploaded(good, np.array([slot_of[int(t)] for t in good]))
+
+
+# ---- cancel ---------------------------------------------------------------------------------------
+def test_cancelling_a_ready_load_frees_it_at_once(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd])
+    up = rig.up
+    tiles = rig.ids(0, (0, 0, 0), (0, 1, 0), (0, 2, 0), (0, 3, 0))
+    cache = rig.submit(1, tiles)
+    rig.drain_all()
+    cancelled = up.cancel(tiles[1:3])
+    assert sorted(cancelled.tiles.tolist()) == sorted(tiles[1:3].tolist())
+    assert sorted(cancelled.cache_slot.tolist()) == sorted(cache[1:3].tolist())  # the caller frees them
+    assert up.states() == rig.states(ready=2) and up.free_slots == RING_SLOTS - 2
+    assert up.loading_mask(tiles).tolist() == [True, False, False, True]
+    assert len(up.cancel(rig.ids(0, (0, 9, 9)))) == 0  # no load: nothing to cancel
+    done = rig.upload(2)
+    assert done.loads.tiles.tolist() == [tiles[0], tiles[3]]
+    assert len(up.cancel(tiles)) == 0  # uploading: too late to cancel
+    assert up.states() == rig.states(uploading=2)
+
+
+def test_cancelling_a_reading_load_drops_it_on_drain(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd_corrupt])
+    up = rig.up
+    corrupt = rig.ids(0, (0, 1, 0))
+    tiles = np.concatenate([corrupt, rig.ids(0, (0, 0, 0), (0, 2, 0), (0, 3, 0))])
+    cache = rig.submit(1, tiles)
+    cancelled = up.cancel(tiles[:2])  # the corrupt tile and a good one, still with the I/O threads
+    assert sorted(cancelled.cache_slot.tolist()) == sorted(cache[:2].tolist())
+    assert up.states() == rig.states(reading=2, cancelled=2)
+    assert up.loading_mask(tiles).tolist() == [False, False, True, True]  # they may be asked for again
+    assert up.free_slots == RING_SLOTS - 4  # the ring slots stay with the threads until drain
+    drained = rig.drain_all()
+    assert drained.ready == 2 and not drained.failed and not drained.reasons  # a cancelled failure is no failure
+    assert up.states() == rig.states(ready=2) and up.free_slots == RING_SLOTS - 2
+    assert rig.upload(2).loads.tiles.tolist() == tiles[2:].tolist()
+
+
+def test_a_tile_cancelled_and_asked_for_again_gets_a_fresh_load(
+    rigs: Callable[..., Rig], packs: Packs, native: bool
+) -> None:
+    rig = rigs([packs.zstd], native=native, io_threads=1)
+    up = rig.up
+    tile = rig.ids(0, (1, 3, 2))
+    old_cache = rig.submit(1, tile)
+    assert up.cancel(tile).cache_slot.tolist() == old_cache.tolist()
+    new_cache = rig.allocate(2, tile)  # the old cache slot is not reused here: the bytes must land in the new one
+    assert new_cache[0] != old_cache[0]
+    assert up.submit(2, tile, np.zeros(1), new_cache) == 1
+    assert up.states() == rig.states(reading=1, cancelled=1) and up.loading_mask(tile).all()
+    drained = rig.drain_all()  # the old load's result comes back too, after the new load started
+    assert drained.ready == 1 and not drained.failed
+    assert up.states() == rig.states(ready=1) and up.loading_mask(tile).all()
+    with pytest.raises(ValueError, match="already has a load"):
+        up.submit(2, tile, np.zeros(1), new_cache)
+    done = rig.upload(3)
+    assert done.loads.tiles.tolist() == tile.tolist() and done.loads.cache_slot.tolist() == new_cache.tolist()
+    assert done.latency_frames.tolist() == [1]
+    rig.assert_uploaded(tile, new_cache)
+
+
+# ---- sources --------------------------------------------------------------------------------------
+def test_remove_source_keeps_the_descriptor_for_batches_in_flight_and_closes_it_after(
+    rigs: Callable[..., Rig], packs: Packs
+) -> None:
+    rig = rigs([packs.zstd, packs.zstd])
+    up = rig.up
+    fd, idle_fd = up.sources[0].tile.fd, up.sources[1].tile.fd
+    assert fd != rig.readers[0].fileno()  # the uploader's own descriptor
+    rig.readers[0].close()
+    tiles = rig.space.tile_ids(0)[:40]  # two read batches
+    cache = rig.submit(1, tiles)
+    removed = up.remove_source(0)
+    assert sorted(removed.cache_slot.tolist()) == sorted(cache.tolist())
+    assert 0 not in up.sources and up.states() == rig.states(cancelled=40)
+    os.fstat(fd)  # still open: the I/O threads may be reading it
+    drained = rig.drain_all()
+    assert drained.ready == 0 and not drained.failed
+    assert up.states() == rig.states() and up.free_slots == RING_SLOTS
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed once the last batch reading it came back
+    assert len(up.remove_source(1)) == 0
+    with pytest.raises(OSError):
+        os.fstat(idle_fd)  # nothing in flight: closed at once
+    os.fstat(rig.readers[1].fileno())  # the reader's own descriptor is its owner's
+
+
+# ---- the blocking path ----------------------------------------------------------------------------
+def test_load_now_reads_and_uploads_at_once_and_reports_bad_tiles(
+    rigs: Callable[..., Rig], packs: Packs, native: bool
+) -> None:
+    rig = rigs([packs.zstd_corrupt], native=native, capacity=348)
+    up = rig.up
+    tiles = rig.space.tile_ids(0)  # 341 tiles: more than one chunk
+    pool = rig.pools[0]
+    cache = rig.allocate(1, tiles)
+    pool.writable_at[cache[:5]] = 3  # draws in flight may sample these: load_now waits for them
+    ok, reasons = up.load_now(1, tiles, pool, cache)
+    corrupt = int(rig.ids(0, (0, 1, 0))[0])
+    assert ok.tolist() == [t != corrupt for t in tiles.tolist()]
+    assert len(reasons) == 1
+    assert str(packs.zstd_corrupt) in reasons[0] and "tile (0, 1, 0) does not decode" in reasons[0], reasons[0]
+    assert up.ring.stats().acquired == 0 and up.states() == rig.states()  # streaming loads are not disturbed
+    rig.assert_uploaded(tiles[ok], cache[ok])
+    none_ok, none_reasons = up.load_now(1, np.zeros(0, np.int64), pool, np.zeros(0, np.int64))
+    assert none_ok.size == 0 and none_reasons == []
+    with pytest.raises(ValueError, match="cache slot"):
+        up.load_now(1, tiles[:2], pool, np.array([cache[0], -1]))
+
+
+# ---- release --------------------------------------------------------------------------------------
+def test_release_is_idempotent_and_closes_every_descriptor(rigs: Callable[..., Rig], packs: Packs, gl: GLExt) -> None:
+    rig = rigs([packs.zstd, packs.lz4])
+    up = rig.up
+    fds = [up.sources[0].tile.fd, up.sources[1].tile.fd]
+    rig.submit(1, rig.space.tile_ids(0)[:10])
+    rig.submit(1, rig.space.tile_ids(1)[:10])
+    up.remove_source(1)  # retired: its batches may still be with the threads
+    glo = up.ring.glo
+    up.release()
+    up.release()
+    assert up.ring.closed and not gl.is_buffer(glo)  # the threads let go of the ring's memory
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert up.io.shutdown() is True  # the threads are gone
+    os.fstat(rig.readers[0].fileno())  # the readers' own descriptors are their owners'
