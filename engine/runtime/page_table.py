@@ -87,12 +87,14 @@ class PageTables:
         self.own[rng.start : rng.stop] = NO_SLOT
         self.entry[rng.start : rng.stop] = ENTRY_NONE
         self.resident_count[tex] = 0
+        self._mark(np.array([rng.start]), np.array([rng.stop]))
 
     # ---- lookups (vectorized) ------------------------------------------------------------------
     def nearest_resident(self, ids: np.ndarray) -> np.ndarray:
         """Each page's own tile when resident, else its nearest resident ancestor; -1 when none is
         (only before a texture's pinned levels are loaded). One pass per level walked."""
-        cur = np.asarray(ids, np.int64).copy()
+        shape = np.shape(ids)
+        cur = np.asarray(ids, np.int64).ravel().copy()
         look = np.flatnonzero(self.own[cur] < 0)
         for _ in range(MAX_LEVELS):
             if look.size == 0:
@@ -103,7 +105,7 @@ class PageTables:
             look = look[~top]
             look = look[self.own[cur[look]] < 0]
         cur[self.own[np.maximum(cur, 0)] < 0] = -1
-        return cur
+        return cur.reshape(shape)
 
     def resident_level(self, ids: np.ndarray) -> np.ndarray:
         """Level each page samples (its own or an ancestor's); NO_LEVEL when none (int64)."""

@@ -59,6 +59,12 @@ class SlotState(enum.IntEnum):
     RESIDENT = 2  # holds its tile; page tables may point at it
 
 
+# plain ints of the states for per-frame array code (enum attribute lookups are slow)
+_FREE = int(SlotState.FREE)
+_LOADING = int(SlotState.LOADING)
+_RESIDENT = int(SlotState.RESIDENT)
+
+
 @dataclass(frozen=True)
 class SlotGeometry:
     """How slots are laid out in a texture array: `cells_x` x `cells_y` slots per layer."""
@@ -243,7 +249,7 @@ class CachePool:
 
     def resident_tile_ids(self) -> np.ndarray:
         """Tile id of every RESIDENT slot (in slot order)."""
-        return self.tile[self.state == SlotState.RESIDENT]
+        return self.tile[self.state == _RESIDENT]
 
     def evictable_mask(self, frame: int) -> np.ndarray:
         return (self.state == SlotState.RESIDENT) & ~self.pinned & (self.last_used <= frame - self.frames_in_flight)
@@ -278,7 +284,7 @@ class CachePool:
             self.writable_at[victims] = frame + self.frames_in_flight
         got = out >= 0
         s = out[got]
-        self.state[s] = SlotState.LOADING
+        self.state[s] = _LOADING
         self.tile[s] = tiles[got]
         self.tex[s] = np.asarray(tex, np.int64).ravel()[got]
         self.level[s] = np.asarray(levels, np.int64).ravel()[got]
@@ -305,7 +311,10 @@ class CachePool:
             return s
         if s.min() < 0 or s.max() >= self.capacity:
             raise ValueError(f"{self.name}: {what} slot out of range 0..{self.capacity - 1}: {s.min()}..{s.max()}")
-        ok = np.isin(self.state[s], np.array(states, np.uint8))
+        st = self.state[s]
+        ok = st == states[0]
+        for other in states[1:]:
+            ok |= st == other
         if not ok.all():
             bad = int(s[~ok][0])
             raise ValueError(f"{self.name}: cannot {what} slot {bad} in state {SlotState(int(self.state[bad])).name}")
@@ -313,13 +322,13 @@ class CachePool:
 
     def mark_resident(self, slots: np.ndarray | int, frame: int) -> None:
         """LOADING -> RESIDENT (its upload was issued); counts as a use at `frame`."""
-        s = self._slots(slots, (SlotState.LOADING,), "mark resident")
-        self.state[s] = SlotState.RESIDENT
+        s = self._slots(slots, (_LOADING,), "mark resident")
+        self.state[s] = _RESIDENT
         self.last_used[s] = np.maximum(self.last_used[s], frame)
 
     def free(self, slots: np.ndarray | int) -> None:
         """LOADING -> FREE: a load that failed or was cancelled (nothing was written into the slot)."""
-        s = np.unique(self._slots(slots, (SlotState.LOADING,), "free"))
+        s = np.unique(self._slots(slots, (_LOADING,), "free"))
         self._clear(s)
         self._push_free(s)
 
@@ -332,19 +341,19 @@ class CachePool:
 
     def pin(self, slots: np.ndarray | int) -> None:
         """Never evict these slots (the coarsest levels, or an all-resident reference)."""
-        s = self._slots(slots, (SlotState.LOADING, SlotState.RESIDENT), "pin")
+        s = self._slots(slots, (_LOADING, SlotState.RESIDENT), "pin")
         self.pinned[s] = True
 
     def unpin(self, slots: np.ndarray | int) -> None:
-        s = self._slots(slots, (SlotState.LOADING, SlotState.RESIDENT), "unpin")
+        s = self._slots(slots, (_LOADING, SlotState.RESIDENT), "unpin")
         self.pinned[s] = False
 
     def release_texture(self, tex: int, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """Drop every slot of texture `tex`; returns (tiles, slots) that were LOADING: cancel those
         loads. Slots that held tiles are not overwritten before frame + frames_in_flight."""
         s = np.flatnonzero((self.tex == tex) & (self.state != SlotState.FREE))
-        loading = s[self.state[s] == SlotState.LOADING]
-        resident = s[self.state[s] == SlotState.RESIDENT]
+        loading = s[self.state[s] == _LOADING]
+        resident = s[self.state[s] == _RESIDENT]
         out = (self.tile[loading].copy(), loading.copy())
         self.writable_at[resident] = np.maximum(self.writable_at[resident], frame + self.frames_in_flight)
         self._clear(s)
@@ -352,7 +361,7 @@ class CachePool:
         return out
 
     def _clear(self, s: np.ndarray) -> None:
-        self.state[s] = SlotState.FREE
+        self.state[s] = _FREE
         self.tile[s] = -1
         self.tex[s] = -1
         self.pinned[s] = False
@@ -435,8 +444,8 @@ class CachePool:
     def _plan_shrink(self, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         idx = np.arange(self.capacity)
         kept = idx < capacity
-        resident = self.state == SlotState.RESIDENT
-        loading = self.state == SlotState.LOADING
+        resident = self.state == _RESIDENT
+        loading = self.state == _LOADING
         must = (self.pinned & resident) | (loading & kept)
         n_must = int(np.count_nonzero(must))
         if n_must > capacity:
@@ -480,7 +489,7 @@ class CachePool:
 
     def check(self) -> None:
         """Assert internal consistency (tests and debugging)."""
-        used = self.state != SlotState.FREE
+        used = self.state != _FREE
         assert np.unique(self._free).size == self._free.size, "a slot is free twice"
         assert set(self._free.tolist()) == set(np.flatnonzero(~used).tolist()), "free list disagrees with states"
         assert (self.tile[used] >= 0).all() and (self.tile[~used] == -1).all()

@@ -60,6 +60,12 @@ class RequestState(enum.IntEnum):
     FAILED = 2  # its load failed; not asked for again before its back-off ends
 
 
+# plain ints of the states for per-frame array code (enum attribute lookups are slow)
+_NONE = int(RequestState.NONE)
+_QUEUED = int(RequestState.QUEUED)
+_FAILED = int(RequestState.FAILED)
+
+
 @dataclass(frozen=True)
 class Requests:
     """Tiles to start loading this frame, best first (parallel arrays)."""
@@ -139,14 +145,14 @@ class RequestScheduler:
         self.fails[i] += 1
         doublings = np.minimum(self.fails[i] - 1, MAX_BACKOFF_DOUBLINGS)
         self.retry_at[i] = frame + self.config.retry_frames * (1 << doublings)
-        self.state[i] = RequestState.FAILED
+        self.state[i] = _FAILED
         self.stats.failed += int(i.size)
 
     def mark_resident(self, ids: np.ndarray) -> None:
         """Uploaded tiles: their failure history is forgotten."""
         i = np.asarray(ids, np.int64)
         self.fails[i] = 0
-        self.state[i] = RequestState.NONE
+        self.state[i] = _NONE
 
     def forget(self, start: int, stop: int) -> None:
         """Drop everything known about the tile ids of a closed texture."""
@@ -217,8 +223,8 @@ class RequestScheduler:
         take = ((st != RequestState.FAILED) | retry) & ~self.loading(ids)
         self.stats.retried += int(np.count_nonzero(retry & take))
         n = ids[take]
-        fresh = self.state[n] != RequestState.QUEUED
-        self.state[n] = RequestState.QUEUED
+        fresh = self.state[n] != _QUEUED
+        self.state[n] = _QUEUED
         self.score[n] = np.minimum(weights[take], _SCORE_LIMIT)
         self.tier[n] = tier
         self.last_wanted[n] = frame
@@ -249,7 +255,7 @@ class RequestScheduler:
         stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
         cancelled = int(np.count_nonzero(stale))
         gone = q[~live | stale]
-        self.state[gone[self.state[gone] == RequestState.QUEUED]] = RequestState.NONE
+        self.state[gone[self.state[gone] == _QUEUED]] = _NONE
         q = q[live & ~stale]
         self.queue = q
         self.stats.cancelled += cancelled
@@ -271,7 +277,7 @@ class RequestScheduler:
         nbytes = self.space.tile_bytes[self.space.tex[ids].astype(np.int64)]
         fits = (np.cumsum(nbytes) <= self.max_bytes) | (np.arange(ids.size) == 0)
         ids = ids[fits]
-        self.state[ids] = RequestState.NONE
+        self.state[ids] = _NONE
         keep = np.ones(q.size, bool)
         keep[chosen[fits]] = False
         self.queue = q[keep]

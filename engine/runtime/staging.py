@@ -46,6 +46,12 @@ class SlotState(enum.IntEnum):
     IN_FLIGHT = 2  # uploads from it were issued; the GPU may still read it until its fence signals
 
 
+# plain ints of the states for per-frame array code (enum attribute lookups are slow)
+_FREE = int(SlotState.FREE)
+_HELD = int(SlotState.HELD)
+_IN_FLIGHT = int(SlotState.IN_FLIGHT)
+
+
 @dataclass(frozen=True)
 class RingStats:
     """A snapshot of the ring; counters are cumulative since creation."""
@@ -172,15 +178,15 @@ class StagingRing:
         out = self._free[self._free.size - take :][::-1].copy()
         self._free = self._free[: self._free.size - take]
         assert (self.state[out] == SlotState.FREE).all(), "a free-listed slot was not free"
-        self.state[out] = SlotState.HELD
+        self.state[out] = _HELD
         self._acquired += take
         return out
 
     def abandon(self, slots: np.ndarray) -> None:
         """HELD -> FREE for slots that will not be uploaded (failed read, cancelled tile)."""
-        s = self._expect(slots, SlotState.HELD, "abandon")
+        s = self._expect(slots, _HELD, "abandon")
         if s.size and not self._closed:
-            self.state[s] = SlotState.FREE
+            self.state[s] = _FREE
             self._free = np.concatenate([self._free, s[::-1]])
 
     def stage(self, slots: np.ndarray, nbytes: np.ndarray | int) -> None:
@@ -189,7 +195,7 @@ class StagingRing:
         The fallback orphans the GL buffer and copies each slot into it, so everything uploaded from
         the buffer afterwards must be in `slots`: stage, upload and submit one batch at a time.
         """
-        s = self._expect(slots, SlotState.HELD, "stage")
+        s = self._expect(slots, _HELD, "stage")
         if self.persistent:
             return
         assert self._fallback is not None
@@ -201,13 +207,13 @@ class StagingRing:
 
     def submit(self, slots: np.ndarray, nbytes: int = 0) -> FenceLike | None:
         """Fence the uploads just issued from `slots`: HELD -> IN_FLIGHT under ONE fence."""
-        s = self._expect(slots, SlotState.HELD, "submit")
+        s = self._expect(slots, _HELD, "submit")
         if s.size == 0:
             return None
         if np.unique(s).size != s.size:
             raise ValueError("a slot appears twice in one batch")
         fence = self.fence_factory()
-        self.state[s] = SlotState.IN_FLIGHT
+        self.state[s] = _IN_FLIGHT
         self._batches.append((fence, s.copy()))
         self._batch_count += 1
         self._bytes_submitted += int(nbytes)
@@ -225,7 +231,7 @@ class StagingRing:
             self._batches.popleft()
             fence.release()
             assert (self.state[s] == SlotState.IN_FLIGHT).all(), "a fenced slot was not in flight"
-            self.state[s] = SlotState.FREE
+            self.state[s] = _FREE
             self._free = np.concatenate([self._free, s[::-1]])
             freed.append(s)
         return np.concatenate(freed) if freed else np.zeros(0, np.int64)
@@ -240,9 +246,9 @@ class StagingRing:
             slot_count=self.slot_count,
             slot_bytes=self.slot_bytes,
             persistent=self.persistent,
-            free=int(counts[SlotState.FREE]),
-            held=int(counts[SlotState.HELD]),
-            in_flight=int(counts[SlotState.IN_FLIGHT]),
+            free=int(counts[_FREE]),
+            held=int(counts[_HELD]),
+            in_flight=int(counts[_IN_FLIGHT]),
             batches_in_flight=len(self._batches),
             acquired=self._acquired,
             stalls=self._stalls,

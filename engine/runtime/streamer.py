@@ -112,6 +112,7 @@ class Streamer:
         self.textures: list[VirtualTexture] = []
         self._by_id: dict[int, VirtualTexture] = {}
         self._pool_of_tex = np.full(MAX_TEXTURES, -1, np.int64)
+        self._level_pins = [0] * MAX_POOLS  # per pool: slots pinned for textures' coarsest levels
         self.reducer = FeedbackReducer(self.space)
         self.uploader: Uploader | None = None
         self.scheduler = RequestScheduler(config, self.space, self.tables, self._loading)
@@ -185,6 +186,9 @@ class Streamer:
         pool = vt.pool
         assert self.uploader is not None
         self._free_cache_slots(self.uploader.remove_source(vt.id))
+        if self.tables.resident_count[vt.id]:  # the pinned levels were loaded
+            first = int(self.tables.first_pinned[vt.id])
+            self._level_pins[pool.index] -= int(self.space.tile_ids(vt.id, range(first, vt.header.level_count)).size)
         pool.release_texture(vt.id, self.frame)
         rng = self.space.ranges[vt.id]
         self.scheduler.forget(rng.start, rng.stop)
@@ -202,6 +206,7 @@ class Streamer:
             pool.release()
             del self.pools[pool.key]
             self._pool_slots[pool.index] = None
+            self._level_pins[pool.index] = 0
 
     def _new_pool(self, key: PoolKey, h: PackHeader) -> CachePool:
         index = next((i for i, p in enumerate(self._pool_slots) if p is None), None)
@@ -349,6 +354,7 @@ class Streamer:
         ids = self.space.tile_ids(vt.id, range(int(first), vt.header.level_count))
         slots = self._allocate_blocking(vt, ids, pin=True)
         self._load_blocking(vt, ids, slots, what="pinned")
+        self._level_pins[vt.pool.index] += int(ids.size)
 
     def _allocate_blocking(self, vt: VirtualTexture, ids: np.ndarray, pin: bool) -> np.ndarray:
         alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self.space.level[ids])
@@ -545,12 +551,11 @@ class Streamer:
         tex = sp.tex[ids].astype(np.int64)
         ids = unique_counts(ids[sp.level[ids] < self.tables.first_pinned[tex]])[0]
         per_pool = np.bincount(self._pool_of_tex[sp.tex[ids].astype(np.int64)], minlength=MAX_POOLS)
-        out = {}
-        for p in self.pools.values():
-            # slots pinned for the coarsest levels are no capacity; make_all_resident's pins are
-            on_pinned_level = p.pinned & (p.level >= self.tables.first_pinned[np.maximum(p.tex, 0)])
-            out[p.name] = (int(per_pool[p.index]), max(1, p.capacity - int(np.count_nonzero(on_pinned_level))))
-        return out
+        # slots pinned for the coarsest levels are no capacity (make_all_resident's pins are)
+        return {
+            p.name: (int(per_pool[p.index]), max(1, p.capacity - self._level_pins[p.index]))
+            for p in self.pools.values()
+        }
 
     def _step_bias(self, wanted: Wanted) -> None:
         """One step of the budget's mip-bias controller, on the most loaded pool. Only when the next

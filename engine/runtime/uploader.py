@@ -68,6 +68,14 @@ class LoadState(enum.IntEnum):
     UPLOADING = 4  # upload issued; the GPU reads the ring slot until its fence signals
 
 
+# plain ints of the states for per-frame array code (enum attribute lookups are slow)
+_FREE = int(LoadState.FREE)
+_READING = int(LoadState.READING)
+_CANCELLED = int(LoadState.CANCELLED)
+_READY = int(LoadState.READY)
+_UPLOADING = int(LoadState.UPLOADING)
+
+
 @dataclass(frozen=True)
 class LoadRecords:
     """Loads named by the uploader's results (parallel arrays)."""
@@ -163,9 +171,7 @@ class Uploader:
         self.sources: dict[int, _Source] = {}
         self._retired: list[_Source] = []  # closed textures whose files wait for their batches
         self._next_batch = 0
-        self.io = IOWorkers(
-            config.io_threads, self.ring.memory, self.ring.stride, self.state, LoadState.CANCELLED, self.native
-        )
+        self.io = IOWorkers(config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native)
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self._closed = False
 
@@ -245,7 +251,7 @@ class Uploader:
             self.ring.abandon(slots)
             raise EngineError(f"staging ring has {slots.size} free slots for {n} loads")
         tex = self.space.tex[tiles].astype(np.int64)
-        self.state[slots] = LoadState.READING
+        self.state[slots] = _READING
         self.tile[slots] = tiles
         self.tex[slots] = tex
         self.pool[slots] = pool
@@ -290,10 +296,10 @@ class Uploader:
         slots = np.concatenate([r.batch.ring_slots for r in results])
         status = np.concatenate([r.status for r in results])
         state = self.state[slots]
-        cancelled = state == LoadState.CANCELLED
+        cancelled = state == _CANCELLED
         ok = (status == ReadStatus.OK) & ~cancelled
         failed = ~ok & ~cancelled & (status != ReadStatus.SKIPPED)
-        self.state[slots[ok]] = LoadState.READY
+        self.state[slots[ok]] = _READY
         failed_rec = self._records(slots[failed])
         reasons = []
         at = 0
@@ -330,7 +336,7 @@ class Uploader:
         t = self.tile[slots]
         mine = (t >= 0) & (self.load_of[np.maximum(t, 0)] == slots)  # a cancelled tile may have a new load
         self.load_of[t[mine]] = -1
-        self.state[slots] = LoadState.FREE
+        self.state[slots] = _FREE
         self.tile[slots] = -1
         self.ring.abandon(slots)
 
@@ -350,11 +356,11 @@ class Uploader:
         live = mask & ((self.state == LoadState.READING) | (self.state == LoadState.READY))
         slots = np.flatnonzero(live)
         out = self._records(slots)
-        reading = slots[self.state[slots] == LoadState.READING]
-        self.state[reading] = LoadState.CANCELLED
+        reading = slots[self.state[slots] == _READING]
+        self.state[reading] = _CANCELLED
         self.load_of[self.tile[reading]] = -1  # the tile may be asked for again at once
         self.cache_slot[reading] = -1
-        self._free(slots[self.state[slots] == LoadState.READY])
+        self._free(slots[self.state[slots] == _READY])
         return out
 
     # ---- upload ---------------------------------------------------------------------------------
@@ -378,7 +384,7 @@ class Uploader:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         nbytes = self._issue(chosen, pools)
         loads = self._records(chosen)
-        self.state[chosen] = LoadState.UPLOADING
+        self.state[chosen] = _UPLOADING
         self.load_of[self.tile[chosen]] = -1
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
@@ -412,7 +418,7 @@ class Uploader:
         """Free the ring slots of upload batches whose fence signalled (polls)."""
         freed = self.ring.reclaim()
         if freed.size:
-            self.state[freed] = LoadState.FREE
+            self.state[freed] = _FREE
             self.tile[freed] = -1
         return int(freed.size)
 
@@ -454,7 +460,7 @@ class Uploader:
                 batch = ReadBatch(
                     -1, src.tile, t[rows], rows.astype(np.int64), src.offsets[e], src.stored[e], src.checksums[e]
                 )
-                st, err = read_batch(batch, memory, stride, nothing_cancelled, LoadState.CANCELLED, self._scratch)
+                st, err = read_batch(batch, memory, stride, nothing_cancelled, _CANCELLED, self._scratch)
                 status[rows] = st
                 for k in np.flatnonzero(st != ReadStatus.OK).tolist():
                     _, lv, x, y = (int(v[0]) for v in self.space.coords(t[rows[k : k + 1]]))
