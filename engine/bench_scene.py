@@ -409,6 +409,7 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
         cpu_ms = np.zeros(frames)
         mb_s_peak = pressure_peak = 0.0
         lines = 0
+        throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
         ctx.finish()
         t0 = time.perf_counter()
         for i in range(frames):
@@ -418,6 +419,7 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
             telemetry.gpu_begin()
             rig.draw(pose)
             telemetry.gpu_end()
+            throttle.frame_done()
             if rec["uploads"] or rec["evicted"]:
                 refetch.check(i)
             mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
@@ -428,6 +430,7 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
                 jsonl.write(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
                 lines += 1
         ctx.finish()
+        throttle.release()
         wall = time.perf_counter() - t0
         if conv is not None:
             conv.finish()

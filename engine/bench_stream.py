@@ -169,6 +169,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     try:
         with Streamer(ctx, cfg) as s:
             vt = s.open(pack)
+            throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
@@ -177,6 +178,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             for x, y in path:
                 st = s.update()
                 renderer.draw(vt, View(x / tex_w, y / tex_h, 1.0))
+                throttle.frame_done()
                 latencies.append(st.latency_frames)
                 update_ms.append(st.update_ms)
                 cpu_ms.append(st.update_cpu_ms)
@@ -188,6 +190,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             tiles = s.totals["uploads"] - start["uploads"]
             nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
             native_used = s.uploader is not None and s.uploader.native is not None
+            throttle.release()
     finally:
         renderer.release()
     lat = np.concatenate(latencies) if latencies else np.zeros(1)
@@ -215,11 +218,13 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
     frames = 0
     with Streamer(ctx, _pan_config(pack)) as s:
         vt = s.open(pack)
+        throttle = s.gl.throttle(2)
         ctx.finish()
         start = dict(s.totals)
         t0 = time.perf_counter()
         for i in range(len(path) + 1000):
             s.update()
+            throttle.frame_done()
             frames += 1
             if i < len(path):
                 x0, y0 = path[i]
@@ -231,6 +236,7 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
         seconds = time.perf_counter() - t0
         tiles = s.totals["uploads"] - start["uploads"]
         nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
+        throttle.release()
     return {"pack": pack.name, "window": view_px, "frames": frames, "tiles": tiles, "seconds": seconds,
             "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": frames / seconds}  # fmt: skip
 
@@ -250,6 +256,7 @@ class _Scene:
             self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
             self.scene = TerrainScene(ctx, *self.textures)
             self.fbo = ctx.simple_framebuffer(size)
+            self.throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
         except BaseException:
             self.streamer.release()
             raise
@@ -266,11 +273,13 @@ class _Scene:
         self.fbo.use()
         self.fbo.clear(*sky_clear_colour(), 1.0)
         self.scene.draw(pose, self.size)
+        self.throttle.frame_done()
         return st
 
     def release(self) -> None:
         if self.ctx.fbo is self.fbo:
             self.ctx.detect_framebuffer(0).use()
+        self.throttle.release()
         self.fbo.release()
         self.scene.release()
         self.streamer.release()
@@ -335,7 +344,7 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
                 st = scene.frame(pose)
                 frame += 1
                 update_ms.append(st.update_ms)
-                fresh = st.feedback_age >= 0 and st.frame - st.feedback_age > cut_frame + 1
+                fresh = st.feedback_age >= 0 and st.frame - st.feedback_age >= cut_frame + 1  # drawn after the cut
                 if done is None and fresh and st.wanted_pages and st.missing_pages == 0:
                     done = k
             result.append(done if done is not None else hold)

@@ -84,14 +84,17 @@ def render(
         if all_resident:
             streamer.make_all_resident(vt)
         renderer = PlaneRenderer(ctx, size)
+        throttle = streamer.gl.throttle(2)  # frames in flight, as a swap chain would allow
         try:
             for i in range(frames):
                 streamer.update()
                 renderer.draw(vt, view)
+                throttle.frame_done()
                 out.telemetry.append(streamer.stats())
                 if keep_frames or i == frames - 1:
                     out.frames.append(renderer.read())
         finally:
+            throttle.release()
             renderer.release()
     return out
 

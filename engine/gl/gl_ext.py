@@ -28,6 +28,7 @@ import enum
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ __all__ = [
     "Feature",
     "Fence",
     "FenceLike",
+    "FrameThrottle",
     "GLExt",
     "GLFormat",
     "GpuMemoryInfo",
@@ -315,10 +317,12 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glGetQueryObjectui64v": (None, (_u, _u, ctypes.POINTER(_u64)), Feature.TIMER_QUERY),
 }
 
-# GL calls keep the interpreter lock (PYFUNCTYPE): they are short and never wait (fences are polled
-# with a zero timeout), and a call that dropped the lock would have to take it back from an I/O
-# thread, waiting up to the 5 ms switch interval. Windows' stdcall (WINFUNCTYPE) drops it.
+# GL calls keep the interpreter lock (PYFUNCTYPE): they are short and never wait (the streamer polls
+# fences with a zero timeout), and a call that dropped the lock would have to take it back from an
+# I/O thread, waiting up to the 5 ms switch interval. Windows' stdcall (WINFUNCTYPE) drops it.
 _FUNCTYPE = ctypes.WINFUNCTYPE if sys.platform == "win32" else ctypes.PYFUNCTYPE  # type: ignore[attr-defined]
+# ...except a fence wait with a timeout (`Fence.wait`, frame throttling): it lets the I/O threads run.
+_WAITING_FUNCTYPE = ctypes.WINFUNCTYPE if sys.platform == "win32" else ctypes.CFUNCTYPE  # type: ignore[attr-defined]
 
 
 def _proc_address_fallbacks() -> list[Callable[[bytes], int | None]]:
@@ -413,6 +417,23 @@ class Fence:
             return True
         return False
 
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to `timeout_s` (releasing the interpreter lock) until the fence signals; True once
+        it has. For frame throttling; the streamer itself never waits."""
+        if self._done:
+            return True
+        if self._sync is None:
+            raise GLError("fence waited on after release (it never signalled)")
+        self._flushed = True
+        status = self._gl._wait_sync(self._sync, GL_SYNC_FLUSH_COMMANDS_BIT, int(timeout_s * 1e9))
+        if status == GL_WAIT_FAILED:
+            raise GLError("glClientWaitSync failed (GL_WAIT_FAILED): invalid sync object or context lost")
+        if status in (GL_ALREADY_SIGNALED, GL_CONDITION_SATISFIED):
+            self._done = True
+            self.release()
+            return True
+        return False
+
     def release(self) -> None:
         if self._sync is not None:
             sync, self._sync = self._sync, None
@@ -421,6 +442,38 @@ class Fence:
     @property
     def released(self) -> bool:
         return self._sync is None
+
+
+class FrameThrottle:
+    """Keeps at most `depth` frames queued on the GPU, as a window's swap chain does.
+
+    A headless loop (EGL, offscreen framebuffers, no swap) has nothing else that stops the CPU from
+    queueing hundreds of frames ahead of the GPU; every fenced readback (the streamer's feedback, its
+    upload fences) then lags by as many frames. Call `frame_done()` once per frame, after its draws:
+    it fences the frame and waits for the frame `depth` frames older.
+    """
+
+    def __init__(self, gl: GLExt, depth: int = 2, timeout_s: float = 5.0) -> None:
+        if depth < 1:
+            raise ValueError(f"throttle depth must be >= 1, got {depth!r}")
+        self._gl, self.depth, self.timeout_s = gl, depth, timeout_s
+        self._fences: list[Fence] = []
+        self.wait_ms = 0.0  # time the latest frame_done() waited
+
+    def frame_done(self) -> None:
+        self._fences.append(self._gl.fence())
+        t0 = time.perf_counter()
+        while len(self._fences) > self.depth:
+            oldest = self._fences.pop(0)
+            if not oldest.wait(self.timeout_s):
+                oldest.release()
+                raise GLError(f"the GPU did not finish a frame within {self.timeout_s:.0f} s")
+        self.wait_ms = (time.perf_counter() - t0) * 1e3
+
+    def release(self) -> None:
+        for f in self._fences:
+            f.release()
+        self._fences.clear()
 
 
 class TextureArray:
@@ -730,6 +783,8 @@ class GLExt:
                 )
             fn = _FUNCTYPE(restype, *argtypes)(address)
             self.addresses[name] = address
+            if name == "glClientWaitSync":
+                self._wait_sync = _WAITING_FUNCTYPE(restype, *argtypes)(address)
             if name == "glGetError":
                 get_error = fn
             setattr(self._f, name, fn)
@@ -1089,6 +1144,10 @@ class GLExt:
         if not sync:
             raise GLError("glFenceSync returned no sync object")
         return Fence(self, sync)
+
+    def throttle(self, depth: int = 2) -> FrameThrottle:
+        """A `FrameThrottle` for a headless loop: at most `depth` frames queued on the GPU."""
+        return FrameThrottle(self, depth)
 
     def timer(self, depth: int = 4) -> GpuTimer:
         return GpuTimer(self, depth)

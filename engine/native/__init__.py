@@ -4,11 +4,12 @@
 compiler at install time) or a codec function cannot be found; callers then use their pure-Python
 twins, which give the same results.
 
-The decoders and the hash come from the system's libzstd, liblz4 and libxxhash when present, else
-from the extension modules of the zstandard, lz4 and xxhash packages texstream depends on (they
-export the C functions). Those modules are opened with RTLD_DEEPBIND: a library loaded late binds
-its internal calls to the first definition in the process's global scope, and a GL driver that
-loads the system's libzstd (Mesa does) would then mix two zstd versions inside one decode.
+The decoders and the hash come from the extension modules of the zstandard, lz4 and xxhash packages
+texstream depends on (they export the C functions): the same versions the pure-Python path calls, so
+both paths judge damaged data alike. The system's libzstd, liblz4 and libxxhash are the fallback.
+The modules are opened with RTLD_DEEPBIND: a library loaded late binds its internal calls to the
+first definition in the process's global scope, and a GL driver that loads the system's libzstd
+(Mesa does) would then mix two zstd versions inside one decode.
 """
 
 from __future__ import annotations
@@ -65,11 +66,11 @@ def _module_file(name: str) -> str | None:
 
 
 def _symbol(symbol: str, sonames: tuple[str, ...], modules: tuple[str, ...]) -> tuple[ctypes.CDLL, int] | None:
-    """The address of C function `symbol`: from the first system library of `sonames`, else the first
-    extension module of `modules`, that exports it."""
+    """The address of C function `symbol`: from the first extension module of `modules`, else the
+    first system library of `sonames`, that exports it."""
     deep = getattr(os, "RTLD_DEEPBIND", 0)
-    candidates = [(name, ctypes.DEFAULT_MODE) for name in sonames]
-    candidates += [(p, ctypes.DEFAULT_MODE | deep) for p in (_module_file(m) for m in modules) if p]
+    candidates = [(p, ctypes.DEFAULT_MODE | deep) for p in (_module_file(m) for m in modules) if p]
+    candidates += [(name, ctypes.DEFAULT_MODE) for name in sonames]
     for path, mode in candidates:
         try:
             lib = ctypes.CDLL(path, mode=mode)

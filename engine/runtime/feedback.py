@@ -74,8 +74,10 @@ class FeedbackRing:
         """GPU bytes: the SSBOs (the read mappings live in client memory)."""
         return self.nbytes_each * self.depth
 
-    def begin_frame(self, frame: int) -> None:
-        """Close the previous frame's buffer (fence it) and bind a fresh one for this frame's draw."""
+    def end_frame(self) -> None:
+        """Close the buffer the latest draws appended to: copy it for reading and fence the copy.
+        Called as early as possible (the start of the next update), so the copy is queued right
+        behind those draws and a GPU that keeps up answers within the same update."""
         if self._current is not None:
             # Shader writes reach glGetBufferSubData / glMapBuffer only through this barrier; the
             # fence behind it tells when both the draw and the barrier are done.
@@ -85,6 +87,10 @@ class FeedbackRing:
                 self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, self.nbytes_each)
             cur.fence = self.gl.fence()
             self._current = None
+
+    def begin_frame(self, frame: int) -> None:
+        """Bind a fresh buffer for this frame's draws (closing the previous one if still open)."""
+        self.end_frame()
         free = next((e for e in self._entries if e.frame < 0), None)
         capacity = self.capacity
         if free is None:

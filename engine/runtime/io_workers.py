@@ -333,9 +333,12 @@ class IOWorkers:
             scratch.close()
 
     def drain(self) -> list[ReadResult]:
-        """Finished batches, oldest first; re-raises a thread's unexpected exception."""
+        """Finished batches, oldest first. A thread's unexpected exception is re-raised first, and the
+        finished batches stay queued for the next call (none is lost)."""
         with self._lock:
             fatal, self._fatal = self._fatal, None
+        if fatal is not None:
+            raise fatal
         out: list[ReadResult] = []
         while True:
             try:
@@ -343,8 +346,6 @@ class IOWorkers:
             except queue.Empty:
                 break
         self.pending -= len(out)
-        if fatal is not None:
-            raise fatal
         return out
 
     def wait(self, timeout: float) -> ReadResult | None:

@@ -524,6 +524,8 @@ def plan_capacities(demands: dict[str, PoolDemand], available: int, max_layers: 
     for k, d in demands.items():
         g = d.geometry
         need[k] = min(max(g.round_up(d.pinned_tiles), g.cells), max_layers * g.cells)
+    if available < 0:
+        raise BudgetError(f"VRAM budget too small: page tables, ring and feedback leave {available / 2**20:.1f} MiB")
     if sum(nbytes(k, n) for k, n in need.items()) > available:
         total = sum(nbytes(k, n) for k, n in need.items())
         raise BudgetError(

@@ -185,6 +185,8 @@ class StagingRing:
     def abandon(self, slots: np.ndarray) -> None:
         """HELD -> FREE for slots that will not be uploaded (failed read, cancelled tile)."""
         s = self._expect(slots, _HELD, "abandon")
+        if np.unique(s).size != s.size:
+            raise ValueError("a slot appears twice in one abandon call")
         if s.size and not self._closed:
             self.state[s] = _FREE
             self._free = np.concatenate([self._free, s[::-1]])
@@ -296,7 +298,6 @@ class StagingRing:
             raise ValueError(f"{what}: slot out of range 0..{self.slot_count - 1}")
         bad = s[self.state[s] != state]
         if bad.size:
-            raise ValueError(
-                f"{what} needs {state.name} slots; slot {int(bad[0])} is {SlotState(int(self.state[bad[0]])).name}"
-            )
+            now = SlotState(int(self.state[bad[0]])).name
+            raise ValueError(f"{what} needs {SlotState(state).name} slots; slot {int(bad[0])} is {now}")
         return s

@@ -276,7 +276,7 @@ class Streamer:
             )
             extra += g.round_up(self._pinned_tiles(h)) // g.cells * g.layer_bytes
         if self.uploader is None or self.uploader.ring.slot_bytes < h.tile_raw_size:
-            extra += self._ring_size(h.tile_raw_size)
+            extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
 
@@ -416,6 +416,7 @@ class Streamer:
         # arrives, the newest wanted pages are assumed to be needed still. Under a bias, finer tiles
         # the draws still sample are not touched: they age out and make room for what the budget can
         # hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
+        self.feedback.end_frame()
         raw = self.feedback.collect(frame)
         if self.freeze_feedback:
             raw = []

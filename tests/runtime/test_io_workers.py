@@ -230,6 +230,44 @@ def test_reads_runs_across_gaps_and_far_apart_tiles(pack: Pack, scratch: _Scratc
     assert np.array_equal(ring, expected_ring(pack, batch, 2 * len(entries)))
 
 
+def test_the_python_path_reads_each_run_of_close_tiles_with_one_pread(
+    pack: Pack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiles less than MAX_GAP apart are read with one pread, the gap too; a far tile or a skipped
+    one starts a new run."""
+    entries = [0, 1, 2, 5, 9, 40, 41, 42, 43, 120, 121, 125, 300, 340]
+    batch = make_batch(pack, entries)
+    state = np.zeros(len(entries), np.uint8)
+    state[batch.ring_slots[7]] = SKIP  # in the middle of a run of close tiles
+    calls: list[tuple[int, int]] = []
+    preadv = os.preadv
+
+    def counting(fd: int, buffers: list, offset: int) -> int:
+        calls.append((offset, sum(len(b) for b in buffers)))
+        return preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    scratch = _Scratch(None)
+    status, _ = read(batch, new_ring(len(entries)), scratch, state)
+    monkeypatch.undo()
+    scratch.close()
+    assert (status == ReadStatus.SKIPPED).sum() == 1 and (status[status != ReadStatus.SKIPPED] == ReadStatus.OK).all()
+    ends = batch.file_offsets + batch.stored
+    want: list[tuple[int, int]] = []
+    start = prev = None
+    for k in range(len(batch)):
+        if state[batch.ring_slots[k]] == SKIP:
+            start = None
+            continue
+        if start is None or batch.file_offsets[k] - ends[prev] > MAX_GAP:
+            start = k
+            want.append((int(batch.file_offsets[k]), 0))
+        want[-1] = (want[-1][0], int(ends[k]) - want[-1][0])
+        prev = k
+    assert 3 < len(want) < len(entries)  # the premise: some runs join tiles, some are apart
+    assert calls == want
+
+
 def test_an_empty_batch_reads_nothing(pack: Pack, scratch: _Scratch) -> None:
     ring = new_ring(2)
     status, errnum = read(make_batch(pack, []), ring, scratch)
