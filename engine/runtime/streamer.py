@@ -309,11 +309,17 @@ class Streamer:
         return PageTableBuffer(self.ctx, entries)
 
     def _fit_page_buffer(self) -> None:
+        """Grow the page-table buffer to hold every open texture's entries (at open, never per frame)."""
         if self.space.used <= self.pages.entries:
             return
+        old = self.pages.entries
         self.budget.release("page-tables")
         self.pages.release()
-        self.pages = self._page_buffer(PAGE_BUFFER_STEP)
+        try:
+            self.pages = self._page_buffer(_round_up(self.space.used, PAGE_BUFFER_STEP))
+        except BaseException:
+            self.pages = self._page_buffer(old)  # what it held before: the budget had room for it
+            raise
         self.tables.mark_all_dirty()
 
     def _feedback_capacity(self, fb_size: tuple[int, int]) -> int:
@@ -586,6 +592,7 @@ class Streamer:
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
+        assert self.pages.entries >= self.space.used, "the page-table buffer does not hold every texture"
         self.pages.bind(VT_PAGES_BINDING)
         self.feedback.bind()
 

@@ -132,16 +132,12 @@ VIEWS = {
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
-def test_streamed_frames_converge_and_are_never_black(
-    gl_ctx: moderngl.Context, packs: Packs, name: str
-) -> None:
+def test_streamed_frames_converge_and_are_never_black(gl_ctx: moderngl.Context, packs: Packs, name: str) -> None:
     view = VIEWS[name]
     ref = reference(gl_ctx, packs.colour, view)
     plane = ~black(ref)  # the oblique view sees the horizon: the clear colour above it is excluded
     assert plane.mean() > 0.5
-    result = render(
-        gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config()
-    )
+    result = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config())
     scores = [psnr(f, ref) for f in result.frames]
     for i, frame in enumerate(result.frames):
         assert not (black(frame) & plane).any(), f"{name}: black texels in frame {i}"
@@ -212,6 +208,8 @@ def test_two_formats_share_one_budget(gl_ctx: moderngl.Context, packs: Packs) ->
                 assert not black(a).any() and not black(b).any()
             assert st.missing_pages == 0
             assert colour.table.resident_count > 21 and normals.table.resident_count > 5  # beyond pinned
+            used = s.space.used  # the GPU's page tables hold both textures' entries as the CPU has them
+            assert np.array_equal(np.frombuffer(s.pages.buffer.read(size=used * 4), np.uint32), s.tables.entry[:used])
     finally:
         first.release()
         second.release()
@@ -310,9 +308,7 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
 
 
 # ---- eviction delay and fence-gated ring reuse -------------------------------------------------
-def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
-    gl_ctx: moderngl.Context, packs: Packs
-) -> None:
+def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_ctx: moderngl.Context, packs: Packs) -> None:
     """Exhaustive feedback (every fragment, read right after each draw) names exactly the slots a
     draw sampled through its page table. Under budget pressure, with the camera jumping back to a
     view whose tiles went cold (the engine learns that draw N sampled them only at N + 2), no slot
@@ -355,9 +351,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
         renderer.release()
     assert len(ages) > 30 and uploads > 100, "the run must evict and reuse slots to test anything"
     assert min(ages) >= fif
-    assert not early, (
-        f"slots overwritten while a frame in flight sampled them (update, slot, draw): {early[:5]}"
-    )
+    assert not early, f"slots overwritten while a frame in flight sampled them (update, slot, draw): {early[:5]}"
 
 
 class HeldFence:
