@@ -80,8 +80,8 @@ class StreamerConfig:
     ring_mb: int = 64  # persistent-mapped staging ring ("pinned" upload memory)
     io_threads: int = 4  # pread + checksum + decompress workers
     frames_in_flight: int = 3  # a tile is evicted only this many frames after its last use
-    upload_bytes_per_frame: int = 16 << 20  # upload cap per update(), bytes
-    upload_tiles_per_frame: int = 256  # upload cap per update(), tiles
+    upload_bytes_per_frame: int = 32 << 20  # upload cap per update(), bytes
+    upload_tiles_per_frame: int = 512  # upload cap per update(), tiles (and requests issued per update)
     feedback_divisor: int = 8  # feedback buffer is the framebuffer size / this
     cancel_after_frames: int = 8  # a queued request not wanted again for this long is dropped
     prefetch: bool = True  # also request neighbours and the next finer level of what is wanted

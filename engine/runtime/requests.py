@@ -22,7 +22,7 @@ Policy:
 - Queue: tiles beyond this frame's caps stay QUEUED; a queued tile not wanted again for
   ``cancel_after_frames`` frames is dropped.
 - Prefetch (``config.prefetch``, below any demand, only when this frame's queued demand leaves room
-  under the caps):
+  under the caps; recomputed every other frame, as the candidates move slowly with the view):
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
   their parent is resident.
 - Caps: at most ``max_tiles`` tiles, the free staging-ring slots, and ``max_bytes`` bytes per frame.
@@ -244,7 +244,8 @@ class RequestScheduler:
         if len(wanted):
             dk, dw, resident = self._demand(wanted)
             queued = self._merge(frame, dk, dw, DEMAND)
-            if self.config.prefetch and queued < room:
+            # prefetch candidates follow the view slowly: recomputed every other frame (half the cost)
+            if self.config.prefetch and queued < room and frame % 2 == 0:
                 pk, pw = self._prefetch(wanted, resident)
                 self._merge(frame, pk[self.last_wanted[pk] != frame], pw[self.last_wanted[pk] != frame], PREFETCH)
 

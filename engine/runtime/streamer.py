@@ -572,7 +572,10 @@ class Streamer:
         def worst(w: Wanted) -> tuple[int, int]:
             return max(self.pressure(w).values(), key=lambda nc: nc[0] / nc[1], default=(0, 1))
 
-        bm, step = self.budget, self.config.budget.bias_step
+        bm, step, cfg = self.budget, self.config.budget.bias_step, self.config.budget
+        smallest = min((p.capacity - self._level_pins[p.index] for p in self.pools.values()), default=1)
+        if bm.bias == 0 and 2 * len(wanted) < cfg.low_water * smallest:
+            return  # pages plus parents cannot fill any pool: no pressure to measure
         need, cap = worst(wanted)
         b = bm.bias_levels
         if b > 0 and need <= self.config.budget.high_water * cap and bm.bias - step < b:
