@@ -25,6 +25,7 @@ the "GPU" is the same cores that read and decode).
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -45,6 +46,34 @@ log = logging.getLogger(__name__)
 
 TILE = 128  # the default tile: 136-texel slots
 MIB = 1 << 20
+# Frames queued on the GPU at most, as a double-buffered window's swap chain allows: headless loops have
+# no swap chain to stop the CPU from queueing hundreds of frames (and every fenced readback with them).
+THROTTLE = 2
+
+
+class _GcPauses:
+    """Collector pauses during a measured loop (a generation-2 collection can take milliseconds)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._t0) * 1e3)
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def summary(self) -> dict:
+        return {"collections": len(self.pauses), "max_ms": max(self.pauses, default=0.0),
+                "total_ms": sum(self.pauses)}  # fmt: skip
 
 
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
@@ -169,7 +198,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     try:
         with Streamer(ctx, cfg) as s:
             vt = s.open(pack)
-            throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
+            throttle = s.gl.throttle(THROTTLE)
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
@@ -218,7 +247,7 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
     frames = 0
     with Streamer(ctx, _pan_config(pack)) as s:
         vt = s.open(pack)
-        throttle = s.gl.throttle(2)
+        throttle = s.gl.throttle(THROTTLE)
         ctx.finish()
         start = dict(s.totals)
         t0 = time.perf_counter()
@@ -256,7 +285,7 @@ class _Scene:
             self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
             self.scene = TerrainScene(ctx, *self.textures)
             self.fbo = ctx.simple_framebuffer(size)
-            self.throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
+            self.throttle = s.gl.throttle(THROTTLE)
         except BaseException:
             self.streamer.release()
             raise
@@ -291,18 +320,21 @@ def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int,
     from .scene.paths import flythrough
 
     scene = _Scene(ctx, packs, size, budget_mb)
-    wall, cpu, wanted, uploads = [], [], [], []
+    wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
     try:
         w, h = scene.ground
         path = flythrough(w, h, seconds=seconds)
         n = path.frames(fps)
         t0 = time.perf_counter()
-        for i in range(n):
-            st = scene.frame(path.pose(i / fps))
-            wall.append(st.update_ms)
-            cpu.append(st.update_cpu_ms)
-            wanted.append(st.wanted_pages)
-            uploads.append(st.uploads)
+        with _GcPauses() as pauses:
+            for i in range(n):
+                st = scene.frame(path.pose(i / fps))
+                wall.append(st.update_ms)
+                cpu.append(st.update_cpu_ms)
+                wanted.append(st.wanted_pages)
+                uploads.append(st.uploads)
+                requested.append(st.requested)
+                evicted.append(st.evicted)
         ctx.finish()
         elapsed = time.perf_counter() - t0
         pools = sorted(p.name for p in scene.streamer.pools.values())
@@ -311,13 +343,16 @@ def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int,
         scene.release()
     after = np.asarray(wall[int(fps) :] or wall)
     up = np.asarray(uploads)
+    worst = np.argsort(wall)[::-1][:3]
     return {"frame_size": list(size), "budget_mb": budget_mb, "textures": [p.name for p in packs.values()],
             "pools": pools, "frames": n, "fps_wall": n / elapsed, "vram_peak_bytes": int(peak),
             "update_ms_p50": _pct(wall, 50), "update_ms_p95": _pct(wall, 95), "update_ms_p99": _pct(wall, 99),
             "update_ms_max_after_1s": float(after.max()), "update_cpu_ms_p50": _pct(cpu, 50),
             "update_cpu_ms_p95": _pct(cpu, 95), "wanted_pages_p50": _pct(wanted, 50),
             "frames_with_uploads": float(np.mean(up > 0)), "uploads": int(up.sum()),
-            "uploads_per_frame_p95": _pct(up, 95)}  # fmt: skip
+            "uploads_per_frame_p95": _pct(up, 95), "gc": pauses.summary(),
+            "worst_frames": [{"frame": int(i), "wall_ms": wall[i], "cpu_ms": cpu[i], "uploads": uploads[i],
+                              "requested": requested[i], "evicted": evicted[i]} for i in worst]}  # fmt: skip
 
 
 def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float, cuts: int,
@@ -328,7 +363,7 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
 
     scene = _Scene(ctx, packs, size, budget_mb)
     rng = np.random.default_rng(seed)
-    result = []
+    result, detail = [], []
     update_ms = []
     try:
         w, h = scene.ground
@@ -336,25 +371,29 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
         for _ in range(cuts):
             x, y = rng.uniform(0.1, 0.9, 2) * (w, h)
             ang = rng.uniform(0, 2 * np.pi)
-            pose = Pose(
-                np.array([x, y, -rng.uniform(40, 120)]), np.array([x + 400 * np.cos(ang), y + 400 * np.sin(ang), 0])
-            )
-            cut_frame, done = frame, None
+            eye = np.array([x, y, -rng.uniform(40, 120)])
+            pose = Pose(eye, np.array([x + 400 * np.cos(ang), y + 400 * np.sin(ang), 0]))
+            cut_frame, done, first, loaded = frame, None, None, 0
             for k in range(hold):
                 st = scene.frame(pose)
                 frame += 1
                 update_ms.append(st.update_ms)
                 fresh = st.feedback_age >= 0 and st.frame - st.feedback_age >= cut_frame + 1  # drawn after the cut
+                if fresh and first is None:
+                    first = k
+                if done is None:
+                    loaded += st.uploads
                 if done is None and fresh and st.wanted_pages and st.missing_pages == 0:
                     done = k
             result.append(done if done is not None else hold)
+            detail.append({"first_feedback": first, "uploads_until_done": loaded})
         ctx.finish()
     finally:
         scene.release()
     r = np.asarray(result)
     return {"cuts": cuts, "hold_frames": hold, "frames_to_complete": r.tolist(), "p50": _pct(r, 50),
             "p95": _pct(r, 95), "max": int(r.max()), "unfinished": int(np.count_nonzero(r >= hold)),
-            "update_ms_p50": _pct(update_ms, 50), "update_ms_p95": _pct(update_ms, 95)}  # fmt: skip
+            "detail": detail, "update_ms_p50": _pct(update_ms, 50), "update_ms_p95": _pct(update_ms, 95)}  # fmt: skip
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -385,6 +424,7 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             size = (960, 540) if quick else (1920, 1080)
             budget = 16.0 if quick else 192.0
             result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
+            result["scene_update_again"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
             result["camera_cuts"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24)
         ceiling = result["upload_ceiling"]["tiles_per_s"]
         result["ratios"] = {
@@ -406,7 +446,7 @@ def print_stream(r: dict) -> None:
     """The results as a table: measure, value, what it means."""
     up, upy, e2e, epy, sb = (r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end",
                                             "end_to_end_python", "streamer_bound"))  # fmt: skip
-    sc, cuts, ratio = r["scene_update"], r["camera_cuts"], r["ratios"]
+    sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     quick = " (quick)" if r["quick"] else ""
     print(f"texstream bench stream{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs")
     fw, fh = e2e["frame_size"]
@@ -426,7 +466,12 @@ def print_stream(r: dict) -> None:
         ("(c) update(), 3 textures", f"{sc['update_ms_p50']:.2f} ms p50",
          f"p95 {sc['update_ms_p95']:.2f}, p99 {sc['update_ms_p99']:.2f}, max after 1 s "
          f"{sc['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc['update_cpu_ms_p50']:.2f}; {sw}x{sh} flythrough, "
-         f"{sc['frames']} frames, {sc['frames_with_uploads']:.0%} with uploads"),
+         f"{sc['frames']} frames, {sc['frames_with_uploads']:.0%} with uploads; {sc['gc']['collections']} GC "
+         f"pauses, max {sc['gc']['max_ms']:.1f} ms"),
+        ("    again", f"{sc2['update_ms_p50']:.2f} ms p50",
+         f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
+         f"{sc2['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc2['update_cpu_ms_p50']:.2f}; "
+         f"GC max {sc2['gc']['max_ms']:.1f} ms"),
         ("(d) latency", f"{e2e['latency_frames_p50']:.0f} / {e2e['latency_frames_p95']:.0f} frames",
          f"p50 / p95 from submission to upload, {e2e['latency_samples']} tiles of (b)"),
         ("(e) camera cuts", f"{cuts['p95']:.0f} frames p95",
