@@ -292,6 +292,21 @@ class CachePool:
         self.pinned[s] = False
         return Allocation(out, evicted_tiles, victims, evicted_last_used)
 
+    def keep_free(self, frame: int, count: int) -> Allocation:
+        """Evict least recently used tiles (unused for frames_in_flight frames) until `count` slots are
+        free, so that loads of the next frames find slots past their overwrite gate instead of waiting
+        frames_in_flight frames for a slot evicted on demand. Returns the evicted tiles."""
+        empty = np.zeros(0, np.int64)
+        short = count - self._free.size
+        if short <= 0:
+            return Allocation(empty, empty, empty, empty)
+        victims = self._pick_victims(frame, short)
+        tiles, last = self.tile[victims].copy(), self.last_used[victims].copy()
+        self.writable_at[victims] = frame + self.frames_in_flight
+        self._clear(victims)
+        self._push_free(victims)
+        return Allocation(empty, tiles, victims, last)
+
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
         candidates = np.flatnonzero(self.evictable_mask(frame))
         if candidates.size == 0:

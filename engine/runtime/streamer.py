@@ -512,8 +512,9 @@ class Streamer:
 
     def _dispatch(self, ids: np.ndarray, prefetch: np.ndarray, st: FrameStats) -> int:
         """Reserve cache slots for this frame's requests (evicting LRU tiles) and start their loads.
-        Prefetch takes free slots only: evicting for it would trade tiles the screen used a few
-        frames ago for tiles it may never use (under budget pressure: endless re-uploads)."""
+        Prefetch takes free slots only, and not the reserve kept for demand: evicting for it would
+        trade tiles the screen used a few frames ago for tiles it may never use (under budget
+        pressure: endless re-uploads)."""
         if ids.size == 0:
             return 0
         assert self.uploader is not None
@@ -526,7 +527,7 @@ class Streamer:
             assert pool is not None
             m = np.flatnonzero(pool_of == p)
             pre = m[prefetch[m]]
-            allowed = max(0, pool.free_count - int(m.size - pre.size))
+            allowed = max(0, pool.free_count - self._reserve(pool) - int(m.size - pre.size))
             keep[pre[allowed:]] = False
             m = m[keep[m]]
             alloc = pool.allocate(self.frame, ids[m], tex[m], self.space.level[ids[m]])
@@ -534,8 +535,20 @@ class Streamer:
             slots[m] = alloc.slots
         go = keep & (slots >= 0)
         n = self.uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
+        self._keep_free(st)
         self.totals["requested"] += n
         return n
+
+    def _reserve(self, pool: CachePool) -> int:
+        """Free slots kept ahead of demand in `pool` (prefetch never takes them)."""
+        return min(pool.capacity // 16, self.config.upload_tiles_per_frame // 4)
+
+    def _keep_free(self, st: FrameStats) -> None:
+        """Keep a few slots per pool free ahead of demand (evicting LRU tiles no frame in flight uses):
+        a load into a slot evicted on demand waits frames_in_flight frames for its overwrite gate."""
+        for pool in self.pools.values():
+            ev = pool.keep_free(self.frame, self._reserve(pool))
+            self._evicted(ev.evicted_tiles, self.frame - ev.evicted_last_used, st)
 
     def _evicted(self, tiles: np.ndarray, age: np.ndarray, st: FrameStats) -> None:
         if tiles.size:

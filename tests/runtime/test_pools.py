@@ -890,3 +890,24 @@ def test_plan_random_demands_hold_their_bounds() -> None:
             assert plan[k] >= min(g.round_up(d.pinned_tiles), max_layers * g.cells)
             assert plan[k] <= max(g.round_up(d.total_tiles), g.round_up(d.pinned_tiles), g.cells)
     assert planned > 150
+
+
+def test_keep_free_evicts_lru_tiles_ahead_of_demand(make_pool: MakePool) -> None:
+    """keep_free tops the free slots up to a count by evicting least recently used, unpinned tiles
+    unused for frames_in_flight frames; their slots pass the overwrite gate frames_in_flight later."""
+    pool = make_pool(8)
+    slots = pool.allocate(0, np.arange(8), np.zeros(8), np.zeros(8)).slots
+    pool.mark_resident(slots, 0)
+    pool.touch(slots[4:], 5)  # tiles 4..7 used recently
+    pool.pin(slots[0])
+    assert len(pool.keep_free(6, 0).evicted_tiles) == 0  # nothing asked
+    ev = pool.keep_free(6, 3)
+    assert sorted(ev.evicted_tiles.tolist()) == [1, 2, 3] and (ev.evicted_last_used == 0).all()
+    assert pool.free_count == 3 and pool.resident_count == 5
+    assert (pool.writable_at[ev.evicted_slots] == 6 + FIF).all()
+    assert len(pool.keep_free(6, 3).evicted_tiles) == 0  # already free enough
+    more = pool.keep_free(6, 8)  # tiles 4..7 are too recent and tile 0 is pinned: none can go
+    assert len(more.evicted_tiles) == 0
+    got = pool.allocate(6, np.array([10]), np.array([0]), np.array([0])).slots
+    assert got[0] in ev.evicted_slots.tolist()  # a free slot, no eviction on demand
+    pool.check()
