@@ -541,7 +541,7 @@ class Streamer:
 
     def _reserve(self, pool: CachePool) -> int:
         """Free slots kept ahead of demand in `pool` (prefetch never takes them)."""
-        return min(pool.capacity // 16, self.config.upload_tiles_per_frame // 4)
+        return min(pool.capacity // 16, self.config.upload_tiles_per_frame)
 
     def _keep_free(self, st: FrameStats) -> None:
         """Keep a few slots per pool free ahead of demand (evicting LRU tiles no frame in flight uses):
