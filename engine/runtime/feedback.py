@@ -65,6 +65,11 @@ class FeedbackRing:
         self.dropped = 0  # entries lost because the buffer was full
         self.skipped_frames = 0  # frames without a free buffer (GPU far behind): no feedback recorded
 
+    @staticmethod
+    def capacity_for(size: tuple[int, int], stride: int) -> int:
+        """Entries for draws of `size` pixels: up to 4 samples (textures) per stride x stride cell."""
+        return 4 * (-(-size[0] // stride)) * (-(-size[1] // stride))
+
     @property
     def nbytes_each(self) -> int:
         return (HEADER_UINTS + self.capacity) * 4

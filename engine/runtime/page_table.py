@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
+from .budget import BudgetManager
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
 __all__ = ["ENTRY_NONE", "LEVEL_SHIFT", "NO_LEVEL", "NO_SLOT", "PageTableBuffer", "PageTables", "TexturePages"]
@@ -305,19 +306,41 @@ class TexturePages:
 
 
 class PageTableBuffer:
-    """The GPU copy of `PageTables.entry`: one shader storage buffer, grown when the id space is.
+    """The GPU copy of `PageTables.entry`: one shader storage buffer holding every texture's entries,
+    grown (at open, never per frame) when the id space outgrows it. Its bytes are reserved in the
+    budget under "page-tables" before it is made. Owned by the streamer (render thread)."""
 
-    Owned by the streamer (render thread); its size is registered in the budget by the caller.
-    """
+    STEP = 4096  # entries are allocated in steps of this many
 
-    def __init__(self, ctx: moderngl.Context, entries: int) -> None:
-        self.ctx = ctx
-        self.entries = max(1, int(entries))
-        self.buffer: moderngl.Buffer | None = ctx.buffer(reserve=self.entries * ENTRY_BYTES)
+    def __init__(self, ctx: moderngl.Context, budget: BudgetManager, entries: int = STEP) -> None:
+        self.ctx, self.budget = ctx, budget
+        self.entries = self.entries_for(entries)
+        budget.reserve("page-tables", self.nbytes)
+        self.buffer: moderngl.Buffer | None = ctx.buffer(reserve=self.nbytes)
+
+    @classmethod
+    def entries_for(cls, used: int) -> int:
+        return max(1, -(-used // cls.STEP)) * cls.STEP
 
     @property
     def nbytes(self) -> int:
         return self.entries * ENTRY_BYTES
+
+    def growth_bytes(self, used: int) -> int:
+        """Bytes the buffer would grow by to hold `used` entries."""
+        return max(0, self.entries_for(used) - self.entries) * ENTRY_BYTES
+
+    def fit(self, used: int, tables: PageTables) -> None:
+        """Hold `used` entries: a bigger buffer, every entry uploaded again (BudgetError leaves it as it was)."""
+        if used <= self.entries:
+            return
+        new = self.entries_for(used)
+        self.budget.reserve("page-tables", new * ENTRY_BYTES)
+        old = self.buffer
+        self.buffer, self.entries = self.ctx.buffer(reserve=new * ENTRY_BYTES), new
+        if old is not None:
+            old.release()
+        tables.mark_all_dirty()
 
     def upload(self, tables: PageTables) -> int:
         """Write the dirty ranges; returns how many ranges were written."""
@@ -337,3 +360,4 @@ class PageTableBuffer:
         if self.buffer is not None:
             self.buffer.release()
             self.buffer = None
+            self.budget.release("page-tables")

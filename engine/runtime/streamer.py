@@ -31,64 +31,31 @@ import logging
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from types import TracebackType
 
 import moderngl
 import numpy as np
 
 from ..config import StreamerConfig
-from ..errors import BudgetError, EngineError, GLError, TileCorruptError
-from ..gl import gl_ext
+from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from .budget import BudgetManager
 from .feedback import FeedbackRing
-from .feedback_reduce import FeedbackReducer, Wanted, unique_counts
+from .feedback_reduce import FeedbackReducer, Wanted
+from .frame_stats import FrameStats, stats_dict
 from .page_table import PageTableBuffer, PageTables
-from .pools import CachePool, PoolDemand, PoolKey, SlotGeometry, SlotState, plan_capacities
+from .pool_set import PoolSet
+from .pools import CachePool, PoolKey
 from .requests import RequestScheduler
-from .texture import FIRST_UNIT, MAX_POOLS, VT_FEEDBACK_BINDING, VT_PAGES_BINDING, VirtualTexture
+from .texture import VT_PAGES_BINDING, VirtualTexture, check_bindings
 from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES, TileSpace
-from .uploader import Drained, LoadRecords, Uploaded, Uploader
+from .uploader import Drained, Uploaded, Uploader
 
 __all__ = ["FrameStats", "Streamer", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
-
-PAGE_BUFFER_STEP = 4096  # page-table buffer entries are allocated in steps of this many
-
-
-def _round_up(n: int, step: int) -> int:
-    return -(-n // step) * step
-
-
-@dataclass
-class FrameStats:
-    """What one update() did; `Streamer.stats()` returns the latest with running totals."""
-
-    frame: int = 0
-    update_ms: float = 0.0
-    update_cpu_ms: float = 0.0  # the render thread's own CPU time in update() (no driver or lock waits)
-    upload_ms: float = 0.0
-    uploads: int = 0
-    upload_bytes: int = 0
-    requested: int = 0
-    wanted_pages: int = 0
-    missing_pages: int = 0
-    in_flight: int = 0
-    queued: int = 0
-    evicted: int = 0
-    stalls: int = 0
-    failed: int = 0
-    feedback_age: int = -1
-    latency_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    read_batches: int = 0
-    read_seconds: float = 0.0  # summed wall time of the drained read batches on their I/O threads
-    uploaded: Uploaded | None = None  # the loads uploaded (tiles and cache slots), for tools and tests
-    evicted_tiles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    evicted_age: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # frames since last use
 
 
 class Streamer:
@@ -100,19 +67,16 @@ class Streamer:
         self.ctx = ctx
         self.config = config = config or StreamerConfig()
         self.gl = GLExt(ctx, debug=config.debug_gl)
-        self._check_limits()
+        check_bindings(self.gl)
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
         self.frame = 0
         self.space = TileSpace()
         self.tables = PageTables(self.space)
-        self.pages = self._page_buffer(PAGE_BUFFER_STEP)
-        self.pools: dict[PoolKey, CachePool] = {}
-        self._pool_slots: list[CachePool | None] = [None] * MAX_POOLS
+        self.pages = PageTableBuffer(ctx, self.budget)
+        self.pool_set = PoolSet(self.gl, self.budget, config)
         self.textures: list[VirtualTexture] = []
         self._by_id: dict[int, VirtualTexture] = {}
-        self._pool_of_tex = np.full(MAX_TEXTURES, -1, np.int64)
-        self._level_pins = [0] * MAX_POOLS  # per pool: slots pinned for textures' coarsest levels
         self.reducer = FeedbackReducer(self.space)
         self.uploader: Uploader | None = None
         self.scheduler = RequestScheduler(config, self.space, self.tables, self._loading)
@@ -126,17 +90,6 @@ class Streamer:
         self.latencies: deque[int] = deque(maxlen=4096)
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed = False
-
-    def _check_limits(self) -> None:
-        units = self.gl.get_integer(gl_ext.GL_MAX_COMBINED_TEXTURE_IMAGE_UNITS)
-        bindings = self.gl.get_integer(gl_ext.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)
-        blocks = self.gl.get_integer(gl_ext.GL_MAX_FRAGMENT_SHADER_STORAGE_BLOCKS)
-        if units < FIRST_UNIT + MAX_POOLS or bindings <= VT_FEEDBACK_BINDING or blocks < 2:
-            raise GLError(
-                f"this GL context offers {units} texture units, {bindings} storage-buffer bindings and "
-                f"{blocks} fragment storage blocks; texstream needs units {FIRST_UNIT}..{FIRST_UNIT + MAX_POOLS - 1}, "
-                f"bindings {VT_PAGES_BINDING} and {VT_FEEDBACK_BINDING}, and 2 fragment storage blocks"
-            )
 
     # ---- textures -----------------------------------------------------------------------------
     def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
@@ -156,17 +109,15 @@ class Streamer:
             self._ensure_uploader(h.tile_raw_size)
             tiles = self.space.register(tex_id, h)
             try:
-                self._fit_page_buffer()
-                pool = self.pools.get(key) or self._new_pool(key, h)
+                self.pages.fit(self.space.used, self.tables)
+                pool = self.pool_set.attach(key, tex_id, h)
             except BaseException:
                 self.space.unregister(tex_id)
                 raise
             self.tables.add_texture(tex_id, self.config.pinned_levels)
             vt = VirtualTexture(self, tex_id, reader, pool, tiles)
-            pool.textures.append(tex_id)
             self.textures.append(vt)
             self._by_id[tex_id] = vt
-            self._pool_of_tex[tex_id] = pool.index
             assert self.uploader is not None
             self.uploader.add_source(tex_id, reader)
             self._plan_pools()
@@ -183,98 +134,39 @@ class Streamer:
         """Forget a texture: its loads cancelled, its slots freed (after frames in flight)."""
         if vt not in self.textures:
             return
-        pool = vt.pool
         assert self.uploader is not None
-        self._free_cache_slots(self.uploader.remove_source(vt.id))
-        if self.tables.resident_count[vt.id]:  # the pinned levels were loaded
-            first = int(self.tables.first_pinned[vt.id])
-            self._level_pins[pool.index] -= int(self.space.tile_ids(vt.id, range(first, vt.header.level_count)).size)
-        pool.release_texture(vt.id, self.frame)
+        self.pool_set.free_loads(self.uploader.remove_source(vt.id))
+        pinned = self.pool_set.pinned_tiles(vt.header) if self.tables.resident_count[vt.id] else 0
+        self.pool_set.detach(vt.pool, vt.id, self.frame, pinned)
         rng = self.space.ranges[vt.id]
         self.scheduler.forget(rng.start, rng.stop)
         self.tables.remove_texture(vt.id)
         self.space.unregister(vt.id)
-        pool.textures.remove(vt.id)
         self.textures.remove(vt)
         del self._by_id[vt.id]
-        self._pool_of_tex[vt.id] = -1
         vt.reader.close()
         self.sampled = self.sampled.select(self.space.is_tile(self.sampled.ids))
         self._needed = self._needed.select(self.space.is_tile(self._needed.ids))
         vt.closed = True
-        if not pool.textures:
-            pool.release()
-            del self.pools[pool.key]
-            self._pool_slots[pool.index] = None
-            self._level_pins[pool.index] = 0
 
-    def _new_pool(self, key: PoolKey, h: PackHeader) -> CachePool:
-        index = next((i for i, p in enumerate(self._pool_slots) if p is None), None)
-        if index is None:
-            raise EngineError(f"at most {MAX_POOLS} cache pools (texel format x slot size) can be open at once")
-        max_slots = max(1, self.budget.budget // h.tile_raw_size)
-        g = SlotGeometry.choose(
-            h.slot_size,
-            h.tile_raw_size,
-            max_slots,
-            max_layers=self.gl.max_array_layers,
-            max_texture_size=min(self.gl.max_texture_size, 16384),
-        )
-        pool = CachePool(
-            self.gl,
-            self.budget,
-            key,
-            index,
-            g,
-            g.round_up(max(1, self._pinned_tiles(h))),
-            self.config.frames_in_flight,
-            FIRST_UNIT,
-        )
-        self.pools[key] = pool
-        self._pool_slots[index] = pool
-        return pool
-
-    def _pinned_tiles(self, h: PackHeader) -> int:
-        first = max(0, h.level_count - self.config.pinned_levels)
-        return int(h.level_first[-1] - h.level_first[first])
+    @property
+    def pools(self) -> dict[PoolKey, CachePool]:
+        """The cache pools by (texel format, sRGB, slot size)."""
+        return self.pool_set.by_key
 
     def _plan_pools(self, budget: int | None = None) -> None:
-        """Share what the budget leaves after fixed costs among the pools (see `pools`)."""
-        held = self.budget.usage - sum(self.budget.reserved(p.name) for p in self.pools.values())
-        demands = {}
-        for key, p in self.pools.items():
-            headers = [self._by_id[t].header for t in p.textures]
-            demands[key] = PoolDemand(
-                p.geometry,
-                len(headers),
-                sum(self._pinned_tiles(h) for h in headers),
-                sum(h.tile_count for h in headers),
-                p.capacity,
-            )
-        plan = plan_capacities(
-            demands, (self.budget.budget if budget is None else budget) - held, self.gl.max_array_layers
-        )
-        for key in sorted(plan, key=lambda k: plan[k] - self.pools[k].capacity):  # shrink first: growth needs room
-            pool = self.pools[key]
-            result = pool.resize(plan[key], self.frame)
-            if result.moved_from.size:
-                self.tables.move_slots(pool.textures, result.moved_from, result.moved_to)
-            self.tables.set_absent(result.evicted_tiles)
-            if result.cancelled_tiles.size and self.uploader is not None:
-                self.uploader.cancel(result.cancelled_tiles)  # their cache slots are gone: nothing to free
+        """Share what the budget leaves after fixed costs among the pools, and apply what moved."""
+        for r in self.pool_set.plan({t: vt.header for t, vt in self._by_id.items()}, self.frame, budget):
+            if r.result.moved_from.size:
+                self.tables.move_slots(r.pool.textures, r.result.moved_from, r.result.moved_to)
+            self.tables.set_absent(r.result.evicted_tiles)
+            if r.result.cancelled_tiles.size and self.uploader is not None:
+                self.uploader.cancel(r.result.cancelled_tiles)  # their cache slots are gone: nothing to free
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        need = _round_up(self.space.used + HEADER + h.tile_count, PAGE_BUFFER_STEP)
-        extra = max(0, need - self.pages.entries) * 4  # the page-table buffer grows to hold its entries
-        if key not in self.pools:
-            g = SlotGeometry.choose(
-                h.slot_size,
-                h.tile_raw_size,
-                max(1, self.budget.budget // h.tile_raw_size),
-                max_layers=self.gl.max_array_layers,
-            )
-            extra += g.round_up(self._pinned_tiles(h)) // g.cells * g.layer_bytes
+        extra = self.pages.growth_bytes(self.space.used + HEADER + h.tile_count)
+        extra += self.pool_set.first_layers_bytes(key, h)
         if self.uploader is None or self.uploader.ring.slot_bytes < h.tile_raw_size:
             extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
         if self.pools and extra > self.budget.available:
@@ -304,30 +196,9 @@ class Streamer:
         for vt in self.textures:
             self.uploader.add_source(vt.id, vt.reader)
 
-    def _page_buffer(self, entries: int) -> PageTableBuffer:
-        self.budget.reserve("page-tables", entries * 4)
-        return PageTableBuffer(self.ctx, entries)
-
-    def _fit_page_buffer(self) -> None:
-        """Grow the page-table buffer to hold every open texture's entries (at open, never per frame)."""
-        if self.space.used <= self.pages.entries:
-            return
-        old = self.pages.entries
-        self.budget.release("page-tables")
-        self.pages.release()
-        try:
-            self.pages = self._page_buffer(_round_up(self.space.used, PAGE_BUFFER_STEP))
-        except BaseException:
-            self.pages = self._page_buffer(old)  # what it held before: the budget had room for it
-            raise
-        self.tables.mark_all_dirty()
-
-    def _feedback_capacity(self, fb_size: tuple[int, int]) -> int:
-        stride = self.config.feedback_divisor
-        return 4 * (-(-fb_size[0] // stride)) * (-(-fb_size[1] // stride))  # up to 4 samples per cell
-
     def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
-        ring = FeedbackRing(self.ctx, self.gl, self._feedback_capacity(fb_size), self.config.feedback_divisor)
+        divisor = self.config.feedback_divisor
+        ring = FeedbackRing(self.ctx, self.gl, FeedbackRing.capacity_for(fb_size, divisor), divisor)
         try:
             self.budget.reserve("feedback", ring.nbytes)
         except BaseException:
@@ -348,7 +219,7 @@ class Streamer:
 
     def _fit_feedback(self) -> None:
         vp = self.ctx.viewport
-        if vp and self._feedback_capacity((vp[2], vp[3])) > self.feedback.capacity:
+        if vp and FeedbackRing.capacity_for((vp[2], vp[3]), self.config.feedback_divisor) > self.feedback.capacity:
             try:
                 self.set_feedback_size((vp[2], vp[3]))
             except BudgetError:
@@ -360,7 +231,7 @@ class Streamer:
         ids = self.space.tile_ids(vt.id, range(int(first), vt.header.level_count))
         slots = self._allocate_blocking(vt, ids, pin=True)
         self._load_blocking(vt, ids, slots, what="pinned")
-        self._level_pins[vt.pool.index] += int(ids.size)
+        self.pool_set.level_pins[vt.pool.index] += int(ids.size)
 
     def _allocate_blocking(self, vt: VirtualTexture, ids: np.ndarray, pin: bool) -> np.ndarray:
         alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self.space.level[ids])
@@ -431,19 +302,22 @@ class Streamer:
             result = self.reducer.reduce(np.concatenate(raw) if len(raw) > 1 else raw[0])
             self.sampled = result.wanted
             wanted = self.reducer.coarsen(result.wanted, self.budget.bias_levels)
-            self._step_bias(wanted)
+            bias_levels = self.budget.bias_levels
+            self.pool_set.step_bias(
+                self.space, self.tables, wanted, lambda: self.reducer.coarsen(self.sampled, bias_levels - 1)
+            )
             self._needed = wanted
         self.wanted = wanted
         st.feedback_age = self.feedback.age
         st.wanted_pages = len(wanted)
-        self._touch(self._needed, frame)
+        self.pool_set.touch(self.space, self.tables, self._needed, frame)
 
         if up is not None:
             # 2. Finished reads -> uploads -> page tables.
             self._apply_drained(up.drain(), st)
             tu = time.perf_counter()
             uploaded = up.upload(
-                frame, self._pool_slots, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
+                frame, self.pool_set.by_index, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
             )
             self._apply_uploaded(uploaded, st)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
@@ -472,7 +346,7 @@ class Streamer:
         failed = drained.failed
         if not len(failed):
             return
-        self._free_cache_slots(failed)
+        self.pool_set.free_loads(failed)
         self.scheduler.mark_failed(failed.tiles, self.frame)
         for tex in failed.tex.tolist():
             vt = self._by_id.get(tex)
@@ -482,26 +356,11 @@ class Streamer:
         self.totals["failed"] += len(failed)
         log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
 
-    def _free_cache_slots(self, loads: LoadRecords) -> None:
-        """Give back the cache slots of loads that ended without an upload (a slot a resize removed
-        or re-let is left alone)."""
-        for p in np.unique(loads.pool).tolist():
-            pool = self._pool_slots[p]
-            if pool is None:
-                continue
-            m = loads.pool == p
-            cs, tiles = loads.cache_slot[m], loads.tiles[m]
-            live = (cs >= 0) & (cs < pool.capacity)
-            live[live] = (pool.tile[cs[live]] == tiles[live]) & (pool.state[cs[live]] == SlotState.LOADING)
-            pool.free(cs[live])
-
     def _apply_uploaded(self, up: Uploaded, st: FrameStats) -> None:
         loads = up.loads
         if not len(loads):
             return
-        for p in np.unique(loads.pool).tolist():
-            m = loads.pool == p
-            self._pool_slots[p].mark_resident(loads.cache_slot[m], self.frame)  # type: ignore[union-attr]
+        self.pool_set.mark_resident(loads, self.frame)
         self.tables.set_resident(loads.tiles, loads.cache_slot)
         self.scheduler.mark_resident(loads.tiles)
         st.uploads, st.upload_bytes, st.uploaded = len(loads), up.nbytes, up
@@ -519,15 +378,15 @@ class Streamer:
             return 0
         assert self.uploader is not None
         tex = self.space.tex[ids].astype(np.int64)
-        pool_of = self._pool_of_tex[tex]
+        pool_of = self.pool_set.of_tex[tex]
         keep = np.ones(ids.size, bool)
         slots = np.full(ids.size, -1, np.int64)
         for p in np.unique(pool_of).tolist():
-            pool = self._pool_slots[p]
+            pool = self.pool_set.by_index[p]
             assert pool is not None
             m = np.flatnonzero(pool_of == p)
             pre = m[prefetch[m]]
-            allowed = max(0, pool.free_count - self._reserve(pool) - int(m.size - pre.size))
+            allowed = max(0, pool.free_count - self.pool_set.reserve(pool) - int(m.size - pre.size))
             keep[pre[allowed:]] = False
             m = m[keep[m]]
             alloc = pool.allocate(self.frame, ids[m], tex[m], self.space.level[ids[m]])
@@ -535,20 +394,10 @@ class Streamer:
             slots[m] = alloc.slots
         go = keep & (slots >= 0)
         n = self.uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
-        self._keep_free(st)
+        for ev in self.pool_set.keep_free(self.frame):  # slots past their gate for the coming frames
+            self._evicted(ev.evicted_tiles, self.frame - ev.evicted_last_used, st)
         self.totals["requested"] += n
         return n
-
-    def _reserve(self, pool: CachePool) -> int:
-        """Free slots kept ahead of demand in `pool` (prefetch never takes them)."""
-        return min(pool.capacity // 16, self.config.upload_tiles_per_frame)
-
-    def _keep_free(self, st: FrameStats) -> None:
-        """Keep a few slots per pool free ahead of demand (evicting LRU tiles no frame in flight uses):
-        a load into a slot evicted on demand waits frames_in_flight frames for its overwrite gate."""
-        for pool in self.pools.values():
-            ev = pool.keep_free(self.frame, self._reserve(pool))
-            self._evicted(ev.evicted_tiles, self.frame - ev.evicted_last_used, st)
 
     def _evicted(self, tiles: np.ndarray, age: np.ndarray, st: FrameStats) -> None:
         if tiles.size:
@@ -564,47 +413,7 @@ class Streamer:
     def pressure(self, wanted: Wanted | None = None) -> dict[str, tuple[int, int]]:
         """Per pool: (working set, slots) of `wanted` (default this frame's): the wanted tiles plus their
         parents (trilinear samples both), pinned levels excluded, against the unpinned slots."""
-        w = self.wanted if wanted is None else wanted
-        sp = self.space
-        ids = np.concatenate([w.ids, sp.parent[w.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        tex = sp.tex[ids].astype(np.int64)
-        ids = unique_counts(ids[sp.level[ids] < self.tables.first_pinned[tex]])[0]
-        per_pool = np.bincount(self._pool_of_tex[sp.tex[ids].astype(np.int64)], minlength=MAX_POOLS)
-        # slots pinned for the coarsest levels are no capacity (make_all_resident's pins are)
-        return {
-            p.name: (int(per_pool[p.index]), max(1, p.capacity - self._level_pins[p.index]))
-            for p in self.pools.values()
-        }
-
-    def _step_bias(self, wanted: Wanted) -> None:
-        """One step of the budget's mip-bias controller, on the most loaded pool. Only when the next
-        step down would cross to a finer level is the finer working set measured instead, so the bias
-        falls only when that finer set fits (else the level would flip between two every few frames)."""
-
-        def worst(w: Wanted) -> tuple[int, int]:
-            return max(self.pressure(w).values(), key=lambda nc: nc[0] / nc[1], default=(0, 1))
-
-        bm, step, cfg = self.budget, self.config.budget.bias_step, self.config.budget
-        smallest = min((p.capacity - self._level_pins[p.index] for p in self.pools.values()), default=1)
-        if bm.bias == 0 and 2 * len(wanted) < cfg.low_water * smallest:
-            return  # pages plus parents cannot fill any pool: no pressure to measure
-        need, cap = worst(wanted)
-        b = bm.bias_levels
-        if b > 0 and need <= self.config.budget.high_water * cap and bm.bias - step < b:
-            need, cap = worst(self.reducer.coarsen(self.sampled, b - 1))
-        bm.update_bias(need, cap)
-
-    def _touch(self, sampled: Wanted, frame: int) -> None:
-        if not len(sampled) or not self.pools:
-            return
-        sp = self.space
-        ids = np.concatenate([sampled.ids, sp.parent[sampled.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        slots = self.tables.sample_slot(ids)
-        pool_of = self._pool_of_tex[sp.tex[ids].astype(np.int64)]
-        for p in self.pools.values():
-            p.touch(slots[pool_of == p.index], frame)
+        return self.pool_set.pressure(self.space, self.tables, self.wanted if wanted is None else wanted)
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
@@ -621,7 +430,7 @@ class Streamer:
         resident = self.tables.is_resident(ids)
         have, ids = ids[resident], ids[~resident]
         assert self.uploader is not None
-        self._free_cache_slots(self.uploader.cancel(ids))
+        self.pool_set.free_loads(self.uploader.cancel(ids))
         pool = vt.pool
         others = pool.evictable_mask(self.frame) & (pool.tex != vt.id)
         if ids.size > pool.free_count + int(np.count_nonzero(others)):
@@ -653,43 +462,7 @@ class Streamer:
 
     def stats(self) -> dict:
         """Telemetry of the latest update() plus running totals (plain dict, stable keys)."""
-        st = self.last
-        lat = np.array(self.latencies) if self.latencies else np.zeros(1)
-        p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
-        ring = self.uploader.ring if self.uploader is not None else None
-        keys = (
-            "frame",
-            "update_ms",
-            "upload_ms",
-            "uploads",
-            "upload_bytes",
-            "requested",
-            "wanted_pages",
-            "missing_pages",
-            "in_flight",
-            "queued",
-            "failed",
-            "feedback_age",
-        )
-        return {
-            **{k: getattr(st, k) for k in keys},
-            "vram_bytes": self.budget.usage,
-            "vram_peak_bytes": self.budget.peak,
-            "budget_bytes": self.budget.budget,
-            "budget_source": self.budget.source,
-            "vram_breakdown": self.budget.breakdown(),
-            "mip_bias": self.budget.bias,
-            "resident_tiles": int(self.tables.resident_count.sum()),
-            "corrupt_tiles": sum(vt.corrupt_tiles for vt in self.textures),
-            "latency_p50_frames": p50,
-            "latency_p95_frames": p95,
-            "latency_p99_frames": p99,
-            "ring_occupancy": 1.0 - ring.free_count / ring.slot_count if ring is not None else 0.0,
-            "ring_stalls": ring.stall_count if ring is not None else 0,
-            "feedback_frozen": self.freeze_feedback,
-            "feedback_dropped": self.feedback.dropped,
-            "totals": dict(self.totals),
-        }
+        return stats_dict(self)
 
     # ---- lifetime -----------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -707,12 +480,9 @@ class Streamer:
         for vt in self.textures:
             vt.closed = True
             vt.reader.close()
-        for pool in self.pools.values():
-            pool.release()
+        self.pool_set.release()
         self.textures.clear()
-        self.pools.clear()
         self.pages.release()
-        self.budget.release("page-tables")
         self.feedback.release()
         self.budget.release("feedback")
 

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 import moderngl
 
-from ..errors import EngineError
+from ..errors import EngineError, GLError
+from ..gl import gl_ext
+from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from .page_table import TexturePages
@@ -28,12 +30,25 @@ from .tiles import TileRange
 if TYPE_CHECKING:
     from .streamer import Streamer
 
-__all__ = ["FIRST_UNIT", "MAX_POOLS", "VT_FEEDBACK_BINDING", "VT_PAGES_BINDING", "VirtualTexture"]
+__all__ = ["FIRST_UNIT", "MAX_POOLS", "VT_FEEDBACK_BINDING", "VT_PAGES_BINDING", "VirtualTexture", "check_bindings"]
 
 VT_PAGES_BINDING = 6  # shaders/vt.glsl
 VT_FEEDBACK_BINDING = 7  # shaders/vt.glsl
 FIRST_UNIT = 8  # texture units below are left to the application
 MAX_POOLS = 16  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
+
+
+def check_bindings(gl: GLExt) -> None:
+    """GLError unless the context offers the units and storage bindings every virtual texture uses."""
+    units = gl.get_integer(gl_ext.GL_MAX_COMBINED_TEXTURE_IMAGE_UNITS)
+    bindings = gl.get_integer(gl_ext.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)
+    blocks = gl.get_integer(gl_ext.GL_MAX_FRAGMENT_SHADER_STORAGE_BLOCKS)
+    if units < FIRST_UNIT + MAX_POOLS or bindings <= VT_FEEDBACK_BINDING or blocks < 2:
+        raise GLError(
+            f"this GL context offers {units} texture units, {bindings} storage-buffer bindings and {blocks} "
+            f"fragment storage blocks; texstream needs units {FIRST_UNIT}..{FIRST_UNIT + MAX_POOLS - 1}, "
+            f"bindings {VT_PAGES_BINDING} and {VT_FEEDBACK_BINDING}, and 2 fragment storage blocks"
+        )
 
 
 def max_anisotropy(border: int) -> int:

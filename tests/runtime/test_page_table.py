@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from texstream.config import BudgetConfig
+from texstream.errors import BudgetError
 from texstream.pack.format import PackHeader
+from texstream.runtime.budget import BudgetManager
 from texstream.runtime.page_table import (
     ENTRY_NONE,
     NO_LEVEL,
@@ -656,9 +659,9 @@ def test_tables_made_after_growth_span_the_space() -> None:
 SENTINEL = 0xDEADBEEF
 
 
-def read_back(buf: PageTableBuffer) -> np.ndarray:
+def read_back(buf: PageTableBuffer, n: int | None = None) -> np.ndarray:
     assert buf.buffer is not None
-    return np.frombuffer(buf.buffer.read(), np.uint32)
+    return np.frombuffer(buf.buffer.read(), np.uint32)[:n]
 
 
 def fill(buf: PageTableBuffer) -> None:
@@ -674,17 +677,19 @@ def runs(mask: np.ndarray) -> int:
 @pytest.mark.gl
 def test_buffer_holds_the_dirty_entries_after_upload(gl_ctx) -> None:  # noqa: ANN001
     w = World({0: (hdr(4096, 4096), 1), 5: (BIG, 2), 1: (MID, 1)})
-    buf = PageTableBuffer(gl_ctx, w.space.used)
+    budget = BudgetManager(BudgetConfig(budget_mb=1))
+    buf = PageTableBuffer(gl_ctx, budget, w.space.used)
+    used = w.space.used
     try:
-        assert buf.entries == w.space.used and buf.nbytes == 4 * w.space.used
-        assert buf.buffer is not None and buf.buffer.size == buf.nbytes
+        assert buf.entries == PageTableBuffer.entries_for(used) >= used and buf.entries % PageTableBuffer.STEP == 0
+        assert buf.buffer is not None and buf.buffer.size == buf.nbytes == budget.reserved("page-tables")
         fill(buf)
         assert buf.upload(w.tables) == 1  # every new range, merged
-        np.testing.assert_array_equal(read_back(buf), w.tables.entry[: w.space.used])
+        np.testing.assert_array_equal(read_back(buf, used), w.tables.entry[:used])
         assert buf.upload(w.tables) == 0
         w.arrive(w.pinned_tiles(0) + w.pinned_tiles(5) + w.pinned_tiles(1), list(range(7)))
         buf.upload(w.tables)
-        np.testing.assert_array_equal(read_back(buf), w.tables.entry[: w.space.used])
+        np.testing.assert_array_equal(read_back(buf, used), w.tables.entry[:used])
         rng = np.random.default_rng(1)
         tiles = [(t, *c) for t in w.headers for c in tiles_of(w.headers[t])]
         for _ in range(6):
@@ -695,8 +700,8 @@ def test_buffer_holds_the_dirty_entries_after_upload(gl_ctx) -> None:  # noqa: A
             evictable = [t for t in w.own if t[1] < w.pinned_from[t[0]]]
             w.evict(evictable[1:3])
             n = buf.upload(w.tables)
-            got = read_back(buf)
-            entry = w.tables.entry[: w.space.used]
+            got = read_back(buf, used)
+            entry = w.tables.entry[:used]
             written = got != SENTINEL
             assert n == runs(written) >= 1  # each range is one written run (merged ranges never touch)
             np.testing.assert_array_equal(got[written], entry[written])
@@ -706,21 +711,28 @@ def test_buffer_holds_the_dirty_entries_after_upload(gl_ctx) -> None:  # noqa: A
         buf.bind(3)
     finally:
         buf.release()
-    assert buf.buffer is None
+    assert buf.buffer is None and budget.reserved("page-tables") == 0
     buf.bind(3)  # released: nothing to bind, no error
     buf.release()
 
 
 @pytest.mark.gl
-def test_small_buffer_takes_the_entries_that_fit(gl_ctx) -> None:  # noqa: ANN001
+def test_fit_grows_the_buffer_and_uploads_everything_again(gl_ctx) -> None:  # noqa: ANN001
     w = World({0: (BIG, 1), 1: (MID, 1)})
-    small = PageTableBuffer(gl_ctx, 100)
-    empty = PageTableBuffer(gl_ctx, 0)
+    budget = BudgetManager(BudgetConfig(budget_mb=1))
+    buf = PageTableBuffer(gl_ctx, budget)
     try:
-        assert empty.entries == 1 and empty.nbytes == 4
-        fill(small)
-        assert small.upload(w.tables) == 1
-        np.testing.assert_array_equal(read_back(small), w.tables.entry[:100])
+        assert buf.entries == PageTableBuffer.STEP and buf.growth_bytes(100) == 0
+        big = PageTableBuffer.STEP * 3 + 5
+        assert buf.growth_bytes(big) == 3 * PageTableBuffer.STEP * 4
+        buf.upload(w.tables)
+        buf.fit(big, w.tables)
+        assert buf.entries == 4 * PageTableBuffer.STEP and budget.reserved("page-tables") == buf.nbytes
+        fill(buf)
+        buf.upload(w.tables)  # everything is dirty again after a grow
+        np.testing.assert_array_equal(read_back(buf, w.space.used), w.tables.entry[: w.space.used])
+        with pytest.raises(BudgetError):
+            buf.fit(1 << 20, w.tables)  # 4 MiB of entries in a 1 MiB budget
+        assert buf.entries == 4 * PageTableBuffer.STEP and budget.reserved("page-tables") == buf.nbytes
     finally:
-        small.release()
-        empty.release()
+        buf.release()
