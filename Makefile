@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py engine/native/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]'

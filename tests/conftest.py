@@ -3,6 +3,10 @@
 Mark GL tests with ``@pytest.mark.gl`` (or ``pytestmark = pytest.mark.gl`` in the module) and take
 the ``gl_ctx`` fixture. Every `gl` test starts and ends with no pending GL error (glGetError ==
 GL_NO_ERROR), so a test that leaves an error behind fails itself instead of a later one.
+
+Without a GL context or the compiled helper, the tests that need them skip, so `make test` passes
+on any machine; ``TEXSTREAM_REQUIRE=gl,native`` (what `.ci/run` sets) turns those skips into failures,
+so CI cannot pass by silently testing less.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections.abc import Iterator
 
 import moderngl
 import pytest
+
+from .require import skip_unless_required
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +28,7 @@ def gl_ctx() -> Iterator[moderngl.Context]:
     try:
         ctx = headless_context()
     except GLError as exc:
-        pytest.skip(f"no headless OpenGL 4.5 context through EGL: {exc}")
+        skip_unless_required("gl", f"no headless OpenGL 4.5 context through EGL: {exc}")
     try:
         yield ctx
     finally:

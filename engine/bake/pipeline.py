@@ -259,6 +259,10 @@ def _warm_tables(settings: Settings) -> None:
     t.encode(np.zeros((1, 1, 4), np.float32))
 
 
+def _worker_died() -> EngineError:
+    return EngineError("a bake worker process died (killed, out of memory or crashed)")
+
+
 def _run_job(job: BandJob | CutJob) -> JobResult:
     assert _worker is not None, "worker not initialised"
     return _execute(job, _worker)
@@ -569,7 +573,11 @@ class _Baker:
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Executor, job: BandJob | CutJob, slot: int | None) -> None:
-        self.pending.append((pool.submit(_run_job, job), job, slot))
+        try:
+            future = pool.submit(_run_job, job)
+        except BrokenProcessPool:  # a worker died while earlier bands were still in flight
+            raise _worker_died() from None
+        self.pending.append((future, job, slot))
 
     def _pump(self, pool: _Executor) -> None:
         progress = True
@@ -619,7 +627,7 @@ class _Baker:
         try:
             res = fut.result()
         except BrokenProcessPool:
-            raise EngineError("a bake worker process died (killed, out of memory or crashed)") from None
+            raise _worker_died() from None
         if slot is not None:
             self.free_slots.append(slot)
         writer = self.writer

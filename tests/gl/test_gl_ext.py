@@ -30,6 +30,7 @@ from texstream.gl.gl_ext import (
 from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 
+from ..require import skip_unless_native
 from .helpers import encode, make_image
 
 GL_PIXEL_UNPACK_BUFFER_BINDING = 0x88EF
@@ -169,7 +170,7 @@ def test_upload_unbinds_the_unpack_buffer_so_moderngl_writes_still_work(
 ) -> None:
     native = load_native() if use_native else None
     if use_native and native is None:
-        pytest.skip("texstream's compiled helper is not built here")
+        skip_unless_native("texstream's compiled helper is not built here")
     blocks = encode(TexelFormat.BC1, make_image(16, 1))
     buf = gl.create_mapped_buffer(4096)
     try:

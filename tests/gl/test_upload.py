@@ -19,6 +19,7 @@ from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import StagingRing
 
+from ..require import skip_unless_native
 from .helpers import (
     SLOT,
     LayerSampler,
@@ -86,7 +87,7 @@ def test_tiles_through_the_ring_sample_like_the_reference_decoder(
 ) -> None:
     native = load_native() if use_native else None
     if use_native and native is None:
-        pytest.skip("texstream's compiled helper is not built here")
+        skip_unless_native("texstream's compiled helper is not built here")
     f = gl_format(fmt, srgb)
     n = f.layer_bytes(SLOT)
     tiles = [encode(fmt, make_image(SLOT, seed)) for seed in (3, 4, 5)]

@@ -63,9 +63,7 @@ def test_reserve_refusal_is_one_line_with_numbers_and_changes_nothing() -> None:
     with pytest.raises(BudgetError) as exc:
         b.reserve("ring", 3 * MIB)
     msg = str(exc.value)
-    assert (
-        "\n" not in msg and "'ring'" in msg and "3.0 MiB" in msg and "11.0 MiB" in msg and "10.0 MiB" in msg
-    )
+    assert "\n" not in msg and "'ring'" in msg and "3.0 MiB" in msg and "11.0 MiB" in msg and "10.0 MiB" in msg
     assert b.usage == 8 * MIB and b.reserved("ring") == 0
     with pytest.raises(BudgetError):
         b.reserve("pool/bc1", 10 * MIB + 1)  # growing an existing one is checked too

@@ -34,6 +34,8 @@ from texstream.runtime.io_workers import (
     read_batch,
 )
 
+from ..require import skip_unless_native
+
 CODECS = list(Supercompression)
 STRIDE = 3072  # larger than a tile (2592 bytes): the bytes past each tile must stay untouched
 SENTINEL = 0xA5
@@ -84,7 +86,7 @@ def scratch(request: pytest.FixtureRequest) -> Iterator[_Scratch]:
     if request.param == "native":
         native = load_native()
         if native is None:
-            pytest.skip("texstream's compiled helper (texstream.native) is not built: only the Python path runs")
+            skip_unless_native("texstream's compiled helper (texstream.native) is not built: only the Python path runs")
         s = _Scratch(native)
     else:
         s = _Scratch(None)
@@ -354,7 +356,7 @@ def test_a_stored_size_that_differs_from_the_raw_size_does_not_decode_without_su
 def both_paths(batch: ReadBatch, slots: int, state: np.ndarray) -> tuple:
     native = load_native()
     if native is None:
-        pytest.skip("texstream's compiled helper (texstream.native) is not built: nothing to compare")
+        skip_unless_native("texstream's compiled helper (texstream.native) is not built: nothing to compare")
     out = []
     for scratch in (_Scratch(native), _Scratch(None)):
         ring = new_ring(slots)
@@ -469,7 +471,7 @@ def native_or_none(path: str):
         return None
     native = load_native()
     if native is None:
-        pytest.skip("texstream's compiled helper (texstream.native) is not built")
+        skip_unless_native("texstream's compiled helper (texstream.native) is not built")
     return native
 
 

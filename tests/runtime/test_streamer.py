@@ -29,8 +29,8 @@ from texstream.pack.format import TexelFormat
 from texstream.pack.reader import PackReader
 from texstream.render import PlaneRenderer, render
 from texstream.runtime.staging import SlotState
-from texstream.runtime.uploader import LoadState
 from texstream.runtime.streamer import Streamer
+from texstream.runtime.uploader import LoadState
 from texstream.scene.camera import View
 
 pytestmark = pytest.mark.gl

@@ -32,6 +32,8 @@ from texstream.runtime.staging import SLOT_ALIGNMENT
 from texstream.runtime.tiles import TileSpace
 from texstream.runtime.uploader import LoadRecords, LoadState, Uploader
 
+from ..require import skip_unless_native
+
 pytestmark = pytest.mark.gl
 
 RING_SLOTS = 48
@@ -93,7 +95,7 @@ def gl(gl_ctx: moderngl.Context) -> GLExt:
 def native(request: pytest.FixtureRequest) -> bool:
     """StreamerConfig.native: the compiled read and upload loops, or the pure-Python ones."""
     if request.param and load_native() is None:
-        pytest.skip("texstream's compiled helper (texstream.native) is not built: only the Python loops run")
+        skip_unless_native("texstream's compiled helper (texstream.native) is not built: only the Python loops run")
     return request.param
 
 
