@@ -1,6 +1,6 @@
 """The shortest complete texstream program: a pack streamed onto a spinning quad with your own shader.
 
-    python demos/embed_minimal.py PACK.tpk            # a window when a display exists, else headless
+python demos/embed_minimal.py PACK.tpk            # a window when a display exists, else headless
 """
 
 import os
@@ -59,7 +59,7 @@ vao = ctx.vertex_array(prog, [(quad, "2f", "in_pos")])
 for frame in range(10**9 if windowed else 120):
     if windowed and (glfw.window_should_close(window) or glfw.poll_events()):
         break
-    telemetry.update()                                      # streamer.update() + per-frame records
+    telemetry.update()  # streamer.update() + per-frame records
     fbo.use()
     fbo.clear(0.1, 0.1, 0.12)
     prog["u_angle"].value = frame * 0.005
