@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import BakeConfig
 from .errors import EngineError
-from .pack.format import AddressMode, Supercompression, TexelFormat
+from .pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
 
 log = logging.getLogger("texstream")
 
@@ -101,6 +101,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _check_output(out)
     if args.size < 1:
         raise UsageError(f"--size must be positive, got {args.size}")
+    if args.height is not None and args.height < 1:
+        raise UsageError(f"--height must be positive, got {args.height}")
+    try:  # what a pack (and the streamer) can hold, refused before any file is made
+        PackHeader(width=args.size, height=args.size if args.height is None else args.height,
+                   tile_size=cfg.tile_size, texel_format=cfg.texel_format, srgb=cfg.is_srgb)  # fmt: skip
+    except ValueError as exc:
+        raise UsageError(f"--size: {exc}") from None
     report = bake_procedural(out, args.size, args.pattern, args.seed, cfg, height=args.height)
     print(report.summary())
     return 0
@@ -111,6 +118,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     with PackReader(args.pack) as r:
         info = dict(r.header.describe())
+        info["version"] = r.version
         info["file_size"] = r.file_size
         info["payload_bytes"] = int(r.index["stored_size"].sum())
         raw_total = r.header.tile_raw_size * r.header.tile_count
@@ -124,7 +132,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
-    print(f"{args.pack}: texstream pack v1, {info['file_size']:,} bytes")
+    print(f"{args.pack}: texstream pack v{info['version']}, {info['file_size']:,} bytes")
     print(f"  size        {info['width']} x {info['height']}, {info['levels']} levels")
     print(f"  format      {info['format']}{' sRGB' if info['srgb'] else ' linear'}, "
           f"tiles {info['tile_size']} + {info['border']} border ({info['slot_size']}^2 slots, "

@@ -116,3 +116,71 @@ def test_sigterm_during_bake_leaves_nothing(tmp_path: Path) -> None:
     proc.wait(timeout=60)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
+
+
+def _one_line(res: subprocess.CompletedProcess, code: int, needle: str) -> None:
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert needle in lines[0], lines[0]
+
+
+def test_generate_refuses_what_cannot_be_streamed_before_making_a_file(tmp_path: Path) -> None:
+    res = run_cli("generate", str(tmp_path / "huge.tpk"), "--size", "4000000", "--no-progress")
+    _one_line(res, 2, "a pack holds at most 67,108,864")
+    res = run_cli("generate", str(tmp_path / "huge.tpk"), "--size", "4000000", "--tile", "64", "--no-progress")
+    _one_line(res, 2, "the streamer holds at most 16")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def small_pack(tmp_path: Path) -> Path:
+    from texstream.pack import PackHeader
+
+    from .pack.test_pack import make_pack
+
+    p = tmp_path / "s.tpk"
+    make_pack(p, PackHeader(width=200, height=100, tile_size=64))
+    return p
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_special_files_are_refused_without_hanging(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "pipe.tpk"
+    os.mkfifo(fifo)
+    _one_line(run_cli(command, str(fifo)), 1, "is a FIFO, not a file")
+    _one_line(run_cli(command, str(tmp_path)), 1, "is a folder, not a file")
+    if Path("/dev/zero").exists():
+        _one_line(run_cli(command, "/dev/zero"), 1, "is a character device, not a file")
+
+
+@pytest.mark.parametrize(
+    "meta, needle", [(b"[" * 100_000, "nests 100000 deep"), (b'{"n": ' + b"7" * 500_000 + b"}", "number")]
+)
+def test_hostile_metadata_is_bad_data_not_a_usage_error(small_pack: Path, meta: bytes, needle: str) -> None:
+    from texstream.pack import PackReader
+
+    from .pack.test_pack import _edit_header
+
+    with PackReader(small_pack) as r:
+        end = r.payload_end
+    data = bytearray(small_pack.read_bytes())
+    data[end:] = meta
+    small_pack.write_bytes(bytes(_edit_header(data, meta_size=len(meta), meta_off=end)))
+    for command in ("info", "verify"):
+        _one_line(run_cli(command, str(small_pack)), 1, needle)
+
+
+def test_sparse_tail_is_named_in_one_line(small_pack: Path) -> None:
+    os.truncate(small_pack, 2_100_000_000)
+    for command in ("info", "verify"):
+        res = run_cli(command, str(small_pack))
+        _one_line(res, 1, "unknown bytes after it")
+        assert str(small_pack) in res.stderr
+
+
+def test_info_names_the_version(small_pack: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["info", str(small_pack)]) == 0
+    assert "texstream pack v2" in capsys.readouterr().out
+    assert main(["info", str(small_pack), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 2

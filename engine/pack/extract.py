@@ -6,7 +6,6 @@ Decoding uses texture2ddecoder, a decoder independent of the encoder (etcpak) th
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from ..errors import EngineError, PackFormatError
 from .format import PackHeader, TexelFormat
 from .reader import PackReader
+from .writer import create_temp, output_mode
 
 MAX_EXTRACT_PIXELS = 1 << 28  # 256 MPixel (1 GiB as RGBA8): larger levels need --region
 
@@ -101,16 +101,18 @@ def write_image(rgba: np.ndarray, path: Path, mode: str = "RGBA") -> None:
         img = img.getchannel("R")
     elif mode == "RGB":
         img = img.convert("RGB")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    fmt = _pil_format(path)
+    fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             try:
-                img.save(f, format=_pil_format(path))
+                img.save(f, format=fmt)
             except (KeyError, ValueError) as exc:
                 raise EngineError(f"cannot write {path}: {exc}") from None
+            os.fchmod(f.fileno(), output_mode())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

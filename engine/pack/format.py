@@ -1,15 +1,18 @@
-"""Byte layout of a texstream tile pack (version 1); docs/FORMAT.md is the prose version.
+"""Byte layout of a texstream tile pack (version 2; version 1 still reads); docs/FORMAT.md is the prose version.
 
 Everything is little-endian. A pack is::
 
     header        128 bytes, fixed (HEADER_STRUCT), ends in an xxh3-64 of its first 120 bytes
     level table   level_count x 16 bytes: width, height, tiles_x, tiles_y (u32 each)
-    index         tile_count x 24 bytes: offset u64, stored_size u32, raw_size u32, xxh3-64 u64
+    index         tile_count x 24 bytes: offset u64, stored_size u32, raw_size u32, check u64
     payload       one blob per tile at `offset`, each start aligned to `alignment`
     metadata      UTF-8 JSON object (source name, creation parameters), after the payload
 
 The index is ordered level-major, then row-major inside a level, so the entry of (level, x, y) is
-``level_first[level] + y * tiles_x[level] + x``: O(1), no search.
+``level_first[level] + y * tiles_x[level] + x``: O(1), no search. Since version 2 an entry's check is
+``xxh3-64(raw tile) ^ position_mix(i)`` for its position i, so a tile's checksum binds its place: two
+swapped entries fail both tiles' checks. Readers undo the mix when they load the index (version 1
+stored the bare xxh3-64), so `PackReader.index["checksum"]` is always the raw tile's xxh3-64.
 
 Level geometry: level l is ``max(1, ceil(W / 2**l)) x max(1, ceil(H / 2**l))`` texels (ceil, so a
 texel of level l covers exactly texels 2i and 2i+1 of level l-1, the missing one at an odd edge
@@ -21,6 +24,7 @@ copied from its neighbours (clamped or wrapped at the level's edge, and past the
 from __future__ import annotations
 
 import enum
+import math
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,14 +34,21 @@ import numpy as np
 from ..errors import PackFormatError
 
 MAGIC = b"TEXSTRM\x1a"
-VERSION = 1
+VERSION = 2  # what the writer writes
+READ_VERSIONS = (1, 2)  # what the reader reads (1: index checks are the bare xxh3-64)
 HEADER_SIZE = 128
 LEVEL_ENTRY_SIZE = 16
 INDEX_ENTRY_SIZE = 24
 
 # Caps that keep a hostile header from asking for absurd work or memory.
 MAX_DIMENSION = 1 << 24  # 16,777,216 texels a side
-MAX_LEVELS = 32
+# The runtime's page-table entries hold the level in 4 bits (runtime/tiles.py MAX_LEVELS), so a pack
+# of more levels cannot be streamed: the longer side is at most tile size x 2^15 texels.
+MAX_LEVELS = 16
+# At most 2^26 tiles (a level 0 of ~7,000 x 7,000 tiles: 900k texels a side at tile size 128): the
+# index (24 bytes a tile) stays under 1.5 GiB in memory and the streamer's page table (4 bytes a tile
+# of VRAM, plus ~30 bytes a tile of per-tile state on the host) under 256 MiB.
+MAX_TILES = 1 << 26
 MAX_BORDER = 32
 TILE_SIZES = (64, 128, 256)
 MIN_ALIGNMENT = 16
@@ -146,6 +157,10 @@ class Supercompression(enum.IntEnum):
         except KeyError:
             raise ValueError(f"unknown supercompression {name!r} (choose none, zstd or lz4)") from None
 
+    def stored_min(self, raw_size: int) -> int:
+        """Fewest bytes a stored tile of `raw_size` bytes can take (1 when supercompressed)."""
+        return raw_size if self is Supercompression.NONE else 1
+
     def stored_bound(self, raw_size: int) -> int:
         """Largest stored size a tile of `raw_size` bytes may have (the codec's worst case)."""
         if self is Supercompression.NONE:
@@ -153,6 +168,26 @@ class Supercompression(enum.IntEnum):
         if self is Supercompression.ZSTD:
             return raw_size + (raw_size >> 7) + 512
         return raw_size + raw_size // 255 + 64
+
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def position_mix(positions: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer of ``i + 1`` for each index position i (uint64, vectorized).
+
+    A version-2 index stores ``xxh3-64(raw) ^ position_mix(i)`` at position i; XOR with the same
+    value undoes it. The finalizer is a bijection with full avalanche, so entries moved to another
+    position fail their check whatever their content.
+    """
+    z = np.asarray(positions, np.int64).astype(np.uint64) + np.uint64(1)
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
 
 
 def level_dims(width: int, height: int, level: int) -> tuple[int, int]:
@@ -210,6 +245,18 @@ class PackHeader:
             object.__setattr__(self, "level_count", full)
         elif self.level_count != full:
             raise ValueError(f"level count must be {full} for {self.width}x{self.height}, got {self.level_count}")
+        size = f"{self.width} x {self.height} texels in {self.tile_size}-texel tiles"
+        if full > MAX_LEVELS:
+            raise ValueError(
+                f"{size} needs {full} levels; the streamer holds at most {MAX_LEVELS} "
+                f"(a side of at most {self.tile_size << (MAX_LEVELS - 1):,} texels at this tile size)"
+            )
+        if self.tile_count > MAX_TILES:
+            side = self.tile_size * math.isqrt(MAX_TILES * 3 // 4)
+            raise ValueError(
+                f"{size} is {self.tile_count:,} tiles; a pack holds at most {MAX_TILES:,} "
+                f"(about {side:,} x {side:,} texels at this tile size)"
+            )
 
     # ---- derived geometry -------------------------------------------------------------------
     @property
@@ -298,13 +345,14 @@ def pack_header_bytes(
     payload_end: int,
     index_checksum: int,
     level_checksum: int,
+    version: int = VERSION,
 ) -> bytes:
-    """Serialize the 128-byte header, checksum included."""
+    """Serialize the 128-byte header, checksum included (`version` other than VERSION: tests only)."""
     import xxhash
 
     body = HEADER_STRUCT.pack(
         MAGIC,
-        VERSION,
+        version,
         HEADER_SIZE,
         FLAG_SRGB if header.srgb else 0,
         header.width,
@@ -332,9 +380,10 @@ def pack_header_bytes(
 
 @dataclass(frozen=True)
 class RawHeader:
-    """Header fields as read from disk, before they are trusted."""
+    """Header fields as read from disk, checked against the header's geometry and the file's size."""
 
     header: PackHeader
+    version: int
     metadata_offset: int
     metadata_size: int
     payload_end: int
@@ -343,7 +392,11 @@ class RawHeader:
 
 
 def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
-    """Parse and validate the 128-byte header against the file's size; PackFormatError on any flaw."""
+    """Parse and validate the 128-byte header against the file's size; PackFormatError on any flaw.
+
+    Every size the header implies (level table, index, the least payload its tiles can take,
+    metadata) is checked against the file's size here, before anyone allocates or reads by it.
+    """
     import xxhash
 
     if len(data) < HEADER_SIZE:
@@ -355,8 +408,9 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
      index_sum, level_sum, reserved) = fields  # fmt: skip
     if magic != MAGIC:
         raise PackFormatError(f"not a texstream pack: magic is {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise PackFormatError(f"unsupported pack version {version} (this reader knows {VERSION})")
+    if version not in READ_VERSIONS:
+        known = ", ".join(str(v) for v in READ_VERSIONS)
+        raise PackFormatError(f"unsupported pack version {version} (this reader knows versions {known})")
     (stored_sum,) = CHECKSUM_STRUCT.unpack(data[HEADER_SIZE - 8 : HEADER_SIZE])
     if stored_sum != xxhash.xxh3_64_intdigest(body):
         raise PackFormatError("header checksum mismatch (the first 128 bytes are damaged)")
@@ -397,14 +451,30 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
     for name, (got, want) in expected.items():
         if got != want:
             raise PackFormatError(f"{name} is {got}, the header's geometry implies {want}")
-    if not header.payload_offset <= payload_end <= file_size:
+    # The least payload its tiles can take: each starts on its own alignment boundary, with at least
+    # `stored_min` bytes (the raw size when uncompressed).
+    least = header.supercompression.stored_min(header.tile_raw_size)
+    step = -(-least // header.alignment) * header.alignment
+    need = header.payload_offset + (header.tile_count - 1) * step + least
+    if need > file_size:
         raise PackFormatError(
-            f"payload end {payload_end} is outside {header.payload_offset}..{file_size} (file truncated?)"
+            f"file is {file_size:,} bytes, but a pack of {header.tile_count:,} tiles "
+            f"({width} x {height}, {header.texel_format.name.lower()}) takes at least {need:,} (truncated?)"
         )
+    if not need <= payload_end <= file_size:
+        raise PackFormatError(f"payload end {payload_end} is outside {need}..{file_size} (file truncated?)")
     if meta_size > MAX_METADATA:
         raise PackFormatError(f"metadata size {meta_size} exceeds the {MAX_METADATA}-byte cap")
-    if meta_size and not (payload_end <= meta_off and meta_off + meta_size <= file_size):
+    if meta_size and meta_off < payload_end:
+        raise PackFormatError(f"metadata offset {meta_off} is before the payload end {payload_end}")
+    end = meta_off + meta_size if meta_size else payload_end
+    if end > file_size:
         raise PackFormatError(
             f"metadata range {meta_off}+{meta_size} is outside {payload_end}..{file_size} (file truncated?)"
         )
-    return RawHeader(header, meta_off, meta_size, payload_end, index_sum, level_sum)
+    if end < file_size:
+        raise PackFormatError(
+            f"file is {file_size:,} bytes, but the pack its header describes ends at {end:,} "
+            f"({file_size - end:,} unknown bytes after it)"
+        )
+    return RawHeader(header, version, meta_off, meta_size, payload_end, index_sum, level_sum)

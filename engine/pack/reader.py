@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 import numpy as np
+import xxhash
 
 from ..errors import PackFormatError, TileCorruptError
 from . import codec
@@ -26,7 +27,65 @@ from .format import (
     PackHeader,
     Supercompression,
     parse_header_bytes,
+    position_mix,
 )
+
+INDEX_CHUNK = 1 << 16  # index entries read and checked at a time (1.5 MiB)
+METADATA_MAX_DEPTH = 64  # nesting of JSON arrays and objects
+METADATA_MAX_NUMBER = 64  # characters of one JSON number
+
+
+def _check_regular(path: Path | None, mode: int) -> None:
+    """PackFormatError unless `mode` is a regular file's (the caller adds the path when None)."""
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    if stat.S_ISREG(mode):
+        return
+    what = next((name for test, name in kinds if test(mode)), "not a regular file")
+    where = f"pack {path} " if path is not None else ""
+    raise PackFormatError(f"{where}is {what}, not a file")
+
+
+def _nesting_depth(data: bytes) -> int:
+    """Deepest nesting of [ and { outside JSON strings, in one vectorized pass (linear, no recursion)."""
+    b = np.frombuffer(data, np.uint8)
+    if b.size == 0:
+        return 0
+    pos = np.arange(b.size, dtype=np.int32)
+    backslash = b == ord("\\")
+    last_other = np.maximum.accumulate(np.where(backslash, np.int32(-1), pos))  # last non-backslash <= i
+    run = np.zeros(b.size, np.int32)  # backslashes right before each byte
+    run[1:] = pos[:-1] - last_other[:-1]
+    quote = (b == ord('"')) & (run % 2 == 0)  # an unescaped quote opens or closes a string
+    inside = (np.cumsum(quote, dtype=np.int32) & 1).astype(bool)
+    delta = ((b == ord("[")) | (b == ord("{"))).astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
+    delta[inside] = 0
+    return int(np.cumsum(delta).max())
+
+
+def _json_number(text: str) -> float | int:
+    if len(text) > METADATA_MAX_NUMBER:
+        raise PackFormatError(f"metadata holds a {len(text)}-character number (at most {METADATA_MAX_NUMBER})")
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+def parse_metadata(data: bytes) -> dict:
+    """Parse a pack's metadata: a UTF-8 JSON object, nested at most METADATA_MAX_DEPTH deep, numbers
+    at most METADATA_MAX_NUMBER characters; PackFormatError (one line) for anything else."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackFormatError(f"metadata is not valid UTF-8: {exc}") from None
+    depth = _nesting_depth(data)  # checked before the (recursive) parser sees it
+    if depth > METADATA_MAX_DEPTH:
+        raise PackFormatError(f"metadata JSON nests {depth} deep (at most {METADATA_MAX_DEPTH})")
+    try:
+        meta = json.loads(text, parse_int=_json_number, parse_float=_json_number)
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+        raise PackFormatError(f"metadata is not valid JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(meta, dict):
+        raise PackFormatError(f"metadata must be a JSON object, got {type(meta).__name__}")
+    return meta
 
 
 @dataclass(frozen=True)
@@ -40,12 +99,24 @@ class TileEntry:
 
 
 class PackReader:
-    """An open pack file. Thread-safe for reads; `close()` is idempotent."""
+    """An open pack file. Thread-safe for reads; `close()` is idempotent.
+
+    Only regular files open: a FIFO, a device or a folder is refused before anything is read from
+    it (and a FIFO is opened non-blocking, so naming one never hangs). Errors about the file's
+    content are PackFormatError naming the file.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._fd = -1
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            _check_regular(self.path, os.stat(self.path).st_mode)
+        except FileNotFoundError:
+            raise PackFormatError(f"pack {self.path} does not exist") from None
+        except OSError as exc:
+            raise PackFormatError(f"cannot open pack {self.path}: {exc.strerror}") from None
+        try:  # O_NONBLOCK: should the path have become a FIFO since the stat, open does not wait
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise PackFormatError(f"pack {self.path} does not exist") from None
         except IsADirectoryError:
@@ -54,6 +125,9 @@ class PackReader:
             raise PackFormatError(f"cannot open pack {self.path}: {exc.strerror}") from None
         try:
             self._load()
+        except PackFormatError as exc:
+            self.close()
+            raise PackFormatError(f"{self.path}: {exc}") from None
         except BaseException:
             self.close()
             raise
@@ -62,13 +136,14 @@ class PackReader:
         try:
             st = os.fstat(self._fd)
         except OSError as exc:
-            raise PackFormatError(f"cannot stat pack {self.path}: {exc.strerror}") from None
-        if stat.S_ISDIR(st.st_mode):
-            raise PackFormatError(f"pack {self.path} is a folder, not a file")
+            raise PackFormatError(f"cannot stat: {exc.strerror}") from None
+        _check_regular(None, st.st_mode)
+        os.set_blocking(self._fd, True)  # no effect on a regular file's reads; tidy for dup()s
         self.file_size = st.st_size
         raw = parse_header_bytes(self._pread(min(HEADER_SIZE, self.file_size), 0), self.file_size)
         h = self.header = raw.header
-        # Level table: must equal what the header's geometry implies.
+        self.version = raw.version
+        # Level table: at most MAX_LEVELS entries, and must equal what the header's geometry implies.
         level_bytes = self._pread(h.level_count * LEVEL_DTYPE.itemsize, HEADER_SIZE)
         if codec.checksum(level_bytes) != raw.level_checksum:
             raise PackFormatError("level table checksum mismatch")
@@ -80,17 +155,33 @@ class PackReader:
                     raise PackFormatError(
                         f"level {lv} {field} is {int(table[lv][field])}, expected {int(expect[lv][field])}"
                     )
-        # Index: its size was bounded by the file size in parse_header_bytes (index < payload <= file).
-        index_bytes = self._pread(h.tile_count * INDEX_DTYPE.itemsize, h.index_offset)
-        if codec.checksum(index_bytes) != raw.index_checksum:
-            raise PackFormatError("index checksum mismatch")
-        self._index = np.frombuffer(index_bytes, INDEX_DTYPE)
-        self._validate_index(raw.payload_end)
+        self._index = self._load_index(raw.index_checksum, raw.payload_end)
         self.payload_end = raw.payload_end
         self.metadata = self._load_metadata(raw.metadata_offset, raw.metadata_size)
 
-    def _validate_index(self, payload_end: int) -> None:
-        h, idx = self.header, self._index
+    def _load_index(self, expected_sum: int, payload_end: int) -> np.ndarray:
+        """Read the index in bounded chunks, checking each chunk's entries before reading the next,
+        so memory grows only with entries that look right; then its checksum, overlaps, and (version
+        2) the position binding is undone so `index["checksum"]` is the raw tile's xxh3-64."""
+        h = self.header
+        count = h.tile_count  # <= MAX_TILES, and parse_header_bytes checked the file holds it all
+        index = np.empty(count, INDEX_DTYPE)
+        hasher = xxhash.xxh3_64()
+        for start in range(0, count, INDEX_CHUNK):
+            part = index[start : start + INDEX_CHUNK]
+            self._pread_into(memoryview(part).cast("B"), h.index_offset + start * INDEX_DTYPE.itemsize)
+            hasher.update(memoryview(part).cast("B"))
+            self._check_entries(part, start, payload_end)
+        if hasher.intdigest() != expected_sum:
+            raise PackFormatError("index checksum mismatch")
+        self._check_overlaps(index)
+        if self.version >= 2:
+            index["checksum"] ^= position_mix(np.arange(count, dtype=np.int64))
+        index.flags.writeable = False
+        return index
+
+    def _check_entries(self, idx: np.ndarray, start: int, payload_end: int) -> None:
+        h = self.header
         off = idx["offset"]
         stored = idx["stored_size"].astype(np.uint64)
         checks = (
@@ -108,10 +199,14 @@ class PackReader:
             if hit.size:
                 i = int(hit[0])
                 raise PackFormatError(
-                    f"tile {self.tile_position(i)} {field} {int(values[i])} {why} ({hit.size} bad entries)"
+                    f"index entry of tile {self.tile_position(start + i)}: {field} {int(values[i])} {why}"
                 )
         if h.supercompression is Supercompression.NONE and np.any(stored != np.uint64(h.tile_raw_size)):
             raise PackFormatError("uncompressed pack has a stored size different from the raw size")
+
+    def _check_overlaps(self, idx: np.ndarray) -> None:
+        off = idx["offset"]
+        stored = idx["stored_size"].astype(np.uint64)
         order = np.argsort(off, kind="stable")
         ends = off[order] + stored[order]
         overlap = np.flatnonzero(ends[:-1] > off[order][1:])
@@ -122,23 +217,27 @@ class PackReader:
     def _load_metadata(self, offset: int, size: int) -> dict:
         if size == 0:
             return {}
-        data = self._pread(size, offset)
-        try:
-            meta = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PackFormatError(f"metadata is not valid UTF-8 JSON: {exc}") from None
-        if not isinstance(meta, dict):
-            raise PackFormatError(f"metadata must be a JSON object, got {type(meta).__name__}")
-        return meta
+        return parse_metadata(self._pread(size, offset))
 
     def _pread(self, size: int, offset: int) -> bytes:
-        try:
-            data = os.pread(self._fd, size, offset)
-        except OSError as exc:
-            raise PackFormatError(f"cannot read {size} bytes at {offset}: {exc.strerror}") from None
-        if len(data) != size:
-            raise PackFormatError(f"file ends at {self.file_size}: cannot read {size} bytes at offset {offset}")
-        return data
+        """`size` bytes at `offset`; callers pass sizes already bounded by the header checks."""
+        out = bytearray(size)
+        self._pread_into(memoryview(out), offset)
+        return bytes(out)
+
+    def _pread_into(self, out: memoryview, offset: int) -> None:
+        done = 0
+        while done < len(out):  # a read may return fewer bytes than asked (past 2 GiB on Linux)
+            try:
+                n = os.preadv(self._fd, [out[done:]], offset + done)
+            except OSError as exc:
+                raise PackFormatError(f"cannot read {len(out)} bytes at {offset}: {exc.strerror}") from None
+            if n == 0:
+                raise PackFormatError(
+                    f"file ended at {offset + done} while reading {len(out)} bytes at {offset} "
+                    "(it shrank while being opened?)"
+                )
+            done += n
 
     def fileno(self) -> int:
         """The open file descriptor (for readers that pread tiles themselves, e.g. the I/O threads)."""
@@ -239,4 +338,4 @@ class PackReader:
         self.close()
 
 
-__all__ = ["PackHeader", "PackReader", "TileEntry"]
+__all__ = ["PackHeader", "PackReader", "TileEntry", "parse_metadata"]

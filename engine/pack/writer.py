@@ -3,6 +3,11 @@
 Tiles may arrive in any order (parallel bakes finish out of order); the index is filled as they
 come and written last, together with the header. An exception, Ctrl-C or SIGTERM (turned into
 SystemExit by the CLI) removes the temporary file, so the output path never holds a partial pack.
+
+The temporary file is ``.<name>.<pid>.<random>.tmp`` beside the output. A writer that was killed
+outright (SIGKILL, power loss) cannot remove its own, so each new writer for the same output removes
+the temporary files whose process is gone; a live process's are never touched. The finished file
+gets the mode a plain ``open()`` would give it (0666 less the umask), not mkstemp's 0600.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +30,7 @@ from .format import (
     MAX_METADATA,
     PackHeader,
     pack_header_bytes,
+    position_mix,
 )
 
 log = logging.getLogger(__name__)
@@ -36,16 +43,18 @@ class PackWriter:
         self.path = Path(path)
         self.header = header
         self.metadata = dict(metadata or {})
-        parent = self.path.parent if str(self.path.parent) else Path(".")
-        if not parent.is_dir():
-            raise EngineError(f"output folder {parent} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
-        self._tmp = Path(tmp)
-        self._file = os.fdopen(fd, "w+b", buffering=1 << 20)
+        # Everything sized by the header first: a failure here leaves no file behind.
         self._index = np.zeros(header.tile_count, INDEX_DTYPE)
         self._written = np.zeros(header.tile_count, bool)
         self._pos = header.payload_offset
         self._done = False
+        fd, self._tmp = create_temp(self.path)
+        try:
+            self._file = os.fdopen(fd, "w+b", buffering=1 << 20)
+        except BaseException:
+            os.close(fd)
+            self._tmp.unlink(missing_ok=True)
+            raise
         try:
             self._file.write(b"\0" * header.payload_offset)  # header, level table, index: filled at commit
         except BaseException:
@@ -98,7 +107,9 @@ class PackWriter:
             payload_end = self._pos
             f = self._file
             f.write(meta)
-            index_bytes = self._index.tobytes()
+            stored = self._index.copy()  # version 2: each check binds the tile's position
+            stored["checksum"] ^= position_mix(np.arange(stored.size, dtype=np.int64))
+            index_bytes = stored.tobytes()
             level_bytes = self.header.level_table.tobytes()
             head = pack_header_bytes(
                 self.header,
@@ -115,6 +126,7 @@ class PackWriter:
             f.write(index_bytes)
             assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
             f.flush()
+            os.fchmod(f.fileno(), output_mode())
             os.fsync(f.fileno())
             f.close()
             os.replace(self._tmp, self.path)
@@ -150,6 +162,69 @@ class PackWriter:
             self.commit()
         else:
             self.abort()
+
+
+def output_mode() -> int:
+    """0666 less the process's umask: the mode `open()` would have given a new file."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # no /proc: read it by setting it, and put it back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _temp_pattern(path: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[^.]+\.tmp")
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temporary files of writers of `path` whose process no longer exists."""
+    folder = path.parent if str(path.parent) else Path(".")
+    pattern = _temp_pattern(path)
+    removed = []
+    try:
+        names = [e.name for e in os.scandir(folder) if e.name.startswith(f".{path.name}.")]
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        try:
+            (folder / name).unlink()
+        except OSError:
+            continue
+        log.warning("removed %s, left by an interrupted writer (process %s)", folder / name, m.group(1))
+        removed.append(folder / name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process id a writer could have had: leave the file alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's live process (or unknowable): keep its file
+    return True
+
+
+def create_temp(path: Path) -> tuple[int, Path]:
+    """Open a new temporary file ``.<name>.<pid>.<random>.tmp`` beside `path` (after removing those
+    of dead writers of `path`); returns its descriptor and path. EngineError if the folder is missing."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise EngineError(f"output folder {folder} does not exist")
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    return fd, Path(tmp)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -1,4 +1,4 @@
-"""Pack format v1: round trips, validation of hostile input, atomic writes."""
+"""Pack format: round trips, validation of hostile input, atomic writes."""
 
 from __future__ import annotations
 
@@ -169,7 +169,8 @@ def _edit_header(data: bytearray, **changes: int) -> bytearray:
 @pytest.mark.parametrize(
     "changes, match",
     [
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version 3"),
+        ({"version": 0}, "version 0"),
         ({"width": 1 << 24, "height": 1 << 24, "levels": 19}, "geometry|offset|count"),  # huge: no allocation
         ({"width": 0}, "width"),
         ({"levels": 200}, "level count"),
@@ -234,7 +235,7 @@ def test_overlapping_tiles_rejected(small_pack: tuple[Path, PackHeader, dict]) -
 def test_index_edit_without_resign_caught(small_pack: tuple[Path, PackHeader, dict]) -> None:
     p, h, _ = small_pack
     data = bytearray(p.read_bytes())
-    data[h.index_offset + 5] ^= 0xFF
+    data[h.index_offset + 16 + 5] ^= 0xFF  # entry 0's check: every field stays plausible
     p.write_bytes(bytes(data))
     with pytest.raises(PackFormatError, match="index checksum"):
         PackReader(p)
