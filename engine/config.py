@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -64,8 +65,12 @@ class BudgetConfig:
     max_bias: float = 6.0  # never coarser than this many levels above what the screen wants
 
     def __post_init__(self) -> None:
-        if self.budget_mb is not None and self.budget_mb <= 0:
-            raise ValueError(f"budget must be positive, got {self.budget_mb!r} MiB")
+        if self.budget_mb is not None and not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
+            raise ValueError(f"budget must be a positive number of MiB, got {self.budget_mb!r}")
+        for name in ("fallback_mb", "bias_step", "max_bias"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not 0.0 <= self.headroom < 1.0:
             raise ValueError(f"headroom must be in [0, 1), got {self.headroom!r}")
         if not 0.0 < self.low_water < self.high_water <= 1.0:
@@ -88,6 +93,8 @@ class StreamerConfig:
     pinned_levels: int = 2  # each texture's coarsest levels stay resident (never evicted)
     retry_frames: int = 60  # a failed tile is retried after this many frames (doubling each time)
     debug_gl: bool = False  # glGetError after every raw GL call, GLError naming the call
+    read_timeout_s: float = 10.0  # a tile read hanging this long is given up (failed, retried later)
+    shutdown_wait_s: float = 2.0  # release() waits this long for reads in progress, then abandons them
     native: bool = True  # compiled I/O and upload loops when built (texstream.native); False: pure Python
 
     def __post_init__(self) -> None:
@@ -101,6 +108,8 @@ class StreamerConfig:
             "cancel_after_frames": self.cancel_after_frames >= 1,
             "pinned_levels": self.pinned_levels >= 1,
             "retry_frames": self.retry_frames >= 1,
+            "read_timeout_s": math.isfinite(self.read_timeout_s) and self.read_timeout_s > 0,
+            "shutdown_wait_s": math.isfinite(self.shutdown_wait_s) and self.shutdown_wait_s >= 0,
         }
         for name, ok in checks.items():
             if not ok:

@@ -48,6 +48,7 @@ __all__ = [
     "GLFormat",
     "GpuMemoryInfo",
     "GpuTimer",
+    "LiveObjects",
     "MappedBuffer",
     "TextureArray",
     "gl_format",
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 # ---- GL enums ---------------------------------------------------------------------------------
 GL_NO_ERROR = 0
+GL_DELETE_STATUS = 0x8B80
 GL_ERROR_NAMES = {
     0x0500: "GL_INVALID_ENUM",
     0x0501: "GL_INVALID_VALUE",
@@ -301,6 +303,14 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glGenBuffers": (None, (_i, _pu), None),
     "glDeleteBuffers": (None, (_i, _pu), None),
     "glIsBuffer": (ctypes.c_ubyte, (_u,), None),
+    "glIsQuery": (ctypes.c_ubyte, (_u,), None),
+    "glIsFramebuffer": (ctypes.c_ubyte, (_u,), None),
+    "glIsRenderbuffer": (ctypes.c_ubyte, (_u,), None),
+    "glIsVertexArray": (ctypes.c_ubyte, (_u,), None),
+    "glIsProgram": (ctypes.c_ubyte, (_u,), None),
+    "glIsShader": (ctypes.c_ubyte, (_u,), None),
+    "glGetProgramiv": (None, (_u, _u, _pi), None),
+    "glGetShaderiv": (None, (_u, _u, _pi), None),
     "glBindBuffer": (None, (_u, _u), None),
     "glBufferStorage": (None, (_u, _sz, _p, _u), Feature.BUFFER_STORAGE),
     "glCopyBufferSubData": (None, (_u, _u, _sz, _sz, _sz), None),
@@ -363,6 +373,30 @@ class FenceLike(Protocol):
     def signalled(self) -> bool: ...
 
     def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LiveObjects:
+    """Live GL objects of a context by kind (`GLExt.live_objects`)."""
+
+    buffers: int
+    textures: int
+    queries: int
+    framebuffers: int
+    renderbuffers: int
+    vertex_arrays: int
+    programs: int
+    shaders: int
+    syncs: int
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, f) for f in self.__dataclass_fields__)
+
+    def minus(self, other: LiveObjects) -> dict[str, int]:
+        """Kinds whose count differs from `other`'s, with the difference."""
+        diff = {f: getattr(self, f) - getattr(other, f) for f in self.__dataclass_fields__}
+        return {k: v for k, v in diff.items() if v}
 
 
 @dataclass(frozen=True)
@@ -438,6 +472,7 @@ class Fence:
         if self._sync is not None:
             sync, self._sync = self._sync, None
             self._gl._f.glDeleteSync(sync)
+            self._gl.live_syncs -= 1
 
     @property
     def released(self) -> bool:
@@ -705,6 +740,7 @@ class GLExt:
         self.version_code: int = int(ctx.version_code)
         self._extensions = frozenset(ctx.extensions)
         self._thread = threading.get_ident()
+        self.live_syncs = 0  # fences made by this layer and not yet deleted
         if self.version_code < MIN_VERSION:
             raise GLError(f"texstream needs OpenGL 3.3 or newer; this context is {self._describe()}")
         missing = [f for f in REQUIRED_FEATURES if not self.has(f)]
@@ -1143,7 +1179,38 @@ class GLExt:
         sync = self._f.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         if not sync:
             raise GLError("glFenceSync returned no sync object")
+        self.live_syncs += 1
         return Fence(self, sync)
+
+    def live_objects(self, probe: int = 4096) -> LiveObjects:
+        """Count the context's live GL objects of each kind by asking the driver about every name up
+        to `probe` (glIsBuffer, glIsTexture, ...), whoever made them; sync objects are this layer's
+        fences not yet deleted. For leak checks in tests and soak runs (a few ms: not per frame)."""
+        f = self._f
+        flag = ctypes.c_int(0)
+
+        def alive(is_kind: Callable[[int], int], get_iv: Callable[..., None]) -> Callable[[int], bool]:
+            # a deleted program still in use (and its shaders) lives on flagged for deletion: not counted
+            def check(name: int) -> bool:
+                if not is_kind(name):
+                    return False
+                get_iv(name, GL_DELETE_STATUS, ctypes.byref(flag))
+                return not flag.value
+
+            return check
+
+        checks = {
+            "buffers": f.glIsBuffer,
+            "textures": f.glIsTexture,
+            "queries": f.glIsQuery,
+            "framebuffers": f.glIsFramebuffer,
+            "renderbuffers": f.glIsRenderbuffer,
+            "vertex_arrays": f.glIsVertexArray,
+            "programs": alive(f.glIsProgram, f.glGetProgramiv),
+            "shaders": alive(f.glIsShader, f.glGetShaderiv),
+        }
+        counts = {kind: sum(1 for name in range(1, probe + 1) if is_kind(name)) for kind, is_kind in checks.items()}
+        return LiveObjects(**counts, syncs=self.live_syncs)
 
     def throttle(self, depth: int = 2) -> FrameThrottle:
         """A `FrameThrottle` for a headless loop: at most `depth` frames queued on the GPU."""

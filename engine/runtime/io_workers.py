@@ -13,7 +13,13 @@ copying and hashing under the lock (about a microsecond a tile).
 
 Threads touch no GL and no engine state: they read the batch, write into the ring memory of the slots
 named in it, and read (never write) the uploader's load-state bytes to skip cancelled loads.
-Unexpected exceptions are kept and re-raised on the render thread by `drain`.
+Unexpected exceptions are kept and re-raised on the render thread by `drain` as one `EngineError`.
+
+A read that hangs (a dead network disk, a stalled device) cannot be interrupted from Python. The
+render thread asks `overdue()` each frame: a batch read for longer than the timeout is given up (its
+thread is retired and a replacement started, so the other batches keep moving) and the caller fails
+its loads. The retired thread exits when its read returns; its result comes back through `drain`
+marked `abandoned`, so the caller knows the ring slots are free again. `shutdown` waits a bounded time.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import EngineError
 from ..native import Native
 from ..pack import codec
 from ..pack.format import Supercompression
@@ -99,6 +107,7 @@ class ReadResult:
     status: np.ndarray  # int32 ReadStatus codes
     errnum: np.ndarray  # int32
     seconds: float  # wall time of the read on its thread
+    abandoned: bool = False  # given up by `overdue()` earlier: its loads were already failed
 
 
 class _Scratch:
@@ -270,41 +279,77 @@ def read_batch(
     return status, errnum
 
 
+ReadHook = Callable[[ReadBatch], None]
+
+
+class _Reader:
+    """One I/O thread and what the render thread may ask of it (the batch it reads, since when)."""
+
+    def __init__(self, workers: IOWorkers, index: int) -> None:
+        self.batch: ReadBatch | None = None  # written by the thread only
+        self.started = 0.0  # time.monotonic() of the batch's start
+        self.retired = False  # set by the render thread: exit after the current batch
+        self.thread = threading.Thread(target=workers._run, args=(self,), name=f"texstream-io-{index}", daemon=True)
+
+
 class IOWorkers:
-    """A fixed pool of reader threads with one job queue and one completion queue.
+    """A pool of reader threads with one job queue and one completion queue.
 
     Args:
-        threads: how many threads.
+        threads: how many threads read at once.
         ring: the staging ring's memory (uint8, one row of `stride` bytes per slot) the threads write.
         stride: bytes between ring slots.
         state: the uploader's per-slot load-state bytes; a tile whose byte equals `skip_state` when
             its read would start is skipped.
         skip_state: the cancelled state's value.
         native: the compiled helper, or None for the pure-Python loop.
+        read_hook: called on the I/O thread before each batch is read (fault injection in tests:
+            it may sleep, block or raise).
     """
 
     def __init__(
-        self, threads: int, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int, native: Native | None
+        self,
+        threads: int,
+        ring: np.ndarray,
+        stride: int,
+        state: np.ndarray,
+        skip_state: int,
+        native: Native | None,
+        read_hook: ReadHook | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError(f"io thread count must be >= 1, got {threads!r}")
         self._ring, self._stride, self._state, self._skip = ring, stride, state, skip_state
         self.native = native
+        self._hook = read_hook
         self._jobs: queue.SimpleQueue[ReadBatch | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[ReadResult] = queue.SimpleQueue()
         self._fatal: BaseException | None = None
         self._lock = threading.Lock()
         self.pending = 0  # batches submitted and not yet drained (render thread's count)
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._run, name=f"texstream-io-{i}", daemon=True) for i in range(threads)
-        ]
-        for t in self._threads:
-            t.start()
+        self._size = threads
+        self._readers: list[_Reader] = []  # live threads, retired ones included until they exit
+        self._abandoned: set[int] = set()  # batch ids given up by overdue()
+        self._named = 0
+        for _ in range(threads):
+            self._start_reader()
+
+    def _start_reader(self) -> None:
+        reader = _Reader(self, self._named)
+        self._named += 1
+        self._readers.append(reader)
+        reader.thread.start()
 
     @property
     def thread_count(self) -> int:
-        return len(self._threads)
+        """Threads that take new batches (retired ones stuck in a read are not counted)."""
+        return sum(1 for r in self._readers if not r.retired)
+
+    @property
+    def stuck_count(self) -> int:
+        """Retired threads still inside a read that was given up."""
+        return sum(1 for r in self._readers if r.retired and r.thread.is_alive())
 
     def submit(self, batch: ReadBatch) -> None:
         if self._closed:
@@ -312,15 +357,19 @@ class IOWorkers:
         self.pending += 1
         self._jobs.put(batch)
 
-    def _run(self) -> None:
+    def _run(self, me: _Reader) -> None:
         scratch = _Scratch(self.native)
         try:
-            while True:
+            while not me.retired:
                 batch = self._jobs.get()
                 if batch is None:
                     return
+                me.started = time.monotonic()
+                me.batch = batch
                 t0 = time.perf_counter()
                 try:
+                    if self._hook is not None:
+                        self._hook(batch)
                     status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
                 except BaseException as exc:  # unexpected: the batch fails, the error surfaces in drain()
                     status = np.full(len(batch), ReadStatus.IO_ERROR, np.int32)
@@ -328,17 +377,49 @@ class IOWorkers:
                     with self._lock:
                         if self._fatal is None:
                             self._fatal = exc
-                self._done.put(ReadResult(batch, status, errnum, time.perf_counter() - t0))
+                with self._lock:  # one decision with overdue(): given up or not
+                    abandoned = batch.batch_id in self._abandoned
+                    self._abandoned.discard(batch.batch_id)
+                    me.batch = None
+                self._done.put(ReadResult(batch, status, errnum, time.perf_counter() - t0, abandoned))
         finally:
             scratch.close()
 
+    def overdue(self, timeout: float) -> list[ReadBatch]:
+        """Give up batches read for longer than `timeout` seconds (render thread, once a frame): their
+        threads are retired (they exit once the read returns) and replaced. The caller fails their
+        loads now; their results still come back through `drain`, marked abandoned."""
+        now = time.monotonic()
+        late: list[ReadBatch] = []
+        with self._lock:
+            for r in self._readers:
+                batch = r.batch
+                if batch is None or r.retired or now - r.started < timeout:
+                    continue
+                if batch.batch_id in self._abandoned:
+                    continue
+                self._abandoned.add(batch.batch_id)
+                r.retired = True
+                late.append(batch)
+        self._readers = [r for r in self._readers if r.thread.is_alive() or not r.retired]
+        if late and not self._closed:
+            log.error(
+                "%d tile reads hang for over %.1f s (%s); giving them up and starting new I/O threads",
+                len(late),
+                timeout,
+                late[0].source.name,
+            )
+            for _ in late:
+                self._start_reader()
+        return late
+
     def drain(self) -> list[ReadResult]:
-        """Finished batches, oldest first. A thread's unexpected exception is re-raised first, and the
-        finished batches stay queued for the next call (none is lost)."""
+        """Finished batches, oldest first. A thread's unexpected exception is raised first (as one
+        EngineError), and the finished batches stay queued for the next call (none is lost)."""
         with self._lock:
             fatal, self._fatal = self._fatal, None
         if fatal is not None:
-            raise fatal
+            raise EngineError(f"an I/O thread failed: {type(fatal).__name__}: {fatal}") from fatal
         out: list[ReadResult] = []
         while True:
             try:
@@ -357,28 +438,29 @@ class IOWorkers:
         self.pending -= 1
         return result
 
-    def shutdown(self, timeout: float = 10.0) -> bool:
-        """Stop the threads (idempotent): batches not started are dropped, a read in progress finishes.
-        Returns False when a thread is still stuck in a read after `timeout` seconds (its batch's ring
-        memory must then stay mapped)."""
-        if self._closed:
-            return all(not t.is_alive() for t in self._threads)
-        self._closed = True
-        while True:
-            try:
-                if self._jobs.get_nowait() is not None:
-                    self.pending -= 1
-            except queue.Empty:
-                break
-        for _ in self._threads:
-            self._jobs.put(None)
+    def shutdown(self, timeout: float = 2.0) -> bool:
+        """Stop the threads (idempotent): batches not started are dropped, a read in progress may finish
+        within `timeout` seconds. Returns False when a thread is still inside a read then (it keeps
+        running as a daemon thread; its batch's ring memory must stay mapped)."""
+        if not self._closed:
+            self._closed = True
+            while True:
+                try:
+                    if self._jobs.get_nowait() is not None:
+                        self.pending -= 1
+                except queue.Empty:
+                    break
+            for r in self._readers:
+                r.retired = True
+            for _ in self._readers:
+                self._jobs.put(None)
         deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for t in self._threads if t.is_alive()]
+        for r in self._readers:
+            r.thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [r.thread.name for r in self._readers if r.thread.is_alive()]
         if not stuck:  # nothing writes into the ring any more: let its mapping go
             self._ring = np.zeros(0, np.uint8)
             self._state = np.zeros(0, np.uint8)
-        if stuck:
-            log.error("I/O threads %s did not stop within %.0f s (a read hangs)", ", ".join(stuck), timeout)
+        else:
+            log.error("I/O threads %s are still inside a read after %.1f s", ", ".join(stuck), timeout)
         return not stuck

@@ -20,7 +20,8 @@ Policy:
   one frame (a camera cut converges in as many frames as the caps need, not one level per frame).
   The top of the order is found with ``argpartition``; only those are sorted.
 - Queue: tiles beyond this frame's caps stay QUEUED; a queued tile not wanted again for
-  ``cancel_after_frames`` frames is dropped.
+  ``cancel_after_frames`` frames is dropped. ``last_wanted`` also follows tiles whose load is in
+  flight, so the uploader cancels reads nobody wants any more by the same rule.
 - Prefetch (``config.prefetch``, below any demand, only when this frame's queued demand leaves room
   under the caps; recomputed every other frame, as the candidates move slowly with the view):
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
@@ -220,7 +221,9 @@ class RequestScheduler:
             return 0
         st = self.state[ids]
         retry = (st == RequestState.FAILED) & (self.retry_at[ids] <= frame)
-        take = ((st != RequestState.FAILED) | retry) & ~self.loading(ids)
+        loading = self.loading(ids)
+        self.last_wanted[ids[loading]] = frame  # still wanted: its read is not cancelled as stale
+        take = ((st != RequestState.FAILED) | retry) & ~loading
         self.stats.retried += int(np.count_nonzero(retry & take))
         n = ids[take]
         fresh = self.state[n] != _QUEUED

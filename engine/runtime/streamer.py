@@ -17,8 +17,10 @@ Who owns what: the tile id space (`tiles`), page tables (`page_table`), cache po
 (`budget`) each own their state; this module only moves results between them.
 
 Threading contract: every method of `Streamer` and `VirtualTexture` belongs to the thread that owns
-the GL context (the render thread). The only other threads are the uploader's I/O threads, which
-touch no GL and no engine state (`uploader` documents exactly what they touch).
+the GL context (the render thread: the one that made the streamer; a call from another thread is an
+`EngineError`). The only other threads are the uploader's I/O threads, which touch no GL and no engine
+state (`uploader` documents exactly what they touch). A streamer dropped without `release()` is
+released when it is collected on its own thread (with a `ResourceWarning`, as for an unclosed file).
 
 GPU memory: every allocation (cache pools, page tables, ring, feedback) is reserved in the
 `BudgetManager` before it is made. Pools are sized when textures open or the budget changes
@@ -28,8 +30,11 @@ GPU memory: every allocation (cache pools, page tables, ring, feedback) is reser
 from __future__ import annotations
 
 import logging
+import math
 import os
+import threading
 import time
+import warnings
 from collections import deque
 from types import TracebackType
 
@@ -45,6 +50,7 @@ from .budget import BudgetManager
 from .feedback import FeedbackRing
 from .feedback_reduce import FeedbackReducer, Wanted
 from .frame_stats import FrameStats, stats_dict
+from .io_workers import ReadHook
 from .page_table import PageTableBuffer, PageTables
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
@@ -59,11 +65,24 @@ log = logging.getLogger(__name__)
 
 
 class Streamer:
-    """Streams tiles of any number of packs into one VRAM budget. Render thread only."""
+    """Streams tiles of any number of packs into one VRAM budget. Render thread only.
 
-    def __init__(self, ctx: moderngl.Context, config: StreamerConfig | None = None) -> None:
+    Args:
+        ctx: the moderngl context the textures are drawn with.
+        config: streaming configuration (default `StreamerConfig()`).
+        read_hook: called on an I/O thread before each batch of tile reads; for fault injection in
+            tests (it may sleep, block or raise), None in programs.
+    """
+
+    _closed = True  # until __init__ has made everything release() frees
+
+    def __init__(
+        self, ctx: moderngl.Context, config: StreamerConfig | None = None, *, read_hook: ReadHook | None = None
+    ) -> None:
         if config is not None and not isinstance(config, StreamerConfig):
             raise TypeError(f"config must be a StreamerConfig, got {type(config).__name__}")
+        self._owner = threading.get_ident()
+        self._read_hook = read_hook
         self.ctx = ctx
         self.config = config = config or StreamerConfig()
         self.gl = GLExt(ctx, debug=config.debug_gl)
@@ -132,6 +151,7 @@ class Streamer:
 
     def close(self, vt: VirtualTexture) -> None:
         """Forget a texture: its loads cancelled, its slots freed (after frames in flight)."""
+        self._check_thread()
         if vt not in self.textures:
             return
         assert self.uploader is not None
@@ -189,7 +209,9 @@ class Streamer:
         size = self._ring_size(tile_bytes)
         self.budget.reserve("staging-ring", size)
         try:
-            self.uploader = Uploader(self.ctx, self.gl, self.space, self.config, size, tile_bytes)
+            self.uploader = Uploader(
+                self.ctx, self.gl, self.space, self.config, size, tile_bytes, read_hook=self._read_hook
+            )
         except BaseException:
             self.budget.release("staging-ring")
             raise
@@ -265,6 +287,8 @@ class Streamer:
     def set_budget(self, megabytes: float) -> None:
         """Change the VRAM budget at run time; pools shrink or grow (survivors copied on the GPU)."""
         self._check_open()
+        if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or not math.isfinite(megabytes):
+            raise ValueError(f"budget must be a finite number of MiB, got {megabytes!r}")
         nbytes = int(megabytes * (1 << 20))
         if nbytes <= 0:
             raise ValueError(f"budget must be positive, got {megabytes!r} MiB")
@@ -322,7 +346,11 @@ class Streamer:
             self._apply_uploaded(uploaded, st)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
 
-            # 3. Requests -> cache slots -> read batches.
+            # 3. Requests -> cache slots -> read batches; reads nobody wants any more are cancelled.
+            stale = up.cancel_stale(self.scheduler.last_wanted, frame, self.config.cancel_after_frames)
+            if len(stale):
+                self.pool_set.free_loads(stale)
+                self.totals["cancelled"] += len(stale)
             requests = self.scheduler.update(frame, wanted, up.free_slots)
             self.totals["cancelled"] += requests.cancelled
             st.requested = self._dispatch(requests.ids, requests.prefetch, st)
@@ -348,10 +376,10 @@ class Streamer:
             return
         self.pool_set.free_loads(failed)
         self.scheduler.mark_failed(failed.tiles, self.frame)
-        for tex in failed.tex.tolist():
+        for tex in np.unique(failed.tex).tolist():
             vt = self._by_id.get(tex)
             if vt is not None:
-                vt.corrupt_tiles += 1
+                vt.mark_failed(failed.tiles[failed.tex == tex])
         st.failed += len(failed)
         self.totals["failed"] += len(failed)
         log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
@@ -468,11 +496,30 @@ class Streamer:
     def _check_open(self) -> None:
         if self._closed:
             raise EngineError("streamer is released")
+        self._check_thread()
+        if type(self.ctx.mglo).__name__ == "InvalidObject":
+            raise EngineError("the streamer's GL context was released before the streamer")
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._owner:
+            raise EngineError(
+                f"streamer used from thread {threading.current_thread().name!r}: it belongs to the thread "
+                "that made it (the one its GL context is current on)"
+            )
 
     def release(self) -> None:
-        """Stop the I/O threads and free every GL object the engine made (idempotent)."""
+        """Stop the I/O threads and free every GL object the engine made (idempotent). Reads still
+        in progress get `config.shutdown_wait_s` seconds; a read that hangs longer is abandoned (its
+        thread ends when the read returns, and the staging buffer stays mapped until the process ends)."""
         if self._closed:
             return
+        if threading.get_ident() != self._owner:
+            raise EngineError("release() must run on the thread that made the streamer (its GL context's)")
+        if type(self.ctx.mglo).__name__ == "InvalidObject":
+            self._closed = True
+            if self.uploader is not None:
+                self.uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
+            raise EngineError("the streamer's GL context was released before the streamer")
         self._closed = True
         if self.uploader is not None:
             self.uploader.release()
@@ -485,6 +532,18 @@ class Streamer:
         self.pages.release()
         self.feedback.release()
         self.budget.release("feedback")
+
+    def __del__(self) -> None:
+        if self._closed or threading.get_ident() != getattr(self, "_owner", None):
+            return
+        warnings.warn(f"{self!r} was not released; releasing it now", ResourceWarning, stacklevel=1)
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 (collection at exit: the context may be gone)
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Streamer: {len(self.textures)} textures{', released' if self._closed else ''}>"
 
     def __enter__(self) -> Streamer:
         return self

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import moderngl
+import numpy as np
 
 from ..errors import EngineError, GLError
 from ..gl import gl_ext
@@ -66,8 +67,23 @@ class VirtualTexture:
         self.path = reader.path
         self.table = TexturePages(streamer.tables, tex_id)
         self.lod_bias = 0.0
-        self.corrupt_tiles = 0
+        self._failed = np.zeros(tiles.stop - tiles.start, bool)  # tiles whose load failed at least once
+        self.failed_loads = 0  # load attempts that failed (a tile retried and failing again counts again)
         self.closed = False
+
+    @property
+    def corrupt_tiles(self) -> int:
+        """How many distinct tiles of this texture failed to load (corrupt, truncated, unreadable)."""
+        return int(np.count_nonzero(self._failed))
+
+    def mark_failed(self, tile_ids: np.ndarray) -> None:
+        """Record failed loads of these tile ids (the streamer's call)."""
+        self._failed[np.asarray(tile_ids, np.int64) - self.tiles.start] = True
+        self.failed_loads += int(np.size(tile_ids))
+
+    def close(self) -> None:
+        """Stop streaming this texture and free its cache slots (`Streamer.close(self)`)."""
+        self.streamer.close(self)
 
     def bind(self, program: moderngl.Program, name: str) -> None:
         """Bind this texture's pool, the shared page tables and feedback, and set the

@@ -8,12 +8,20 @@ slot (structure of arrays), with an explicit `LoadState`::
                        |    cancel --> CANCELLED    cancel / drain: read failed --> FREE
                        |                  |
                        +------ drain -----+--> FREE (cancelled or failed: reported to the caller)
+                       |                  |
+                       +-- drain: the read hangs past read_timeout_s --> ABANDONED --its read
+                           returns (drain)--> FREE (failed: reported when abandoned)
 
 - `submit` (render thread) reserves ring slots for tiles whose cache slots the caller already took,
   groups them by pack into file-ordered `ReadBatch`es and queues them: one queue item per batch.
 - The I/O threads read, decode and verify a batch into its ring slots (`io_workers`).
 - `drain` (render thread) takes the finished batches: READING -> READY, or FREE on failure; a
-  CANCELLED load is freed here too (the thread skipped it or its bytes are dropped).
+  CANCELLED load is freed here too (the thread skipped it or its bytes are dropped). A batch read for
+  longer than ``read_timeout_s`` is given up: its loads fail now (their cache slots go back, their
+  tiles back off) and its ring slots stay ABANDONED, owned by the stuck thread, until the read
+  returns (if it never does, they stay out of use: at most one batch per hung read).
+- `cancel_stale` (render thread) cancels loads still queued for reading whose tiles no frame wanted
+  for a while (a fast pan leaves many): the thread skips them.
 - `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
   caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
   and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame.
@@ -46,7 +54,7 @@ from ..errors import EngineError
 from ..gl.gl_ext import FenceLike, GLExt
 from ..native import Native
 from ..pack.reader import PackReader
-from .io_workers import IOWorkers, ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .io_workers import IOWorkers, ReadBatch, ReadHook, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
 from .pools import CachePool
 from .staging import StagingRing
 from .tiles import TileSpace
@@ -66,6 +74,7 @@ class LoadState(enum.IntEnum):
     CANCELLED = 2  # still with an I/O thread, no longer wanted: skipped if not started, dropped on drain
     READY = 3  # verified bytes in the ring slot, waiting for the upload caps and the cache slot's gate
     UPLOADING = 4  # upload issued; the GPU reads the ring slot until its fence signals
+    ABANDONED = 5  # its read hung and was given up: the stuck I/O thread owns the slot until it returns
 
 
 # plain ints of the states for per-frame array code (enum attribute lookups are slow)
@@ -74,6 +83,7 @@ _READING = int(LoadState.READING)
 _CANCELLED = int(LoadState.CANCELLED)
 _READY = int(LoadState.READY)
 _UPLOADING = int(LoadState.UPLOADING)
+_ABANDONED = int(LoadState.ABANDONED)
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,10 @@ class LoadRecords:
 
     def select(self, mask: np.ndarray) -> LoadRecords:
         return LoadRecords(self.tiles[mask], self.tex[mask], self.pool[mask], self.cache_slot[mask])
+
+    @classmethod
+    def concat(cls, parts: Sequence[LoadRecords]) -> LoadRecords:
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("tiles", "tex", "pool", "cache_slot")))
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,7 @@ class Uploader:
         config: streaming configuration (I/O threads, caps, native helper).
         ring_bytes: staging-ring size; slot_bytes: largest tile.
         fence_factory: the ring's fences (tests inject fakes).
+        read_hook: called on the I/O thread before each batch (fault injection; see `IOWorkers`).
     """
 
     def __init__(
@@ -148,6 +163,7 @@ class Uploader:
         ring_bytes: int,
         slot_bytes: int,
         fence_factory: Callable[[], FenceLike] | None = None,
+        read_hook: ReadHook | None = None,
     ) -> None:
         self.ctx, self.gl, self.space, self.config = ctx, gl, space, config
         self.native: Native | None = None
@@ -171,7 +187,9 @@ class Uploader:
         self.sources: dict[int, _Source] = {}
         self._retired: list[_Source] = []  # closed textures whose files wait for their batches
         self._next_batch = 0
-        self.io = IOWorkers(config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native)
+        self.io = IOWorkers(
+            config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
+        )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self._closed = False
 
@@ -284,15 +302,48 @@ class Uploader:
 
     # ---- drain ----------------------------------------------------------------------------------
     def drain(self) -> Drained:
-        """Take every finished read batch (never blocks)."""
+        """Take every finished read batch, and give up reads that hang (never blocks)."""
         results = self.io.drain()
-        return self._apply_results(results)
+        drained = self._apply_results(results)
+        late = self.io.overdue(self.config.read_timeout_s)
+        if not late:
+            return drained
+        gave_up = self._abandon(late)
+        return Drained(
+            LoadRecords.concat([drained.failed, gave_up.failed]),
+            drained.reasons + gave_up.reasons,
+            drained.ready,
+            drained.read_seconds,
+        )
+
+    def _abandon(self, batches: list[ReadBatch]) -> Drained:
+        """Loads of batches whose read hangs: failed now; their ring slots wait for the read to return."""
+        timeout = self.config.read_timeout_s
+        reasons: list[str] = []  # one per failed load, in the order of `reading` below
+        for b in batches:
+            n = int(np.count_nonzero(self.state[b.ring_slots] == _READING))
+            reasons += [f"{b.source.name}: its read hangs (over {timeout:g} s); given up"] * n
+        slots = np.concatenate([b.ring_slots for b in batches])
+        state = self.state[slots]
+        reading = slots[state == _READING]
+        failed = self._records(reading)
+        t = self.tile[reading]
+        mine = self.load_of[t] == reading
+        self.load_of[t[mine]] = -1
+        self.state[slots[(state == _READING) | (state == _CANCELLED)]] = _ABANDONED
+        return Drained(failed, reasons, 0)
 
     def _apply_results(self, results: list[ReadResult]) -> Drained:
         if not results:
             return Drained(LoadRecords.empty(), [], 0)
         for r in results:
             self._batch_done(r.batch.source)
+        late = [r for r in results if r.abandoned]
+        if late:  # given up earlier (their loads already failed): the ring slots are free again
+            self._free(np.concatenate([r.batch.ring_slots for r in late]))
+            results = [r for r in results if not r.abandoned]
+            if not results:
+                return Drained(LoadRecords.empty(), [], 0)
         slots = np.concatenate([r.batch.ring_slots for r in results])
         status = np.concatenate([r.status for r in results])
         state = self.state[slots]
@@ -362,6 +413,19 @@ class Uploader:
         self.cache_slot[reading] = -1
         self._free(slots[self.state[slots] == _READY])
         return out
+
+    def cancel_stale(self, last_wanted: np.ndarray, frame: int, after_frames: int) -> LoadRecords:
+        """Cancel loads still with the I/O threads whose tiles no frame wanted for `after_frames`
+        frames (`last_wanted`: frame each tile id was last wanted). Returned like `cancel`."""
+        reading = np.flatnonzero(self.state == _READING)
+        if reading.size == 0:
+            return LoadRecords.empty()
+        stale = frame - last_wanted[self.tile[reading]] >= after_frames
+        if not stale.any():
+            return LoadRecords.empty()
+        mask = np.zeros(self.state.size, bool)
+        mask[reading[stale]] = True
+        return self.cancel_where(mask)
 
     # ---- upload ---------------------------------------------------------------------------------
     def upload(self, frame: int, pools: Sequence[CachePool | None], max_tiles: int, max_bytes: int) -> Uploaded:
@@ -489,7 +553,7 @@ class Uploader:
         if self._closed:
             return
         self._closed = True
-        stopped = self.io.shutdown()
+        stopped = self.io.shutdown(self.config.shutdown_wait_s)
         self._scratch.close()
         for src in list(self.sources.values()) + self._retired:
             if stopped:  # else a stuck thread may still read it

@@ -73,7 +73,8 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("refetched", "integer", "tiles", "Uploads this frame of tiles that had been resident before (evicted, "
        "then loaded again)."),
     _f("failed", "integer", "tiles", "Loads that failed this frame (corrupt, truncated or unreadable tiles)."),
-    _f("corrupt_tiles", "integer", "tiles", "Failed tile loads so far, summed over the open textures."),
+    _f("corrupt_tiles", "integer", "tiles", "Distinct tiles whose load failed so far (corrupt, truncated, "
+       "unreadable, hung), over the open textures."),
     _f("feedback_age", "integer", "frames", "Frames between the newest feedback read and the frame it was "
        "drawn in; -1 before the first."),
     _f("feedback_dropped", "integer", "entries", "Feedback entries lost to a full feedback buffer so far."),
@@ -135,7 +136,7 @@ SUMMARY_FIELDS: tuple[Field, ...] = (
        "loaded again): the cost of a budget too small for the working set."),
     _f("refetch_fraction", "number", "fraction", "`refetches / uploads` (0 without uploads)."),
     _f("failed", "integer", "tiles", "Failed loads during the recorded frames."),
-    _f("corrupt_tiles", "integer", "tiles", "Failed tile loads counted by the open textures at the end."),
+    _f("corrupt_tiles", "integer", "tiles", "Distinct tiles whose load failed, over the textures open at the end."),
     _f("max_mip_bias", "number", "levels", "Highest feedback mip bias during the recorded frames."),
     _f("final_mip_bias", "number", "levels", "Feedback mip bias at the end."),
     _f("max_missing_pages", "integer", "pages", "Most wanted-but-missing pages in one frame."),

@@ -20,6 +20,7 @@ import pytest
 
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
+from texstream.errors import EngineError
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
@@ -549,7 +550,8 @@ def test_an_unexpected_exception_surfaces_from_drain_once_and_the_threads_go_on(
             assert time.monotonic() < deadline, "the failing batch never came back"
             try:
                 workers.drain()
-            except IndexError:
+            except EngineError as exc:
+                assert isinstance(exc.__cause__, IndexError) and "an I/O thread failed: IndexError" in str(exc)
                 raised += 1
             time.sleep(0.001)
         assert raised == 1
@@ -574,7 +576,7 @@ def test_drain_that_raises_loses_no_finished_batch(packs: dict[Supercompression,
         workers.submit(last)
         assert gates[2][0].wait(60)  # the single thread has put batches 0 and 1 in the done queue
         results: list[ReadResult] = []
-        with pytest.raises(IndexError):
+        with pytest.raises(EngineError, match="IndexError"):
             results += workers.drain()
         gates[2][1].set()
         results += drain_all(workers)

@@ -298,8 +298,8 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
             assert not black(frame).any()
             assert psnr(frame, ref) >= FLOOR_DB
         st = s.stats()
-        assert st["corrupt_tiles"] >= 2  # failed, and failed again on retry
-        assert st["totals"]["failed"] == st["corrupt_tiles"]
+        assert st["corrupt_tiles"] == 1  # one bad tile, counted once...
+        assert st["totals"]["failed"] >= 2 and vt.failed_loads == st["totals"]["failed"]  # ...tried again
         assert not vt.table.is_resident(np.array([0]), np.array([tx]), np.array([ty]))[0]
         assert vt.table.resident_levels(np.array([0]), np.array([tx]), np.array([ty]))[0] >= 1  # an ancestor
     assert psnr(frame, ref, ~region) >= CONVERGED_DB  # every other tile streamed
