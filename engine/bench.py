@@ -155,6 +155,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
         run_stream_bench(quick=args.quick, json_path=args.json)
         return 0
+    if args.what == "soak":
+        from .bench_soak import run_soak_bench
+
+        return run_soak_bench(getattr(args, "minutes", None), quick=args.quick, json_path=args.json)
     if args.what == "scene":
         from .bench_scene import run_scene_bench
 

@@ -578,6 +578,7 @@ class MappedBuffer:
         self.address = address
         self._array = (ctypes.c_ubyte * size).from_address(address)
         self._chunks: list[tuple[ctypes.Array[ctypes.c_ubyte], memoryview]] = []
+        self._prune_at = 64  # list length that triggers forgetting views nobody holds
         self._numpy: np.ndarray | None = None
 
     @property
@@ -595,10 +596,29 @@ class MappedBuffer:
             raise GLError(f"{self!r} used after release")
         if offset < 0 or nbytes < 1 or offset + nbytes > self.size:
             raise ValueError(f"range {offset}+{nbytes} is outside the {self.size}-byte buffer")
+        if len(self._chunks) >= self._prune_at:
+            self._prune()
         chunk = (ctypes.c_ubyte * nbytes).from_buffer(self._array, offset)
         mv = memoryview(chunk).cast("B")
         self._chunks.append((chunk, mv))
         return mv
+
+    def _prune(self) -> None:
+        """Forget views nobody holds any more, so a view taken every frame costs no memory for good."""
+        view_baseline, chunk_baseline = _view_refcount_baseline(), _refcount_baseline()
+        kept = []
+        for pair in self._chunks:
+            if _refs(pair[1]) <= view_baseline:  # only this list holds the view
+                try:
+                    pair[1].release()
+                except BufferError:  # something made from it (numpy.frombuffer) is alive
+                    kept.append(pair)
+                    continue
+                if _refs(pair[0]) <= chunk_baseline:
+                    continue
+            kept.append(pair)
+        self._chunks = kept
+        self._prune_at = max(64, 2 * len(kept))
 
     def array(self) -> np.ndarray:
         """The whole mapping as one uint8 numpy array (made once; slices of it share the memory)."""
@@ -646,6 +666,12 @@ def _refcount_baseline() -> int:
     """What `_refs` reports for a chunk referenced only from a MappedBuffer's chunk list."""
     probe = [((ctypes.c_ubyte * 1)(), None)]
     return max(_refs(pair[0]) for pair in probe)
+
+
+def _view_refcount_baseline() -> int:
+    """What `_refs` reports for a view referenced only from a MappedBuffer's chunk list."""
+    probe = [(None, memoryview(bytearray(1)))]
+    return max(_refs(pair[1]) for pair in probe)
 
 
 class GpuTimer:

@@ -416,6 +416,38 @@ def test_mapped_buffer_views_and_release(gl: GLExt, caplog: pytest.LogCaptureFix
 
 
 @pytestmark_gl
+def test_views_taken_every_frame_cost_no_memory_for_good(gl: GLExt, caplog: pytest.LogCaptureFixture) -> None:
+    """A view taken and dropped each frame (a readback) is forgotten; views still held, and memory
+    made from them, stay valid through the forgetting and keep release() from unmapping."""
+    import tracemalloc
+
+    buf = gl.create_mapped_buffer(4096)
+    kept = buf.view(0, 16)
+    exported = np.frombuffer(buf.view(16, 16), np.uint8)
+    part = buf.view(32, 16)[4:8]  # a slice of a dropped view still references its memory
+    for i in range(200):  # warm-up: the list reaches its steady size
+        buf.view(64 + i % 32, 8)[0] = i % 256
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for i in range(5000):
+            buf.view(64 + i % 32, 8)[0] = i % 256
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < 16 * 1024, f"{grown} bytes retained by 5000 dropped views"
+    kept[:] = b"k" * 16
+    exported[:] = 5
+    part[:] = b"pppp"
+    assert bytes(kept) == b"k" * 16 and int(exported.sum()) == 80 and bytes(part) == b"pppp"
+    with caplog.at_level(logging.ERROR, logger="texstream.gl.gl_ext"):
+        buf.release()
+    assert "2 views are still in use" in caplog.text  # the export and the slice; `kept` is invalidated
+    with pytest.raises(ValueError):
+        kept[0] = 1
+
+
+@pytestmark_gl
 def test_loader_falls_back_to_egl_get_proc_address(gl_ctx: moderngl.Context) -> None:
     """A context whose own loader is unreachable still gets its functions through libEGL."""
     proxy = CtxProxy(gl_ctx, gl_ctx.version_code)
