@@ -311,8 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C (writers delete their temporary files); exit 143."""
+
+    signum = signal.SIGTERM
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: writers delete their temporary files
+    # A bake defers signals while it runs (bake.workers) and calls this only after its cleanup.
+    raise _Terminated()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -327,9 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"texstream {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))  # 130 for Ctrl-C, 143 for SIGTERM
     except BrokenPipeError:  # output piped into a reader that stopped early (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

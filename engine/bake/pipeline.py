@@ -12,9 +12,13 @@ submission order) and passes each stage's output on to the next. The last stage 
 left (a small level) and tiles it down to one tile.
 
 Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
-pickle small); forked workers read in-memory images directly (``forkable`` sources); anything else
-(libvips streams) is read by the main process, top to bottom, once. Band inputs the main process
-holds reach the workers through an anonymous shared-memory ring (forked on Linux), not pickles.
+pickle small); anything else (in-memory images, libvips streams) is read by the main process, top to
+bottom, once (with one job, in-memory ``forkable`` sources are read in place). Band inputs the main
+process holds reach the workers through an anonymous shared-memory ring (a memfd handed to each
+worker at its start, on Linux), not pickles.
+
+Workers come from the fork server, never from a fork of this (possibly threaded) process; they die
+with it, and an interrupt stops them at once: see `workers`.
 
 Memory is bounded by the band size (`BAND_BYTES`, about four times that per worker) times the jobs
 in flight, whatever the image size: neither the source nor any level is ever held whole.
@@ -24,9 +28,11 @@ levels' top rows, which the bands at the bottom use (odd-edge texel, padding and
 and the last band returns its levels' bottom rows, from which the top tile row of each level
 (deferred by the first band) is cut at the end.
 
-etcpak holds the GIL, so processes (not threads) are what scales. Any exception,
-KeyboardInterrupt or SystemExit terminates the workers, deletes the temporary pack and re-raises;
-the output path is never left half-written.
+etcpak holds the GIL, so processes (not threads) are what scales. Any exception, Ctrl-C or SIGTERM
+kills the workers, deletes the temporary pack and re-raises (a signal after that cleanup, as the
+handler installed before the bake would have); the output path is never left half-written. Scripts
+that bake with several jobs need the usual ``if __name__ == "__main__":`` guard (workers import the
+main module, as with any spawned multiprocessing worker).
 """
 
 from __future__ import annotations
@@ -34,14 +40,10 @@ from __future__ import annotations
 import json
 import logging
 import mmap
-import multiprocessing as mp
 import os
-import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -58,6 +60,7 @@ from . import bcn
 from .mips import LevelRows, Transfer, band_levels
 from .source import Source, describe, open_source
 from .tiler import LevelCutter
+from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +191,7 @@ class BandJob:
     stage: Stage
     band: int
     data: RingRef | np.ndarray | None  # None: the worker reads the source itself
-    source: Source | None = None  # a picklable source (procedural); else the one given at fork
+    source: Source | None = None  # a picklable source (procedural); else see `data`
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [0, n)
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)  # level -> row 0 as filtered
     bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [h-n, h)
@@ -218,7 +221,9 @@ class JobResult:
 class _WorkerState:
     settings: Settings
     ring: mmap.mmap | None = None
-    source: Source | None = None  # inherited at fork: workers read it directly
+    source: Source | None = None  # read in place (one job, in this process)
+    ring_fd: Any = None  # workers.PassedFd of the ring's memfd, mapped by each worker
+    ring_size: int = 0
 
 
 _worker: _WorkerState | None = None
@@ -226,8 +231,11 @@ _worker: _WorkerState | None = None
 
 def _init_worker(state: _WorkerState) -> None:
     global _worker
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _tune_malloc()
+    if state.ring_fd is not None:
+        state.ring = mmap.mmap(state.ring_fd.fd, state.ring_size)
+        os.close(state.ring_fd.fd)
+        state.ring_fd = None
     _worker = state
     _warm_tables(state.settings)
 
@@ -243,8 +251,7 @@ def _tune_malloc() -> None:
 
 @lru_cache(maxsize=1)
 def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's mallopt, looked up in the main process before it forks (dlopen in a forked child
-    could wait forever on a loader lock another thread of the parent held)."""
+    """glibc's mallopt, or None elsewhere."""
     try:
         import ctypes
 
@@ -254,13 +261,19 @@ def _mallopt() -> Callable[[int, int], int] | None:
 
 
 def _warm_tables(settings: Settings) -> None:
-    t = settings.transfer
+    _warm_transfer(settings.transfer)
+
+
+def _warm_transfer(t: Transfer) -> None:
     t.reduce(np.zeros((2, 2, 4), np.uint8), None, AddressMode.CLAMP)
     t.encode(np.zeros((1, 1, 4), np.float32))
 
 
-def _worker_died() -> EngineError:
-    return EngineError("a bake worker process died (killed, out of memory or crashed)")
+def warm_worker_tables() -> None:
+    """Build every transfer's tables (run once in the fork server; workers inherit them)."""
+    for srgb in (False, True):
+        for alpha in (False, True):
+            _warm_transfer(Transfer(srgb=srgb, alpha=alpha))
 
 
 def _run_job(job: BandJob | CutJob) -> JobResult:
@@ -459,42 +472,34 @@ class _Feed:
         self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
 
 
-def _gl_driver_threads() -> bool:
-    """True when a GL driver's worker threads run in this process (Mesa names them llvmpipe-N, lp:N,
-    gallium..., NVIDIA's driver threads have no such names: a loaded libGLX_nvidia/libEGL_nvidia is
-    taken as the sign)."""
-    try:
-        names = []
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    names.append(f.read().strip())
-            except OSError:
-                continue
-        if any(n.startswith(("llvmpipe", "lp:", "gallium", "radeonsi", "si_", "iris", "zink")) for n in names):
-            return True
-        with open("/proc/self/maps") as f:
-            return "_nvidia.so" in f.read()
-    except OSError:
-        return False
-
-
-class _InlineExecutor:
-    """jobs == 1: run each job at submission, in this process."""
+class _InlinePool:
+    """jobs == 1: run each job at submission, in this process (the `WorkerPool` interface)."""
 
     def __init__(self, state: _WorkerState) -> None:
         self.state = state
 
-    def submit(self, fn: Callable, job: BandJob | CutJob) -> Future:
-        fut: Future = Future()
+    def submit(self, job: BandJob | CutJob) -> Task:
+        check_interrupt()
+        task = Task(job)
         try:
-            fut.set_result(_execute(job, self.state))
+            task.finish(True, _execute(job, self.state))
         except Exception as exc:
-            fut.set_exception(exc)
-        return fut
+            task.finish(False, exc)
+        return task
+
+    def result(self, task: Task) -> JobResult:
+        if not task.ok:
+            raise task.value
+        return task.value
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
 
 
-_Executor = ProcessPoolExecutor | _InlineExecutor
+_Pool = WorkerPool | _InlinePool
 
 
 class _Baker:
@@ -521,19 +526,14 @@ class _Baker:
         self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs)
         self.metadata = metadata
         self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
-        # fork unless a GL driver runs threads in this process (a child forked while they hold locks
-        # can deadlock); then spawn, slower to start but safe. Idle BLAS pools are harmless.
-        self.fork = "fork" in mp.get_all_start_methods() and not _gl_driver_threads()
-        # Who reads the source: workers generate picklable ones themselves; forked workers (or
-        # this process, with one job) read shareable ones directly; else this process reads it.
+        # Who reads the source: workers generate picklable ones themselves; with one job, this
+        # process reads in-memory ones in place; else this process reads it into the ring.
         self.pickled_source = bool(getattr(source, "parallel", False))
-        self.shared_source = (
-            not self.pickled_source and bool(getattr(source, "forkable", False)) and (self.fork or self.jobs == 1)
-        )
+        self.shared_source = not self.pickled_source and bool(getattr(source, "forkable", False)) and self.jobs == 1
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
         self.feeds += [_Feed(st) for st in self.stages[1:]]
-        self.pending: deque[tuple[Future, BandJob | CutJob, int | None]] = deque()
+        self.pending: deque[tuple[Task, BandJob | CutJob, int | None]] = deque()
         self.ring: mmap.mmap | None = None
         self.free_slots: list[int] = []
         self.slot_bytes = 0
@@ -542,49 +542,40 @@ class _Baker:
         self.raw_bytes = 0
 
     # ---- pool -------------------------------------------------------------------------------------
-    def _start_pool(self) -> _Executor:
+    def _start_pool(self) -> _Pool:
         state = _WorkerState(self.settings, None, self.source if self.shared_source else None)
-        _warm_tables(self.settings)  # built once here; forked workers inherit the tables
-        _mallopt()
         if self.jobs == 1:
-            return _InlineExecutor(state)
-        if self.fork:
-            # Band inputs the main process holds travel through a shared ring, not pickles.
-            sizes = [(st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
-                     for st in self.stages if st.index > 0 or self.feeds[0].source is not None]  # fmt: skip
-            if sizes:
-                self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
-                self.ring = state.ring = mmap.mmap(-1, self.slot_bytes * self.max_in_flight)
+            _warm_tables(self.settings)
+            return _InlinePool(state)
+        # Band inputs the main process holds travel through a shared ring, not pickles.
+        sizes = [(st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
+                 for st in self.stages if st.index > 0 or self.feeds[0].source is not None]  # fmt: skip
+        memfd = getattr(os, "memfd_create", None)
+        if sizes and memfd is not None:
+            self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
+            size = self.slot_bytes * self.max_in_flight
+            fd = memfd("texstream-bake-ring", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                self.ring = mmap.mmap(fd, size)
                 self.free_slots = list(range(self.max_in_flight))
-        ctx = mp.get_context("fork" if self.fork else "spawn")
-        pool = ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_init_worker, initargs=(state,))
-        for f in [pool.submit(_warm_tables, self.settings) for _ in range(self.jobs)]:
-            f.result()  # all workers exist before any thread (progress bar, libvips) may start
-        return pool
-
-    @staticmethod
-    def _stop_pool(pool: _Executor) -> None:
-        if not isinstance(pool, ProcessPoolExecutor):
-            return
-        # On failure too, queued bands are cancelled and running ones finish (a band takes a second
-        # or so): terminating a worker while it writes its result into the executor's pipe leaves a
-        # partial message that blocks the executor's manager thread, and so the interpreter's exit.
-        pool.shutdown(wait=True, cancel_futures=True)
+                state.ring_fd, state.ring_size = PassedFd(fd), size
+                return WorkerPool(self.jobs, _init_worker, (state,), _run_job)
+            finally:
+                os.close(fd)  # the workers got their own copies at their start
+        return WorkerPool(self.jobs, _init_worker, (state,), _run_job)
 
     # ---- scheduling ------------------------------------------------------------------------------
-    def _submit(self, pool: _Executor, job: BandJob | CutJob, slot: int | None) -> None:
-        try:
-            future = pool.submit(_run_job, job)
-        except BrokenProcessPool:  # a worker died while earlier bands were still in flight
-            raise _worker_died() from None
-        self.pending.append((future, job, slot))
+    def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
+        self.pending.append((pool.submit(job), job, slot))
 
-    def _pump(self, pool: _Executor) -> None:
+    def _pump(self, pool: _Pool) -> None:
         progress = True
         while progress and len(self.pending) < self.max_in_flight:
             progress = False
             for feed in reversed(self.feeds):  # later stages first: frees their buffered rows
                 while feed.ready() and len(self.pending) < self.max_in_flight:
+                    check_interrupt()
                     job, slot = self._next_band(feed)
                     if job is None:
                         break
@@ -622,12 +613,9 @@ class _Baker:
         feed.next_band += 1
         return job, slot
 
-    def _process_oldest(self, pool: _Executor) -> None:
-        fut, job, slot = self.pending.popleft()
-        try:
-            res = fut.result()
-        except BrokenProcessPool:
-            raise _worker_died() from None
+    def _process_oldest(self, pool: _Pool) -> None:
+        task, job, slot = self.pending.popleft()
+        res = pool.result(task)
         if slot is not None:
             self.free_slots.append(slot)
         writer = self.writer
@@ -687,8 +675,9 @@ class _Baker:
             unfinished = [f.stage.index for f in self.feeds if not f.finished]
             if unfinished:
                 raise EngineError(f"internal error: stages {unfinished} did not finish")
-            self._stop_pool(pool)
+            pool.close()
             pool = None
+            check_interrupt()
             self.writer.commit()
             failed = False
         finally:
@@ -697,7 +686,7 @@ class _Baker:
             if failed:
                 try:
                     if pool is not None:
-                        self._stop_pool(pool)
+                        pool.kill()  # at once: no result is wanted any more
                 finally:
                     self.writer.abort()
             if self.ring is not None:
@@ -755,7 +744,8 @@ def bake(
     log.info("baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s", source.name, source.width,
              source.height, out, baker.header.level_count, baker.header.tile_count,
              [(s.level, s.count, s.bands) for s in baker.stages])  # fmt: skip
-    report = baker.run()
+    with signals_deferred():
+        report = baker.run()
     log.info("%s", report.summary())
     return report
 
@@ -786,7 +776,10 @@ def bake_file(
     metadata: dict | None = None,
 ) -> BakeReport:  # fmt: skip
     """Open an image file (`open_source`: Pillow, or libvips for huge images) and bake it."""
-    return bake(open_source(path), out, config, metadata)
+    if (config or BakeConfig()).worker_count > 1:
+        start_context()  # the fork server starts (imports, tables) while the file is opened
+    with signals_deferred():  # libvips may call into Python while it opens the file, too
+        return bake(open_source(path), out, config, metadata)
 
 
 def bake_procedural(

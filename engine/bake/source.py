@@ -58,9 +58,9 @@ class Source(Protocol):
 
     ``parallel``  True when the source is small to pickle, random-access and deterministic, so
                   worker processes may call `read_rows` on their own copy (procedural sources).
-    ``forkable``  True when `read_rows` is random-access and safe to call from processes forked
-                  after the source was made (in-memory images): forked workers then read their
-                  bands straight from the inherited memory, in any order.
+    ``forkable``  True when `read_rows` is random-access and cheap (in-memory images): a bake on
+                  one job then reads its bands in place, in any order (with more jobs, the main
+                  process copies them into the workers' shared ring as for any other source).
     ``describe()``  a dict for the pack's metadata.
     ``read_rows_into(y0, y1, out)``  `read_rows` writing into a given array (saves a copy).
     """
@@ -256,6 +256,32 @@ class PillowSource:
         return {"source_kind": "pillow", "source_mode": self.mode}
 
 
+def _quiet_vips_log() -> None:
+    """Let only libvips' warnings and errors into Python.
+
+    pyvips routes every GLib message of the VIPS domain, down to debug, through a Python callback
+    called from C; libvips reports at info level at the end of every pixel read ("threadpool
+    completed"), so each strip ran Python code inside a C callback, where an exception (a signal
+    handler's KeyboardInterrupt, say) is printed and lost. Info and debug messages now go to
+    GLib's default handler, which drops them unless G_MESSAGES_DEBUG asks for them.
+    """
+    import pyvips
+
+    handler = getattr(pyvips, "_log_handler_id", None)
+    callback = getattr(pyvips, "_log_handler_cb", None)
+    if not handler or callback is None or getattr(pyvips, "_texstream_quiet", False):
+        return
+    try:
+        glib, flags = pyvips.glib_lib, pyvips.GLogLevelFlags
+        mask = flags.LEVEL_WARNING | flags.LEVEL_CRITICAL | flags.LEVEL_ERROR | flags.FLAG_FATAL
+        mask |= flags.FLAG_RECURSION
+        glib.g_log_remove_handler(b"VIPS", handler)
+        pyvips._log_handler_id = glib.g_log_set_handler(b"VIPS", mask, callback, pyvips.ffi.NULL)
+        pyvips._texstream_quiet = True
+    except (AttributeError, TypeError) as exc:  # another pyvips layout: leave it as it is
+        log.debug("cannot narrow pyvips' log handler: %s", exc)
+
+
 class VipsSource:
     """A file streamed by libvips, converted to RGBA8 strip by strip.
 
@@ -274,6 +300,7 @@ class VipsSource:
     def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
         import pyvips
 
+        _quiet_vips_log()
         self.path = Path(path)
         self.name = name or self.path.name
         try:

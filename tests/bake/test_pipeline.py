@@ -287,16 +287,22 @@ def test_a_dead_worker_aborts_the_bake(tmp_path: Path, small_bands: None) -> Non
     assert leftovers(tmp_path) == []
 
 
-def test_spawned_workers_where_fork_is_missing(
-    tmp_path: Path, small_bands: None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("ring", [True, False])
+def test_spawned_workers_where_the_fork_server_is_missing(
+    tmp_path: Path, small_bands: None, monkeypatch: pytest.MonkeyPatch, ring: bool
 ) -> None:
-    """Without fork (macOS, Windows): spawned workers, bands pickled, no shared ring; same pack."""
-    from texstream.bake import pipeline
+    """Without a fork server (Windows): spawned workers; without memfd (macOS), bands pickled, no
+    shared ring; the same pack either way."""
+    import os
+
+    from texstream.bake import workers
 
     src = _photo_odd()
-    forked, spawned = tmp_path / "f.tpk", tmp_path / "s.tpk"
-    bake(Plain(src), forked, _cfg(jobs=2, address_mode=AddressMode.WRAP))
-    monkeypatch.setattr(pipeline.mp, "get_all_start_methods", lambda: ["spawn"])
+    served, spawned = tmp_path / "f.tpk", tmp_path / "s.tpk"
+    bake(Plain(src), served, _cfg(jobs=2, address_mode=AddressMode.WRAP))
+    monkeypatch.setattr(workers.mp, "get_all_start_methods", lambda: ["spawn"])
+    if not ring:
+        monkeypatch.delattr(os, "memfd_create", raising=False)
     bake(Plain(src), spawned, _cfg(jobs=2, address_mode=AddressMode.WRAP))
-    a, b = read_slots(forked)[1], read_slots(spawned)[1]
+    a, b = read_slots(served)[1], read_slots(spawned)[1]
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
