@@ -9,11 +9,13 @@ reference (PSNR). At the end the streamer is released and the context must hold 
 it held before.
 
 RSS growth is reported as the least-squares slope of RSS over the windows after the first (warm-up),
-in MiB per 1000 frames.
+in MiB per 1000 frames, each window measured with the budget set back to its base value (budget
+changes happen inside windows): on a software renderer GPU memory is host memory.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -36,6 +38,7 @@ from .scene.camera import View
 __all__ = ["SoakReport", "SoakWindow", "make_soak_packs", "print_soak", "run_soak"]
 
 CHECK_DB = 45.0  # every convergence check must reach this against the all-resident frame
+BASE_BUDGET_MB = 16.0  # the streamer's budget at the start and whenever a window is measured
 
 
 @dataclass
@@ -48,7 +51,7 @@ class SoakWindow:
     threads: int
     fds: int
     vram_peak_ratio: float  # highest engine VRAM usage / budget in the window
-    budget_mib: float
+    budget_mib: float  # the budget at the window's end, before it is set back to the base for measuring
     open_textures: int
     uploads: int  # tiles uploaded in the window
     check_db: float  # convergence check of the window (PSNR against all-resident)
@@ -118,6 +121,15 @@ def make_soak_packs(folder: Path, quick: bool) -> list[Path]:
     return out
 
 
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the system (glibc's malloc_trim) so RSS shows memory in use, not
+    what the allocator keeps cached after a pool resize; a no-op elsewhere."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -138,7 +150,7 @@ class _Soak:
         self.ctx, self.packs, self.size = ctx, packs, size
         self.rng = np.random.default_rng(seed)
         self.budgets = (6.0, 24.0)  # MiB: the smallest still holds a checked view at full detail
-        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=16.0), io_threads=2, ring_mb=2)
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=BASE_BUDGET_MB), io_threads=2, ring_mb=2)
         self.streamer = Streamer(ctx, cfg)
         self.renderer = PlaneRenderer(ctx, size)
         self.throttle = self.streamer.gl.throttle(2)
@@ -257,8 +269,13 @@ def run_soak(
             while soak.frame < end:
                 soak.step()
                 soak.events()
+            # Measured at the base budget: on a software renderer (llvmpipe) VRAM is host memory, so
+            # RSS is comparable across windows only with the pools at the same size.
+            budget_mib = soak.streamer.budget.budget / 2**20
+            soak.streamer.set_budget(BASE_BUDGET_MB)
             db, needed = soak.check()
             gc.collect()
+            _trim_heap()
             report.windows.append(
                 SoakWindow(
                     frames=soak.frame,
@@ -267,7 +284,7 @@ def run_soak(
                     threads=threading.active_count(),
                     fds=_fd_count(),
                     vram_peak_ratio=soak.peak_ratio,
-                    budget_mib=soak.streamer.budget.budget / 2**20,
+                    budget_mib=budget_mib,
                     open_textures=len(soak.open),
                     uploads=soak.uploads - start_uploads,
                     check_db=db,

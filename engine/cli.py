@@ -227,6 +227,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -299,9 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
         "what",
         nargs="?",
         default="bake",
-        choices=["bake", "stream", "scene"],
-        help="bake, stream or scene (default bake)",
+        choices=["bake", "stream", "scene", "soak"],
+        help="bake, stream, scene or soak (leaks and invariants over a long run; default bake)",
     )
+    s.add_argument("--minutes", type=_positive_float, default=None, help="bench soak: run this long")
     s.add_argument("--telemetry", default=None, help="bench scene: per-frame JSONL telemetry of every path")
     s.add_argument("--quick", action="store_true", help="small sizes, for CI")
     s.add_argument("--size", type=int, default=16384, help="source image size for bench bake (default 16384)")
