@@ -368,9 +368,13 @@ class IOWorkers:
                 me.batch = batch
                 t0 = time.perf_counter()
                 try:
-                    if self._hook is not None:
-                        self._hook(batch)
-                    status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
+                    if np.all(self._state[batch.ring_slots] == self._skip):  # every load cancelled: no read
+                        status = np.full(len(batch), ReadStatus.SKIPPED, np.int32)
+                        errnum = np.zeros(len(batch), np.int32)
+                    else:
+                        if self._hook is not None:
+                            self._hook(batch)
+                        status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
                 except BaseException as exc:  # unexpected: the batch fails, the error surfaces in drain()
                     status = np.full(len(batch), ReadStatus.IO_ERROR, np.int32)
                     errnum = np.full(len(batch), errno.EIO, np.int32)

@@ -107,6 +107,7 @@ class Streamer:
         self._needed = Wanted.empty()  # the newest feedback's wanted pages: touched every frame
         self.totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
         self.latencies: deque[int] = deque(maxlen=4096)
+        self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed = False
 
@@ -331,6 +332,7 @@ class Streamer:
                 self.space, self.tables, wanted, lambda: self.reducer.coarsen(self.sampled, bias_levels - 1)
             )
             self._needed = wanted
+            self._feedback_frames.append(frame)
         self.wanted = wanted
         st.feedback_age = self.feedback.age
         st.wanted_pages = len(wanted)
@@ -346,13 +348,17 @@ class Streamer:
             self._apply_uploaded(uploaded, st)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
 
-            # 3. Requests -> cache slots -> read batches; reads nobody wants any more are cancelled.
-            stale = up.cancel_stale(self.scheduler.last_wanted, frame, self.config.cancel_after_frames)
-            if len(stale):
-                self.pool_set.free_loads(stale)
-                self.totals["cancelled"] += len(stale)
+            # 3. Requests -> cache slots -> read batches; reads nobody wants any more are cancelled:
+            # those of tiles in none of the last cancel_after_frames feedback readbacks (counted in
+            # readbacks, not frames: on a real GPU feedback may skip frames, and a load must outlive
+            # that gap). After the scheduler's update, which marks this frame's wanted tiles.
             requests = self.scheduler.update(frame, wanted, up.free_slots)
             self.totals["cancelled"] += requests.cancelled
+            if len(self._feedback_frames) == self._feedback_frames.maxlen:
+                stale = up.cancel_stale(self.scheduler.last_wanted, self._feedback_frames[0])
+                if len(stale):
+                    self.pool_set.free_loads(stale)
+                    self.totals["cancelled"] += len(stale)
             st.requested = self._dispatch(requests.ids, requests.prefetch, st)
             st.in_flight = up.in_flight
             st.stalls = up.ring.stall_count

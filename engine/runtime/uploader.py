@@ -20,8 +20,8 @@ slot (structure of arrays), with an explicit `LoadState`::
   longer than ``read_timeout_s`` is given up: its loads fail now (their cache slots go back, their
   tiles back off) and its ring slots stay ABANDONED, owned by the stuck thread, until the read
   returns (if it never does, they stay out of use: at most one batch per hung read).
-- `cancel_stale` (render thread) cancels loads still queued for reading whose tiles no frame wanted
-  for a while (a fast pan leaves many): the thread skips them.
+- `cancel_stale` (render thread) cancels loads still queued for reading whose tiles the latest
+  feedback readbacks no longer want (a fast pan leaves many): the thread skips them.
 - `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
   caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
   and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame.
@@ -414,13 +414,13 @@ class Uploader:
         self._free(slots[self.state[slots] == _READY])
         return out
 
-    def cancel_stale(self, last_wanted: np.ndarray, frame: int, after_frames: int) -> LoadRecords:
-        """Cancel loads still with the I/O threads whose tiles no frame wanted for `after_frames`
-        frames (`last_wanted`: frame each tile id was last wanted). Returned like `cancel`."""
+    def cancel_stale(self, last_wanted: np.ndarray, wanted_since: int) -> LoadRecords:
+        """Cancel loads still with the I/O threads whose tiles were last wanted before frame
+        `wanted_since` (`last_wanted`: frame each tile id was last wanted). Returned like `cancel`."""
         reading = np.flatnonzero(self.state == _READING)
         if reading.size == 0:
             return LoadRecords.empty()
-        stale = frame - last_wanted[self.tile[reading]] >= after_frames
+        stale = last_wanted[self.tile[reading]] < wanted_since
         if not stale.any():
             return LoadRecords.empty()
         mask = np.zeros(self.state.size, bool)
