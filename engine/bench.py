@@ -167,7 +167,13 @@ def run_bench(args: argparse.Namespace) -> int:
     size = 2048 if args.quick and args.size == 16384 else args.size
     if size < 256:
         raise ValueError(f"bench size must be >= 256, got {size}")
+    from .bench_encoders import bench_encoders, print_encoders
+
+    encoder_rows = bench_encoders(args.quick)
+    print_encoders(encoder_rows)
+    print()
     results = bench_bake(size, args.jobs, args.quick)
+    results["encoders"] = encoder_rows
     print_bake(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

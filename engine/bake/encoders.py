@@ -1,0 +1,187 @@
+"""Block encoders the baker can use, one record per (format, library), behind one small interface.
+
+Every adapter takes a validated slot (an (S, S, 4) uint8 C-contiguous RGBA array, S a multiple of
+4; `bcn.encode_slot` checks that) and returns the slot's blocks, at least `raw_size` bytes long
+(`bcn` checks the length). Libraries are imported on first use, so only the chosen encoders' libraries
+must be installed; the others are candidates for `texstream bench bake`'s encoder comparison.
+
+Libraries, as measured (docs/BENCHMARKS.md, "Block-compression encoders"):
+
+ispc      ispc-texcomp, Intel's ISPC Texture Compressor (SIMD kernels). Releases the GIL. Its
+          RGBASurface wraps the caller's buffer without copying. Two quirks handled here: BC1 comes
+          back in a buffer of one byte per texel, twice its size (the blocks are the first half),
+          and BC7 mode 6 blocks can decode an opaque texel's alpha as 254 (see `force_opaque_bc7`).
+etcpak    etcpak's BC1-BC5 and its bc7enc-based BC7. Holds the GIL. Checks nothing about the buffer.
+quicktex  quicktex's rgbcx-based BC1/BC3/BC4/BC5 (no BC7), levels 0..18.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..pack.format import TexelFormat
+
+# BC7 quality level -> ispc-texcomp profile, for opaque slots and for slots with alpha < 255.
+# Measured on one core: "slow" is 4x slower than "basic" for +0.13 dB, so slow means basic;
+# "alpha_veryfast" tries only modes 4-7 (-1.1 dB on the icon), so normal takes "alpha_fast".
+ISPC_BC7_PROFILES: dict[str, tuple[str, str]] = {
+    "fast": ("ultrafast", "alpha_ultrafast"),
+    "normal": ("veryfast", "alpha_fast"),
+    "slow": ("basic", "alpha_basic"),
+}
+# BC7 quality level -> etcpak's (uber level 0..4, max partitions 0..64).
+ETCPAK_BC7_PRESETS: dict[str, tuple[int, int]] = {"fast": (0, 16), "normal": (1, 64), "slow": (4, 64)}
+QUICKTEX_LEVEL = 5  # quicktex's own default; level 18 gains ~0.3 dB at a tenth of the speed
+
+BC7_QUALITIES = tuple(ISPC_BC7_PROFILES)
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """One library's encoder for one format.
+
+    `encode(slot, quality, alpha, srgb)`: `quality` is a BC7 level (fast | normal | slow; other
+    formats ignore it), `alpha` says the slot may hold alpha below 255 (False: treat it as opaque),
+    `srgb` says the data is colour (only etcpak's BC7 weights its error by it).
+    """
+
+    fmt: TexelFormat
+    name: str  # the library's short name: ispc, etcpak, quicktex
+    releases_gil: bool  # threads can encode in parallel
+    encode: Callable[[np.ndarray, str, bool, bool], bytes]
+
+
+# ---- ispc-texcomp ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=16)
+def _ispc_bc7_settings(profile: str):  # noqa: ANN202 (the module is imported lazily)
+    import ispc_texcomp
+
+    settings = ispc_texcomp.BC7EncSettings.from_profile(profile)
+    # Opaque profiles ignore alpha (3 channels) and so pick mode 6 p-bits that decode alpha 254;
+    # scoring alpha too leaves few of those for `force_opaque_bc7` to fix (-0.06 dB instead of -0.37
+    # at veryfast on the photographs).
+    settings.channels = 4
+    return settings
+
+
+def _ispc(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
+    def encode(slot: np.ndarray, quality: str, alpha: bool, srgb: bool) -> bytes:
+        import ispc_texcomp
+
+        s = slot.shape[0]
+        surface = ispc_texcomp.RGBASurface(slot, s, s, s * 4)  # wraps the slot's buffer, no copy
+        if fmt is TexelFormat.BC1:
+            return ispc_texcomp.compress_blocks_bc1(surface)[: (s // 4) ** 2 * 8]  # over-allocated 2x
+        if fmt is TexelFormat.BC3:
+            return ispc_texcomp.compress_blocks_bc3(surface)
+        # BC4 and BC5 read packed R8 and RG8 texels (Intel's kernels), whatever the surface's name says.
+        if fmt is TexelFormat.BC4:
+            red = np.ascontiguousarray(slot[..., 0])
+            return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, s, s, s))
+        if fmt is TexelFormat.BC5:
+            red_green = np.ascontiguousarray(slot[..., :2])
+            return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, s, s, s * 2))
+        opaque_profile, alpha_profile = ISPC_BC7_PROFILES[quality]
+        # The alpha profiles spend bits on alpha; a slot that is opaque throughout gains nothing from them.
+        if alpha and slot[..., 3].min() < 255:
+            return ispc_texcomp.compress_blocks_bc7(surface, _ispc_bc7_settings(alpha_profile))
+        return force_opaque_bc7(ispc_texcomp.compress_blocks_bc7(surface, _ispc_bc7_settings(opaque_profile)))
+
+    return encode
+
+
+_MODE6_ALPHA_AND_PBITS = (0x3FFF << 49) | (0b11 << 63)  # A0, A1 (7 bits each at 49, 56) and P0, P1 (63, 64)
+
+
+def force_opaque_bc7(blocks: bytes) -> bytes:
+    """Make every mode 6 block decode alpha 255: ispc's opaque profiles leave it at 254 where a p-bit is 0.
+
+    Mode 6 stores RGBA endpoints as 7 bits plus one p-bit shared by the endpoint's four channels,
+    so alpha 255 needs A = 127 and p = 1. Setting them moves that endpoint's R, G, B from 2c to
+    2c + 1: one step in 255, far below BC7's own error. Opaque profiles use modes 1, 3, 4, 5 and 6
+    only; modes 1 and 3 have no alpha (255), and 4 and 5 store it apart from colour (ispc writes 255).
+    """
+    arr = np.frombuffer(blocks, np.uint8).reshape(-1, 16)
+    mode6 = (arr[:, 0] & 0x7F) == 0x40
+    if not mode6.any():
+        return blocks
+    words = arr.copy().view("<u8")  # (n, 2): low and high 64 bits of each little-endian block
+    lo = words[:, 0]
+    hi = words[:, 1]
+    lo[mode6] |= np.uint64(_MODE6_ALPHA_AND_PBITS & 0xFFFF_FFFF_FFFF_FFFF)
+    hi[mode6] |= np.uint64(_MODE6_ALPHA_AND_PBITS >> 64)
+    return words.tobytes()
+
+
+# ---- etcpak ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=8)
+def _etcpak_bc7_params(quality: str, perceptual: bool):  # noqa: ANN202
+    import etcpak
+
+    uber, partitions = ETCPAK_BC7_PRESETS[quality]
+    p = etcpak.BC7CompressBlockParams()
+    if perceptual:
+        p.init_perceptual_weights()
+    else:
+        p.init_linear_weights()
+    p.m_uber_level = uber
+    p.m_max_partitions = partitions
+    return p
+
+
+def _etcpak(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
+    def encode(slot: np.ndarray, quality: str, alpha: bool, srgb: bool) -> bytes:
+        import etcpak
+
+        s = slot.shape[0]
+        if fmt is TexelFormat.BC7:
+            return etcpak.compress_bc7(slot, s, s, _etcpak_bc7_params(quality, srgb))
+        fn = {TexelFormat.BC1: etcpak.compress_bc1, TexelFormat.BC3: etcpak.compress_bc3,
+              TexelFormat.BC4: etcpak.compress_bc4, TexelFormat.BC5: etcpak.compress_bc5}[fmt]  # fmt: skip
+        return fn(slot, s, s)
+
+    return encode
+
+
+# ---- quicktex -------------------------------------------------------------------------------------------
+@lru_cache(maxsize=8)
+def _quicktex_encoder(fmt: TexelFormat):  # noqa: ANN202
+    from quicktex.s3tc.bc1 import BC1Encoder
+    from quicktex.s3tc.bc3 import BC3Encoder
+    from quicktex.s3tc.bc4 import BC4Encoder
+    from quicktex.s3tc.bc5 import BC5Encoder
+
+    if fmt is TexelFormat.BC1:
+        return BC1Encoder(QUICKTEX_LEVEL)
+    if fmt is TexelFormat.BC3:
+        return BC3Encoder(QUICKTEX_LEVEL)
+    if fmt is TexelFormat.BC4:
+        return BC4Encoder(0)  # red; its default is alpha
+    return BC5Encoder(0, 1)
+
+
+def _quicktex(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
+    def encode(slot: np.ndarray, quality: str, alpha: bool, srgb: bool) -> bytes:
+        import quicktex
+
+        s = slot.shape[0]
+        raw = quicktex.RawTexture.frombytes(slot.reshape(-1), s, s)  # it wants a flat buffer
+        return _quicktex_encoder(fmt).encode(raw).tobytes()
+
+    return encode
+
+
+_BLOCK_FORMATS = (TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat.BC5, TexelFormat.BC7)
+
+ENCODERS: dict[tuple[TexelFormat, str], Encoder] = {}
+for _fmt in _BLOCK_FORMATS:
+    ENCODERS[(_fmt, "ispc")] = Encoder(_fmt, "ispc", True, _ispc(_fmt))
+    ENCODERS[(_fmt, "etcpak")] = Encoder(_fmt, "etcpak", False, _etcpak(_fmt))
+    if _fmt is not TexelFormat.BC7:
+        ENCODERS[(_fmt, "quicktex")] = Encoder(_fmt, "quicktex", False, _quicktex(_fmt))
+
+__all__ = ["BC7_QUALITIES", "ENCODERS", "Encoder", "force_opaque_bc7"]
