@@ -38,7 +38,11 @@ class _Parser(argparse.ArgumentParser):
 # ---- shared option groups ---------------------------------------------------------------------
 def _add_encoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("encoding")
-    g.add_argument("--format", default="bc1", help="bc1 (default), bc3, bc4, bc5, bc7 or rgba8")
+    g.add_argument(
+        "--format",
+        default="auto",
+        help="auto (default: bc1, or bc7 when the image has alpha), bc1, bc3, bc4, bc5, bc7 or rgba8",
+    )
     srgb = g.add_mutually_exclusive_group()
     srgb.add_argument(
         "--srgb", dest="srgb", action="store_true", default=None, help="colour data (default for colour formats)"
@@ -64,7 +68,7 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
 def _bake_config(args: argparse.Namespace) -> BakeConfig:
     try:
         return BakeConfig(
-            texel_format=TexelFormat.parse(args.format),
+            texel_format=None if args.format == "auto" else TexelFormat.parse(args.format),
             srgb=args.srgb,
             tile_size=args.tile,
             border=args.border,
@@ -109,8 +113,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.height is not None and args.height < 1:
         raise UsageError(f"--height must be positive, got {args.height}")
     try:  # what a pack (and the streamer) can hold, refused before any file is made
-        PackHeader(width=args.size, height=args.size if args.height is None else args.height,
-                   tile_size=cfg.tile_size, texel_format=cfg.texel_format, srgb=cfg.is_srgb)  # fmt: skip
+        PackHeader(width=args.size, height=args.size if args.height is None else args.height,  # opaque colour
+                   tile_size=cfg.tile_size, texel_format=cfg.format_for(False), srgb=cfg.is_srgb)  # fmt: skip
     except ValueError as exc:
         raise UsageError(f"--size: {exc}") from None
     report = bake_procedural(out, args.size, args.pattern, args.seed, cfg, height=args.height)

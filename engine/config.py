@@ -15,7 +15,9 @@ __all__ = ["BakeConfig", "BudgetConfig", "StreamerConfig"]
 class BakeConfig:
     """How a source becomes a pack."""
 
-    texel_format: TexelFormat = TexelFormat.BC1  # bc1 for opaque colour; bc3/bc7 alpha; bc4 one channel; bc5 normals
+    # None: chosen per source (`format_for`): bc1 for opaque colour, bc7 when the source has real alpha.
+    # Else bc1 opaque colour; bc3/bc7 alpha; bc4 one channel; bc5 normals; rgba8 uncompressed.
+    texel_format: TexelFormat | None = None
     srgb: bool | None = None  # None: sRGB for colour formats (bc1/bc3/bc7/rgba8), linear for bc4/bc5
     tile_size: int = 128  # content texels a side: 64, 128 or 256
     border: int = 4  # texels copied from neighbours on each side; multiple of 4
@@ -29,7 +31,8 @@ class BakeConfig:
     progress: bool = True  # tqdm progress bar on stderr
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "texel_format", TexelFormat(self.texel_format))
+        if self.texel_format is not None:
+            object.__setattr__(self, "texel_format", TexelFormat(self.texel_format))
         object.__setattr__(self, "address_mode", AddressMode(self.address_mode))
         object.__setattr__(self, "supercompression", Supercompression(self.supercompression))
         if self.tile_size not in TILE_SIZES:
@@ -42,12 +45,22 @@ class BakeConfig:
             raise ValueError(f"zstd level must be in 1..19, got {self.zstd_level!r}")
         if self.jobs < 0:
             raise ValueError(f"jobs must be >= 0, got {self.jobs!r}")
-        if self.srgb and not self.texel_format.colour:
+        if self.srgb and self.texel_format is not None and not self.texel_format.colour:
             raise ValueError(f"{self.texel_format.name.lower()} holds linear data; it cannot be sRGB")
+
+    def format_for(self, alpha: bool) -> TexelFormat:
+        """The texel format of a bake: the one given, else bc7 for a source with real alpha (the
+        quality choice for alpha: bc3 is faster but bands and blocks its colour) and bc1 for the rest."""
+        if self.texel_format is not None:
+            return self.texel_format
+        return TexelFormat.BC7 if alpha else TexelFormat.BC1
 
     @property
     def is_srgb(self) -> bool:
-        return self.texel_format.colour if self.srgb is None else self.srgb
+        """sRGB colour unless told otherwise; a chosen format (None) is always a colour one."""
+        if self.srgb is not None:
+            return self.srgb
+        return self.texel_format is None or self.texel_format.colour
 
     @property
     def worker_count(self) -> int:

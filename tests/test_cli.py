@@ -184,3 +184,26 @@ def test_info_names_the_version(small_pack: Path, capsys: pytest.CaptureFixture)
     assert "texstream pack v2" in capsys.readouterr().out
     assert main(["info", str(small_pack), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 2
+
+
+def test_bake_picks_the_format_and_warns_once_when_alpha_is_dropped(tmp_path: Path) -> None:
+    rgba = np.asarray(Image.open(ASSETS / "coffee.png").convert("RGBA"))[:128, :128].copy()
+    opaque, cut = tmp_path / "opaque.png", tmp_path / "cut.png"
+    Image.fromarray(rgba).save(opaque)  # RGBA, every alpha 255
+    rgba[40:90, 30:100, 3] = 0
+    Image.fromarray(rgba).save(cut)
+    common = ["--tile", "64", "--jobs", "1", "--no-progress", "--bc7-quality", "fast"]
+    for src, fmt in ((opaque, "bc1"), (cut, "bc7")):
+        out = tmp_path / f"{src.stem}.tpk"
+        done = run_cli("bake", str(src), str(out), *common)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        with PackReader(out) as r:
+            assert r.header.texel_format.name.lower() == fmt and r.metadata["format_auto"] is True
+            assert r.metadata["alpha"] is (fmt == "bc7")
+    done = run_cli("bake", str(cut), str(tmp_path / "forced.tpk"), "--format", "bc1", *common)
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "texstream.bake.pipeline: cut.png has alpha; bc1 drops it (use --format bc3 or bc7)"
+    ]
+    with PackReader(tmp_path / "forced.tpk") as r:
+        assert r.header.texel_format.name == "BC1" and r.metadata["format_auto"] is False and r.metadata["alpha"]

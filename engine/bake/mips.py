@@ -15,6 +15,30 @@ kernel needs both ends of every level before either end can be finished). It is 
 use for ``glGenerateMipmap``, so streamed levels look like driver-made ones. Aliasing of very fine
 periodic detail is the known cost.
 
+Alpha. Colour with real alpha (``Transfer.premultiplied``) is filtered premultiplied, in linear
+light: a texel of the next level has colour ``sum(c * a) / sum(a)`` over its 2x2 footprint and
+alpha ``mean(a)``, so the colour of transparent texels never leaks into their neighbours (the
+dark or tinted fringe around cut-outs); a footprint with ``sum(a) == 0`` gets colour 0, which
+`bleed` then replaces. Opaque bands take the straight path, which gives the same bits for alpha 1.
+
+Bleeding (`bleed`). The colour of a texel whose stored alpha is 0 is never seen when it is
+blended, but bilinear filtering mixes it into its visible neighbours, and a block encoder spends
+endpoints on it. So before a level is cut into tiles, such texels take the colour around them, by
+push-pull on the BC block grid: the alpha-weighted mean colour of their aligned 2x2 group if any
+texel of it is visible, else of their aligned 4x4 block (every mixed block is filled from inside
+itself, so its endpoints fit only the visible colour); fully transparent blocks are then filled by
+`BLEED_BLOCKS` rounds of dilation over the block grid (each round fills an empty block with the
+mean of its filled neighbours, reaching ``BLEED_ROWS`` texels from any visible texel), and blocks
+farther away than that take the mean colour of their block row (0 when the row has none): they sit
+inside fully transparent regions, where no filter or encoder can see them. Why not a full
+push-pull up the whole pyramid: a band holds only a few levels and a few rows of context, and every
+band that holds a texel (content or border) must give it the same colour so that borders agree
+with the neighbouring tile. The 4x4 blocks are aligned in level texels (slot origins are multiples
+of 4) and the dilation reads ``BLEED_ROWS`` rows either side, which the baker adds to each band's
+margin; rows past the level's edges count as transparent (no wrap across the seam). Bled colour
+is for storage only: the next level is made from the unbled rows (premultiplied, the colour of
+alpha-0 texels has no weight).
+
 The chain stays in float32 linear light: level ``l + 1`` is made from the unquantized level ``l``,
 and only the copies cut into tiles are rounded to 8 bits.
 
@@ -48,6 +72,8 @@ log = logging.getLogger(__name__)
 _CHUNK_ROWS = 16  # rows per inner step of the encoder
 _CHUNK_TEXELS = 1 << 16  # texels per inner step of the reduction: its temporaries stay in L2
 _ENC_SHIFT = 12  # float32 bits >> 12: 1 sign, 8 exponent, 11 mantissa bits -> 2^20-entry table
+BLEED_BLOCKS = 4  # dilation rounds over the 4x4 block grid of a level (see `bleed`)
+BLEED_ROWS = 4 * BLEED_BLOCKS  # rows of context `bleed` reads beyond the rows it fills
 
 
 # ---- transfer functions (float64, exact) ----------------------------------------------------------
@@ -123,10 +149,13 @@ class Transfer:
     srgb:  colour channels (RGB) use the sRGB curve; alpha never does.
     alpha: channel 3 may hold values other than 0 and 255 (else it is opaque or a 0/255 mask,
            for which the fast path is exact).
+    premultiplied: colour is filtered weighted by alpha (colour with real alpha; see the module
+           docstring); implies `alpha`.
     """
 
     srgb: bool
     alpha: bool = True
+    premultiplied: bool = False
 
     def decode(self, u8: np.ndarray) -> np.ndarray:
         """(..., 4) uint8 -> (..., 4) float32 linear."""
@@ -164,6 +193,8 @@ class Transfer:
         missing last texel follows `mode` (clamp: the edge texel again; wrap: column 0).
         """
         m, w = rows.shape[0], rows.shape[1]
+        if self.premultiplied:
+            return self._reduce_premultiplied(rows, extra, mode)
         if m % 2:
             if extra is None:
                 raise ValueError(f"{m} rows need the address mode's extra row")
@@ -207,6 +238,39 @@ class Transfer:
             self._reduce_alpha(rows, out, mode)
         return out
 
+    def premultiply(self, rows: np.ndarray) -> np.ndarray:
+        """(n, w, 4) uint8 texels or float32 linear -> a new float32 array (colour * alpha, alpha)."""
+        if rows.dtype == np.uint8:
+            lin = np.take(decode_table(self.srgb), rows)  # np.take: several times faster than table[rows]
+            np.take(decode_table(False), rows[..., 3], out=lin[..., 3])  # exact: 255 -> 1.0
+        elif rows.dtype == np.float32:
+            lin = rows.copy()
+        else:
+            raise ValueError(f"rows must be uint8 or float32, got {rows.dtype}")
+        lin[..., :3] *= lin[..., 3:]
+        return lin
+
+    def _reduce_premultiplied(self, rows: np.ndarray, extra: np.ndarray | None, mode: AddressMode) -> np.ndarray:
+        """`reduce` weighted by alpha, by chunks of rows (the float copies stay small)."""
+        m, w = rows.shape[0], rows.shape[1]
+        if m % 2 and extra is None:
+            raise ValueError(f"{m} rows need the address mode's extra row")
+        box = Transfer(srgb=self.srgb)  # a float32 input is only summed: srgb plays no part
+        out = np.empty(((m + 1) // 2, (w + 1) // 2, 4), np.float32)
+        step = max(2, min(m, 4 * _CHUNK_TEXELS // max(1, w)) & ~1)
+        for r in range(0, m, step):
+            c = min(step, m - r)
+            ex = None
+            if c % 2:  # the last chunk of an odd block of rows
+                assert extra is not None
+                ex = self.premultiply(extra.reshape(1, w, 4).astype(rows.dtype))[0]
+            out[r // 2 : (r + c + 1) // 2] = box.reduce(self.premultiply(rows[r : r + c]), ex, mode)
+        a = out[..., 3:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(out[..., :3], a, out=out[..., :3], where=a > 0)
+        out[..., :3][np.broadcast_to(a <= 0, out[..., :3].shape)] = 0.0  # nothing visible: bled later
+        return out
+
     @staticmethod
     def _reduce_alpha(rows: np.ndarray, out: np.ndarray, mode: AddressMode) -> None:
         """Redo alpha from the bytes (the pair table put it through the sRGB curve)."""
@@ -219,6 +283,87 @@ class Transfer:
         if w % 2:
             total[:, -1] = s[:, w - 1] + (s[:, w - 1] if mode is AddressMode.CLAMP else s[:, 0])
         out[..., 3] = total * np.float32(1 / 1020)
+
+
+# ---- bleeding colour into transparent texels -------------------------------------------------------
+def _sum2(a: np.ndarray) -> np.ndarray:
+    """Sums of aligned 2x2 groups: (2h, 2w, ...) -> (h, w, ...) (strided adds: a reshaped sum over
+    axes 1 and 3 is several times slower)."""
+    v = a[0::2] + a[1::2]
+    return v[:, 0::2] + v[:, 1::2]
+
+
+def bleed(enc: np.ndarray, rows: np.ndarray, row0: int, transfer: Transfer) -> int:
+    """Give texels of `enc` whose alpha is 0 the colour around them (module docstring); in place.
+
+    `enc` is (n, w, 4) uint8, the encoded copy of `rows` (uint8 texels or float32 linear, the same
+    rows as filtered); `row0` is the level row of its first row (the 4x4 grid is aligned on level
+    rows). When `enc` starts and ends on that grid (or at the level's edges, as the baker's bands
+    do), rows at least `BLEED_ROWS` inside it get colours that do not depend on where the rows were
+    cut. Returns the number of texels filled.
+    """
+    n, w = enc.shape[:2]
+    hole = enc[..., 3] == 0
+    count = int(np.count_nonzero(hole))
+    if count == 0 or count == hole.size:
+        return count if count == 0 else _fill_all(enc, hole, 0)
+    top = row0 % 4
+    hp, wp = -(-(top + n) // 4) * 4, -(-w // 4) * 4  # padded to whole blocks: padding has no weight
+    weight = np.zeros((hp, wp), np.float32)
+    weight[top : top + n, :w] = np.take(decode_table(False), enc[..., 3])
+    colour = np.zeros((hp, wp, 3), np.float32)
+    for c in range(3):  # one channel at a time: numpy's inner loop then runs along the row
+        lin = np.take(decode_table(transfer.srgb), rows[..., c]) if rows.dtype == np.uint8 else rows[..., c]
+        np.multiply(lin, weight[top : top + n, :w], out=colour[top : top + n, :w, c])
+    s1, a1 = _sum2(colour), _sum2(weight)  # aligned 2x2 groups
+    s2, a2 = _sum2(s1), _sum2(a1)  # aligned 4x4 blocks
+    with np.errstate(invalid="ignore", divide="ignore"):
+        block = np.where(a2[..., None] > 0, s2 / a2[..., None], 0.0).astype(np.float32)
+    block = _dilate(block, a2 > 0)
+    ys, xs = np.nonzero(hole)  # only the holes are filled: push-pull from the group, else the block
+    ys = ys + top
+    gy, gx = ys // 2, xs // 2
+    ga = a1[gy, gx]
+    fill = np.empty((1, count, 4), np.float32)
+    inner = ga > 0
+    fill[0, inner, :3] = s1[gy[inner], gx[inner]] / ga[inner, None]
+    fill[0, ~inner, :3] = block[ys[~inner] // 4, xs[~inner] // 4]
+    fill[0, :, 3] = 0.0
+    enc[ys - top, xs, :3] = transfer.encode(fill)[0, :, :3]
+    return count
+
+
+def _fill_all(enc: np.ndarray, hole: np.ndarray, value: int) -> int:
+    enc[hole, :3] = value  # nothing visible in reach: any colour will do, a constant packs best
+    return int(np.count_nonzero(hole))
+
+
+def _dilate(block: np.ndarray, filled: np.ndarray) -> np.ndarray:
+    """`BLEED_BLOCKS` rounds of mean-of-filled-neighbours over the block grid, then each block row's
+    mean for what is still empty (0 for rows with nothing filled)."""
+    hb, wb = filled.shape
+    block = block.copy()
+    filled = filled.copy()
+    for _ in range(BLEED_BLOCKS):
+        if filled.all():
+            return block
+        pad_c = np.pad(block * filled[..., None], ((1, 1), (1, 1), (0, 0)))
+        pad_f = np.pad(filled.astype(np.float32), 1)
+        acc = np.zeros_like(block)
+        num = np.zeros(filled.shape, np.float32)
+        for dy in range(3):
+            for dx in range(3):
+                acc += pad_c[dy : dy + hb, dx : dx + wb]
+                num += pad_f[dy : dy + hb, dx : dx + wb]
+        new = ~filled & (num > 0)
+        block[new] = acc[new] / num[new, None]
+        filled |= new
+    if not filled.all():
+        cnt = filled.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(cnt[:, None] > 0, (block * filled[..., None]).sum(axis=1) / cnt[:, None], 0.0)
+        block = np.where(filled[..., None], block, mean[:, None, :]).astype(np.float32)
+    return block
 
 
 # ---- level geometry in bands ---------------------------------------------------------------------
@@ -282,9 +427,12 @@ def reduce_level(level: np.ndarray, transfer: Transfer, mode: AddressMode = Addr
 
 
 __all__ = [
+    "BLEED_BLOCKS",
+    "BLEED_ROWS",
     "LevelRows",
     "Transfer",
     "band_levels",
+    "bleed",
     "decode_table",
     "linear_to_srgb",
     "next_window",

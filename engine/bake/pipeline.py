@@ -37,6 +37,7 @@ main module, as with any spawned multiprocessing worker).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import mmap
@@ -57,8 +58,8 @@ from ..pack import codec
 from ..pack.format import MAX_METADATA, AddressMode, PackHeader, Supercompression, TexelFormat
 from ..pack.writer import PackWriter
 from . import bcn
-from .mips import LevelRows, Transfer, band_levels
-from .source import Source, describe, open_source
+from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
+from .source import Source, describe, has_alpha, open_source
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -67,6 +68,45 @@ log = logging.getLogger(__name__)
 BAND_BYTES = 32 << 20  # input bytes of one band: bounds worker memory (~4x this) and the ring
 FINAL_BYTES = 4 << 20  # a level this small (as float32 RGBA) is finished by one job
 MIP_FILTER = "box2x2-linear"  # recorded in the metadata
+ALPHA_FORMATS = (TexelFormat.BC3, TexelFormat.BC7, TexelFormat.RGBA8)  # formats that keep alpha
+
+
+# ---- format choice ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FormatChoice:
+    """The texel format a bake uses, and why.
+
+    alpha: the source has real alpha (some alpha below 255); None when not looked for before the
+    bake (a format that keeps alpha was given: the bands report it as they are made) or when the
+    source cannot be scanned ahead (then its channel count decides an automatic choice).
+    """
+
+    texel_format: TexelFormat
+    auto: bool  # chosen by the baker (BakeConfig.texel_format was None)
+    alpha: bool | None
+
+    @property
+    def drops_alpha(self) -> bool:
+        return bool(self.alpha) and self.texel_format not in ALPHA_FORMATS
+
+    def premultiplied(self, srgb: bool) -> bool:
+        """Whether mips are filtered premultiplied and transparent texels bled: colour (sRGB) that
+        may have real alpha, in a format that keeps it. Linear data (masks, packed channels) is not
+        colour weighted by coverage, and is filtered channel by channel."""
+        return self.alpha is not False and srgb and self.texel_format in ALPHA_FORMATS
+
+
+def choose_format(source: Source, config: BakeConfig) -> FormatChoice:
+    """bc1 for opaque colour and bc7 for real alpha when no format was given (`BakeConfig.format_for`);
+    the source is scanned for alpha only when the answer changes something (the choice, or the
+    warning for a given format that drops alpha)."""
+    given = config.texel_format
+    if source.channels not in (2, 4):
+        return FormatChoice(config.format_for(False), given is None, False)
+    if given is not None and given in ALPHA_FORMATS:
+        return FormatChoice(given, False, None)
+    alpha = has_alpha(source)
+    return FormatChoice(config.format_for(alpha is not False), given is None, alpha)
 
 
 # ---- report -----------------------------------------------------------------------------------------
@@ -133,12 +173,14 @@ class Stage:
 
 
 def plan_stages(
-    header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None, min_bands: int = 1
-) -> list[Stage]:
+    header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None, min_bands: int = 1,
+    context: int = 0,
+) -> list[Stage]:  # fmt: skip
     """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row)
     and, where the level is tall enough, number at least `min_bands` (work for every worker, and a
     short wait for the last band); a level of at most `final_bytes` (as float32 RGBA) is finished
-    in one job."""
+    in one job. `context`: rows each band reads past its border at every level it tiles (bleeding
+    colour into transparent texels reads `mips.BLEED_ROWS`)."""
     band_bytes = BAND_BYTES if band_bytes is None else band_bytes
     final_bytes = FINAL_BYTES if final_bytes is None else final_bytes
     t, b = header.tile_size, header.border
@@ -160,7 +202,7 @@ def plan_stages(
             and -(-h // (t << k)) >= min_bands
         ):
             k += 1
-        stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), b << (k - 1)))
+        stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), (b + context) << (k - 1)))
         s += k
     return stages
 
@@ -174,6 +216,7 @@ class Settings:
     transfer: Transfer
     bc7_quality: str
     zstd_level: int
+    alpha: bool = True  # the source may have real alpha (steers the BC7 encoder)
 
 
 @dataclass(frozen=True)
@@ -214,6 +257,7 @@ class JobResult:
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)
     bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
+    alpha: bool = False  # a stage-0 band held alpha below 255
 
 
 # ---- worker side ------------------------------------------------------------------------------------
@@ -297,7 +341,8 @@ def _encode_row(settings: Settings, cutter: LevelCutter, level: int, ty: int, ro
                 out: list[tuple[int, int, int, bytes, int]]) -> None:  # fmt: skip
     h = settings.header
     for tx, slot in cutter.cut(rows):
-        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb)
+        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb,
+                              alpha=settings.alpha)  # fmt: skip
         stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
         out.append((level, tx, ty, stored, digest))
 
@@ -333,8 +378,11 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
         raise EngineError(f"band {job.band} of stage {st.index} has {data.shape[0]} rows, expected {hi - lo}")
     res = JobResult()
     transfer = settings.transfer
-    if transfer.srgb and transfer.alpha and _opaque(data):
-        transfer = Transfer(srgb=True, alpha=False)  # exact for alpha 255 (1.0), and faster
+    if transfer.alpha and (transfer.srgb or transfer.premultiplied or st.index == 0):
+        if _opaque(data):
+            transfer = Transfer(srgb=transfer.srgb, alpha=False)  # exact for alpha 255 (1.0), and faster
+        else:
+            res.alpha = st.index == 0
     reductions = st.count - 1 if st.final else st.count
     levels = band_levels(LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer,
                          h.address_mode, job.top_row0.__getitem__)  # fmt: skip
@@ -347,8 +395,7 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
             res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
             break
         elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
-        part = lr.data[elo - lr.lo : ehi - lr.lo]
-        enc = part if part.dtype == np.uint8 else transfer.encode(part)
+        enc = _encoded_rows(lr, elo, ehi, transfer)
         if job.want_top:
             assert elo == 0 and lr.lo == 0
             res.top_rows[lr.level] = enc[: min(lh, t + b)].copy()
@@ -364,6 +411,20 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
                            job.bottom_rows.get(lr.level), lh)  # fmt: skip
             _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
     return res
+
+
+def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.ndarray:
+    """Rows [elo, ehi) of a level as stored: encoded, and bled when the colour has alpha."""
+    if not transfer.premultiplied:
+        part = lr.data[elo - lr.lo : ehi - lr.lo]
+        return part if part.dtype == np.uint8 else transfer.encode(part)
+    # The bleed reads BLEED_ROWS rows either side (the stage's margin holds them; at a level's
+    # edge there is nothing to read), so every band gives a shared row the same colours.
+    blo, bhi = max(lr.lo, elo - BLEED_ROWS), min(lr.hi, ehi + BLEED_ROWS)
+    rows = lr.data[blo - lr.lo : bhi - lr.lo]
+    enc = rows.copy() if rows.dtype == np.uint8 else transfer.encode(rows)
+    bleed(enc, rows, blo, transfer)
+    return enc[elo - blo : ehi - blo]
 
 
 def _opaque(rows: np.ndarray) -> bool:
@@ -503,27 +564,32 @@ _Pool = WorkerPool | _InlinePool
 
 
 class _Baker:
-    def __init__(self, source: Source, out: Path, config: BakeConfig, metadata: dict) -> None:
+    def __init__(self, source: Source, out: Path, config: BakeConfig, metadata: dict, choice: FormatChoice) -> None:
         self.source = source
         self.out = out
         self.config = config
+        self.choice = choice
         self.header = PackHeader(
             width=source.width,
             height=source.height,
-            texel_format=config.texel_format,
+            texel_format=choice.texel_format,
             srgb=config.is_srgb,
             tile_size=config.tile_size,
             border=config.border,
             address_mode=config.address_mode,
             supercompression=config.supercompression,
         )
-        transfer = Transfer(srgb=self.header.srgb, alpha=source.channels in (2, 4))
-        self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level)
+        alpha = choice.alpha is not False
+        cutout = choice.premultiplied(self.header.srgb)
+        transfer = Transfer(srgb=self.header.srgb, alpha=alpha, premultiplied=cutout)
+        self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level, alpha)
         self.jobs = max(1, config.worker_count)
         # BC7 costs ~300x BC1 per texel: smaller bands keep every worker busy to the end.
         slow = self.header.texel_format is TexelFormat.BC7
         band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
-        self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs)
+        self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs,
+                                  context=BLEED_ROWS if cutout else 0)  # fmt: skip
+        self.alpha_seen = False  # some stage-0 band held alpha below 255
         self.metadata = metadata
         self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
         # Who reads the source: workers generate picklable ones themselves; with one job, this
@@ -620,6 +686,7 @@ class _Baker:
             self.free_slots.append(slot)
         writer = self.writer
         assert writer is not None
+        self.alpha_seen |= res.alpha
         raw = self.header.tile_raw_size
         for level, x, y, stored, digest in res.tiles:
             writer.add_encoded(level, x, y, stored, raw, digest)
@@ -678,6 +745,10 @@ class _Baker:
             pool.close()
             pool = None
             check_interrupt()
+            if self.choice.alpha is None:  # not scanned ahead: what the bands saw
+                self.writer.metadata["alpha"] = self.alpha_seen
+                if not self.alpha_seen:  # opaque bands took the straight filter
+                    self.writer.metadata["mip_filter"] = MIP_FILTER
             self.writer.commit()
             failed = False
         finally:
@@ -732,7 +803,12 @@ def bake(
     out = Path(out_path)
     if out.is_dir():
         raise EngineError(f"output {out} is a folder")
-    meta = creation_metadata(source, config)
+    choice = choose_format(source, config)
+    if choice.drops_alpha:
+        name = choice.texel_format.name.lower()
+        log.warning("%s has alpha; %s drops it (use --format bc3 or bc7)", source.name, name)
+    config = dataclasses.replace(config, texel_format=choice.texel_format)
+    meta = creation_metadata(source, config, choice)
     meta.update(metadata or {})
     try:  # found out now, not when the pack is written after the whole bake
         size = len(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
@@ -740,7 +816,7 @@ def bake(
         raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
     if size > MAX_METADATA:
         raise ValueError(f"metadata is {size} bytes, over the {MAX_METADATA}-byte cap")
-    baker = _Baker(source, out, config, meta)
+    baker = _Baker(source, out, config, meta, choice)
     log.info("baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s", source.name, source.width,
              source.height, out, baker.header.level_count, baker.header.tile_count,
              [(s.level, s.count, s.bands) for s in baker.stages])  # fmt: skip
@@ -750,15 +826,26 @@ def bake(
     return report
 
 
-def creation_metadata(source: Source, config: BakeConfig) -> dict:
-    """The metadata every pack records: tool, source, and each creation parameter."""
+def creation_metadata(source: Source, config: BakeConfig, choice: FormatChoice | None = None) -> dict:
+    """The metadata every pack records: tool, source, and each creation parameter.
+
+    ``format_auto``: the baker chose the format; ``alpha``: the source has real alpha (null when it
+    could not be told); ``mip_filter`` ends in ``-premultiplied`` when colour was filtered weighted
+    by alpha and transparent texels were bled.
+    """
     from .. import __version__
 
-    meta = {"tool": f"texstream {__version__}", "mip_filter": MIP_FILTER}
+    choice = choice or choose_format(source, config)
+    fmt = choice.texel_format
+    srgb = config.srgb if config.srgb is not None else fmt.colour
+    premultiplied = choice.premultiplied(srgb)
+    meta = {"tool": f"texstream {__version__}", "mip_filter": MIP_FILTER + ("-premultiplied" if premultiplied else "")}
     meta.update(describe(source))
     meta.update({
-        "format": config.texel_format.name.lower(),
-        "srgb": config.is_srgb,
+        "format": fmt.name.lower(),
+        "format_auto": choice.auto,
+        "alpha": choice.alpha,
+        "srgb": srgb,
         "tile_size": config.tile_size,
         "border": config.border,
         "address_mode": config.address_mode.name.lower(),
@@ -766,7 +853,7 @@ def creation_metadata(source: Source, config: BakeConfig) -> dict:
     })  # fmt: skip
     if config.supercompression is Supercompression.ZSTD:
         meta["zstd_level"] = config.zstd_level
-    if config.texel_format is TexelFormat.BC7:
+    if fmt is TexelFormat.BC7:
         meta["bc7_quality"] = config.bc7_quality
     return meta
 
@@ -794,11 +881,14 @@ def bake_procedural(
 
 
 __all__ = [
+    "ALPHA_FORMATS",
     "BakeReport",
+    "FormatChoice",
     "Stage",
     "bake",
     "bake_file",
     "bake_procedural",
+    "choose_format",
     "creation_metadata",
     "plan_stages",
 ]

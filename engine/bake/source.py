@@ -22,9 +22,13 @@ HSV
 libvips images: 16-bit and other integer formats (any band count) use the I;16 rule per band,
 float formats the F rule; 1, 2, 3 and 4 bands mean grey, grey + alpha, RGB and RGBA.
 
-Multi-frame files (GIF, APNG, TIFF pages) use their first frame. EXIF orientation is not applied:
-texels are baked in stored order. Anything else raises `SourceError` with a one-line message
-naming the file.
+Multi-frame files (GIF, APNG, TIFF pages) use their first frame. EXIF orientation is applied (a
+phone photo stored sideways bakes upright): Pillow's ``exif_transpose``, libvips' ``autorot``;
+``describe()`` records the tag's value as ``source_orientation`` (1: stored order). Anything else
+raises `SourceError` with a one-line message naming the file.
+
+Alpha: ``channels`` says whether the file *can* carry alpha; `has_alpha` says whether it does (any
+alpha below 255). An RGBA file whose alpha is all 255 is opaque colour.
 
 Pillow decodes a whole image at once, so images above `VIPS_THRESHOLD` pixels (or that Pillow
 cannot read) are opened with libvips and converted strip by strip (sequential access; TIFF and .v
@@ -62,6 +66,7 @@ class Source(Protocol):
                   one job then reads its bands in place, in any order (with more jobs, the main
                   process copies them into the workers' shared ring as for any other source).
     ``describe()``  a dict for the pack's metadata.
+    ``has_alpha()``  whether any alpha is below 255 (see `has_alpha`, which scans sources without it).
     ``read_rows_into(y0, y1, out)``  `read_rows` writing into a given array (saves a copy).
     """
 
@@ -88,6 +93,35 @@ def describe(source: Source) -> dict:
     if callable(own):
         info.update(own())
     return info
+
+
+def has_alpha(source: Source) -> bool | None:
+    """Whether `source` has real alpha (any texel's alpha below 255); None when it cannot tell.
+
+    1- and 3-channel sources are opaque by their channel rule. Others answer through their own
+    ``has_alpha()`` (libvips computes the alpha band's minimum over a second, streaming decode),
+    or, when random-access and cheap (``forkable``/``parallel``), by scanning their strips. A source
+    read once, top to bottom, without ``has_alpha()`` cannot be scanned ahead: None.
+    """
+    if source.channels not in (2, 4):
+        return False
+    own = getattr(source, "has_alpha", None)
+    if callable(own):
+        return bool(own())
+    if not (getattr(source, "forkable", False) or getattr(source, "parallel", False)):
+        return None
+    step = max(1, _SCAN_TEXELS // max(1, source.width))
+    for y in range(0, source.height, step):
+        if _alpha_below_255(source.read_rows(y, min(source.height, y + step))):
+            return True
+    return False
+
+
+_SCAN_TEXELS = 1 << 22  # texels per strip of an alpha scan
+
+
+def _alpha_below_255(rgba: np.ndarray) -> bool:
+    return bool(rgba.size) and int(rgba[..., 3].min()) < 255
 
 
 # ---- conversions ---------------------------------------------------------------------------------
@@ -208,6 +242,13 @@ class ArraySource:
             return a
         return to_rgba(a)[0]
 
+    def has_alpha(self) -> bool:
+        if self.channels not in (2, 4):
+            return False
+        step = max(1, _SCAN_TEXELS // self.width)  # converted strip by strip: bounded memory
+        return any(_alpha_below_255(self.read_rows(y, min(self.height, y + step)))
+                   for y in range(0, self.height, step))  # fmt: skip
+
     def describe(self) -> dict:
         return {"source_kind": "array", "source_dtype": str(self._array.dtype)}
 
@@ -218,7 +259,7 @@ class PillowSource:
     forkable = True
 
     def __init__(self, image: str | os.PathLike[str] | object, name: str | None = None) -> None:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image, ImageOps, UnidentifiedImageError
 
         if isinstance(image, Image.Image):
             img = image
@@ -241,6 +282,9 @@ class PillowSource:
             if getattr(img, "n_frames", 1) > 1:
                 img.seek(0)
             img.load()
+            self.orientation = _exif_orientation(img)
+            if self.orientation != 1:
+                img = ImageOps.exif_transpose(img)
             self._rgba, self.channels = pil_to_rgba(img)
         except SourceError as exc:
             raise SourceError(f"{self.name}: {exc}") from None
@@ -252,8 +296,20 @@ class PillowSource:
         _check_range(self, y0, y1)
         return self._rgba[y0:y1]
 
+    def has_alpha(self) -> bool:
+        return self.channels in (2, 4) and _alpha_below_255(self._rgba)
+
     def describe(self) -> dict:
-        return {"source_kind": "pillow", "source_mode": self.mode}
+        return {"source_kind": "pillow", "source_mode": self.mode, "source_orientation": self.orientation}
+
+
+def _exif_orientation(img: object) -> int:
+    """The EXIF orientation tag (1..8) of a Pillow image; 1 when absent or invalid."""
+    try:
+        value = int(img.getexif().get(0x0112, 1))  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError, OSError, SyntaxError):  # a broken EXIF block
+        return 1
+    return value if 1 <= value <= 8 else 1
 
 
 def _quiet_vips_log() -> None:
@@ -307,8 +363,15 @@ class VipsSource:
             img = pyvips.Image.new_from_file(str(self.path), access="sequential", fail_on="error")
             loader = img.get("vips-loader") if "vips-loader" in img.get_fields() else ""
             self.random = loader.startswith(self._REGION_LOADERS) or self.path.suffix.lower() == ".v"
+            self.orientation = _vips_orientation(img)
+            # Every orientation but 1 reads the stored rows out of order (a rotation or a vertical
+            # flip), which a sequential loader cannot do: libvips then decodes the image once into
+            # its own cache (memory, or a temporary file for large images) and rotates from there.
+            self.random = self.random or self.orientation != 1
             if self.random:
                 img = pyvips.Image.new_from_file(str(self.path), access="random", fail_on="error")
+            if self.orientation != 1:
+                img = img.autorot()
             self.mode = f"{img.interpretation}/{img.format}/{img.bands}"
             self._img, self.channels = self._convert(img)
         except pyvips.Error as exc:
@@ -369,8 +432,32 @@ class VipsSource:
             raise SourceError(f"{self.path}: cannot read rows {y0}..{y1}: {_vips_reason(exc)}") from None
         return np.frombuffer(data, np.uint8).reshape(y1 - y0, self.width, self.channels)
 
+    def has_alpha(self) -> bool:
+        """The alpha band's minimum, from a second decode of the file (libvips streams and threads
+        it; this source's own stream is left where it is), converted as the strips are."""
+        import pyvips
+
+        if self.channels not in (2, 4):
+            return False
+        try:
+            img = pyvips.Image.new_from_file(str(self.path), access="sequential", fail_on="error")
+            alpha = self._convert(img)[0].extract_band(self.channels - 1)  # type: ignore[attr-defined]
+            return alpha.min() < 255
+        except pyvips.Error as exc:
+            raise SourceError(f"{self.path}: cannot read its alpha: {_vips_reason(exc)}") from None
+
     def describe(self) -> dict:
-        return {"source_kind": "vips", "source_mode": self.mode, "source_loader": self.loader}
+        return {"source_kind": "vips", "source_mode": self.mode, "source_loader": self.loader,
+                "source_orientation": self.orientation}  # fmt: skip
+
+
+def _vips_orientation(img: object) -> int:
+    """The EXIF orientation libvips read (1..8); 1 when absent."""
+    try:
+        value = int(img.get("orientation")) if "orientation" in img.get_fields() else 1  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return 1
+    return value if 1 <= value <= 8 else 1
 
 
 def _vips_reason(exc: BaseException) -> str:
@@ -432,6 +519,7 @@ __all__ = [
     "VipsSource",
     "describe",
     "float_to_u8",
+    "has_alpha",
     "open_source",
     "pil_to_rgba",
     "to_rgba",

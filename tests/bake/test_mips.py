@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from texstream.bake.mips import LevelRows, Transfer, band_levels, decode_table, next_window, reduce_level
+from texstream.bake.mips import (
+    BLEED_ROWS,
+    LevelRows,
+    Transfer,
+    band_levels,
+    bleed,
+    decode_table,
+    next_window,
+    reduce_level,
+)
 from texstream.pack import AddressMode
 
 from . import reference as ref
@@ -92,3 +101,62 @@ def test_next_window() -> None:
     assert next_window(0, 10, 21) == (0, 5)
     assert next_window(4, 21, 21) == (2, 11)  # the odd last row pairs with the address mode's row
     assert next_window(3, 9, 40) == (2, 4)  # only rows whose two sources are present
+
+
+# ---- alpha: premultiplied filter and bleeding ----------------------------------------------------------
+def test_premultiplied_reduce_ignores_the_colour_of_transparent_texels() -> None:
+    img = np.zeros((2, 4, 4), np.uint8)
+    img[..., 0] = 255  # red everywhere, but transparent ...
+    img[0, 0] = (255, 255, 255, 255)  # ... except one white texel in the first footprint
+    img[1, 3] = (255, 255, 255, 64)  # a faint white one in the second
+    out = reduce_level(img, Transfer(srgb=True, alpha=True, premultiplied=True))
+    np.testing.assert_allclose(out[0, 0], [1.0, 1.0, 1.0, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(out[0, 1], [1.0, 1.0, 1.0, 64 / 255 / 4], rtol=1e-6)
+    straight = reduce_level(img, Transfer(srgb=True, alpha=True))
+    assert straight[0, 0, 1] < 0.3  # the straight mean: pink
+    img[..., 3] = 0
+    assert not reduce_level(img, Transfer(srgb=True, alpha=True, premultiplied=True))[..., :3].any()
+
+
+@pytest.mark.parametrize("mode", [AddressMode.CLAMP, AddressMode.WRAP])
+def test_premultiplied_reduce_is_the_straight_one_on_opaque_texels(mode: AddressMode) -> None:
+    """Opaque bands take the straight path: both must give the same bits, or bands would disagree."""
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, (37, 29, 4), dtype=np.uint8)
+    img[..., 3] = 255
+    pre, straight = Transfer(srgb=True, premultiplied=True), Transfer(srgb=True, alpha=False)
+    a, b = reduce_level(img, pre, mode), reduce_level(img, straight, mode)
+    assert np.array_equal(a, b)
+    assert np.array_equal(reduce_level(a, pre, mode), reduce_level(b, straight, mode))
+
+
+def test_bleed_fills_from_the_group_then_the_block_then_the_grid() -> None:
+    t = Transfer(srgb=False, premultiplied=True)
+    enc = np.zeros((8, 64, 4), np.uint8)
+    enc[:, :, :3] = (255, 0, 0)  # transparent red
+    enc[0, 0] = (0, 100, 0, 255)  # group (0, 0) has a visible texel
+    enc[2, 2] = (0, 0, 100, 255)  # block (0, 0) holds both; group (1, 1) has the blue one
+    rows = enc.copy()
+    filled = bleed(enc, rows, 0, t)
+    assert filled == 8 * 64 - 2
+    assert tuple(enc[1, 1, :3]) == (0, 100, 0) and tuple(enc[3, 3, :3]) == (0, 0, 100)
+    assert tuple(enc[0, 2, :3]) == (0, 50, 50)  # group (0, 1) is empty: the block's mean
+    assert tuple(enc[4, 4, :3]) == (0, 50, 50)  # an empty block next to it: dilated
+    assert not np.any(enc[..., 0] == 255) and np.all(enc[..., 3][rows[..., 3] == 0] == 0)
+
+
+def test_bleed_does_not_depend_on_where_the_rows_are_cut() -> None:
+    """Rows filled with at least BLEED_ROWS rows of context either side equal the whole level's."""
+    rng = np.random.default_rng(9)
+    n, w = 160, 90
+    rows = rng.integers(0, 256, (n, w, 4), dtype=np.uint8)
+    y, x = np.mgrid[0:n, 0:w]
+    rows[..., 3] = np.where(((x // 23) + (y // 29)) % 3 == 0, rows[..., 3], 0)  # wide transparent areas
+    t = Transfer(srgb=True, premultiplied=True)
+    whole = rows.copy()
+    bleed(whole, rows, 0, t)
+    for lo, hi in ((20, 60), (44, 100), (100, 160)):
+        a, z = max(0, lo - BLEED_ROWS), min(n, hi + BLEED_ROWS)
+        part = rows[a:z].copy()
+        bleed(part, rows[a:z], a, t)
+        assert np.array_equal(part[lo - a : hi - a], whole[lo:hi]), (lo, hi)

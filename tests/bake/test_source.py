@@ -109,7 +109,9 @@ def test_pillow_modes_bake(mode: str, tmp_path: Path) -> None:
     bake(PillowSource(img, name=mode), out, BakeConfig(texel_format=TexelFormat.RGBA8, tile_size=64, jobs=1,
                                                        progress=False))  # fmt: skip
     header, slots = read_slots(out)
-    assert np.array_equal(assemble(header, slots, 0), want)
+    got = assemble(header, slots, 0)
+    visible = want[..., 3] > 0  # colour under alpha 0 is bled from its neighbours (test_alpha)
+    assert np.array_equal(got[visible], want[visible]) and np.array_equal(got[..., 3], want[..., 3])
 
 
 def test_first_frame_of_multiframe_files(tmp_path: Path) -> None:
