@@ -51,12 +51,20 @@ def next_level(lin: np.ndarray, wrap: bool) -> np.ndarray:
     return acc / 4.0
 
 
-def pyramid(rgba: np.ndarray, count: int, srgb: bool, wrap: bool) -> list[np.ndarray]:
-    """uint8 RGBA of every level, level 0 being `rgba` itself."""
+def pyramid(rgba: np.ndarray, count: int, srgb: bool, wrap: bool, premultiplied: bool = False) -> list[np.ndarray]:
+    """uint8 RGBA of every level, level 0 being `rgba` itself; `premultiplied`: colour filtered as
+    sum(c * a) / sum(a) (0 where sum(a) == 0), as the baker filters sRGB colour with alpha."""
     levels = [rgba]
     lin = to_linear(rgba, srgb)
     for _ in range(count - 1):
-        lin = next_level(lin, wrap)
+        if premultiplied:
+            pre = lin.copy()
+            pre[..., :3] *= pre[..., 3:]
+            lin = next_level(pre, wrap)
+            a = lin[..., 3:]
+            lin[..., :3] = np.divide(lin[..., :3], a, out=np.zeros_like(lin[..., :3]), where=a > 0)
+        else:
+            lin = next_level(lin, wrap)
         levels.append(to_u8(lin, srgb))
     return levels
 
