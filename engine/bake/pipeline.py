@@ -59,7 +59,7 @@ from ..config import BakeConfig
 from ..errors import EngineError
 from ..pack import codec
 from ..pack.format import MAX_METADATA, AddressMode, PackHeader, Supercompression, TexelFormat
-from ..pack.writer import PackWriter
+from ..pack.writer import EncodedTiles, PackWriter
 from . import bcn
 from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
 from .source import Source, describe, has_alpha, open_source
@@ -260,7 +260,7 @@ class CutJob:
 
 @dataclass
 class JobResult:
-    tiles: list[tuple[int, int, int, bytes, int]] = field(default_factory=list)
+    tiles: EncodedTiles = field(default_factory=EncodedTiles)
     output: np.ndarray | None = None
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)
@@ -346,13 +346,13 @@ def _execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
 
 
 def _encode_row(settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray,
-                out: list[tuple[int, int, int, bytes, int]]) -> None:  # fmt: skip
+                out: EncodedTiles) -> None:  # fmt: skip
     h = settings.header
     for tx, slot in cutter.cut(rows):
         raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb,
                               alpha=settings.alpha)  # fmt: skip
         stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
-        out.append((level, tx, ty, stored, digest))
+        out.add(level, tx, ty, stored, digest)
 
 
 def _band_input(job: BandJob, state: _WorkerState, lo: int, hi: int) -> np.ndarray:
@@ -696,8 +696,7 @@ class _Baker:
         assert writer is not None
         self.alpha_seen |= res.alpha
         raw = self.header.tile_raw_size
-        for level, x, y, stored, digest in res.tiles:
-            writer.add_encoded(level, x, y, stored, raw, digest)
+        writer.add_encoded_batch(res.tiles)
         self.raw_bytes += raw * len(res.tiles)
         if self.bar is not None:
             self.bar.update(len(res.tiles))

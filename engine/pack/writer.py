@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +35,27 @@ from .format import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class EncodedTiles:
+    """Supercompressed tiles with their raw checksums, as parallel lists (a bake band's output)."""
+
+    levels: list[int] = field(default_factory=list)
+    xs: list[int] = field(default_factory=list)
+    ys: list[int] = field(default_factory=list)
+    stored: list[bytes] = field(default_factory=list)
+    digests: list[int] = field(default_factory=list)  # xxh3-64 of each raw tile
+
+    def add(self, level: int, x: int, y: int, stored: bytes, digest: int) -> None:
+        self.levels.append(level)
+        self.xs.append(x)
+        self.ys.append(y)
+        self.stored.append(stored)
+        self.digests.append(digest)
+
+    def __len__(self) -> int:
+        return len(self.stored)
 
 
 class PackWriter:
@@ -87,6 +109,57 @@ class PackWriter:
         self._index[i] = (self._pos, len(stored), raw_size, digest)
         self._written[i] = True
         self._pos += len(stored)
+
+    def add_encoded_batch(self, tiles: EncodedTiles) -> None:
+        """Add many supercompressed tiles at once (a bake band's): the same checks as `add_encoded`,
+        over arrays, and one write for their payloads."""
+        if self._done:
+            raise RuntimeError("pack writer is closed")
+        n = len(tiles)
+        if n == 0:
+            return
+        h = self.header
+        level = np.asarray(tiles.levels, np.int64)
+        x, y = np.asarray(tiles.xs, np.int64), np.asarray(tiles.ys, np.int64)
+        if level.min() < 0 or level.max() >= h.level_count:
+            raise ValueError(f"tile levels out of range 0..{h.level_count - 1}")
+        tx, ty = h.level_table["tiles_x"].astype(np.int64)[level], h.level_table["tiles_y"].astype(np.int64)[level]
+
+        def first(bad: np.ndarray) -> str:
+            k = int(np.flatnonzero(bad)[0])
+            return f"tile ({int(level[k])}, {int(x[k])}, {int(y[k])})"
+
+        outside = (x < 0) | (x >= tx) | (y < 0) | (y >= ty)
+        if outside.any():
+            raise ValueError(f"{first(outside)} does not exist")
+        index = h.level_first.astype(np.int64)[level] + y * tx + x
+        sizes = np.fromiter((len(b) for b in tiles.stored), np.int64, n)
+        bad_size = (sizes <= 0) | (sizes > h.supercompression.stored_bound(h.tile_raw_size))
+        if bad_size.any():
+            raise ValueError(f"{first(bad_size)} stored size is out of range")
+        order = np.argsort(index, kind="stable")
+        repeated = np.zeros(n, bool)
+        repeated[order[1:]] = index[order[1:]] == index[order[:-1]]
+        twice = self._written[index] | repeated
+        if twice.any():
+            raise ValueError(f"{first(twice)} was added twice")
+        align = h.alignment
+        padded = -(-sizes // align) * align  # each payload starts aligned (pad before the next one)
+        start = self._pos + (-self._pos % align)
+        offsets = start + np.concatenate([[0], np.cumsum(padded[:-1])])
+        pads = padded - sizes
+        parts: list[bytes] = [b"\0" * (start - self._pos)]
+        for blob, pad in zip(tiles.stored, pads.tolist(), strict=True):
+            parts.append(blob)
+            parts.append(b"\0" * pad)
+        parts.pop()  # no padding after the last one: the next write pads as it needs
+        self._file.write(b"".join(parts))
+        entries = self._index[index]
+        entries["offset"], entries["stored_size"] = offsets, sizes
+        entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
+        self._index[index] = entries
+        self._written[index] = True
+        self._pos = int(offsets[-1] + sizes[-1])
 
     @property
     def tiles_written(self) -> int:

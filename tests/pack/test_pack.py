@@ -299,3 +299,45 @@ def test_concurrent_reads(small_pack: tuple[Path, PackHeader, dict]) -> None:
     with PackReader(p) as r, ThreadPoolExecutor(8) as ex:
         results = list(ex.map(lambda k: r.read_tile(*k), keys))
     assert all(res == tiles[k] for k, res in zip(keys, results, strict=True))
+
+
+def test_batched_adds_write_the_same_pack_as_single_adds(tmp_path: Path) -> None:
+    from texstream.pack import codec
+    from texstream.pack.writer import EncodedTiles
+
+    h = PackHeader(width=700, height=300, texel_format=TexelFormat.BC1, tile_size=64, border=4,
+                   supercompression=Supercompression.ZSTD)  # fmt: skip
+    rng = np.random.default_rng(5)
+    tiles = []
+    for level in range(h.level_count):
+        tx, ty = h.level_table["tiles_x"][level], h.level_table["tiles_y"][level]
+        for y in range(int(ty)):
+            for x in range(int(tx)):
+                raw = rng.integers(0, 4, h.tile_raw_size, np.uint8).tobytes()  # compressible, odd sizes
+                tiles.append((level, x, y, *codec.encode(raw, h.supercompression)))
+    rng.shuffle(tiles)  # bands arrive in any order
+    single, batched = tmp_path / "single.tpk", tmp_path / "batched.tpk"
+    with PackWriter(single, h) as w:
+        for level, x, y, stored, digest in tiles:
+            w.add_encoded(level, x, y, stored, h.tile_raw_size, digest)
+    with PackWriter(batched, h) as w:
+        for part in (tiles[:7], tiles[7:8], tiles[8:]):
+            batch = EncodedTiles()
+            for level, x, y, stored, digest in part:
+                batch.add(level, x, y, stored, digest)
+            w.add_encoded_batch(batch)
+    assert single.read_bytes() == batched.read_bytes()
+    with PackReader(batched) as r:
+        for level, x, y, _stored, digest in tiles[:20]:
+            assert xxhash.xxh3_64_intdigest(r.read_tile(level, x, y)) == digest
+    w = PackWriter(tmp_path / "bad.tpk", h)
+    twice = EncodedTiles()
+    twice.add(0, 1, 1, b"x", 1)
+    twice.add(0, 1, 1, b"y", 2)
+    with pytest.raises(ValueError, match=r"tile \(0, 1, 1\) was added twice"):
+        w.add_encoded_batch(twice)
+    outside = EncodedTiles()
+    outside.add(0, 11, 0, b"x", 1)
+    with pytest.raises(ValueError, match=r"tile \(0, 11, 0\) does not exist"):
+        w.add_encoded_batch(outside)
+    w.abort()
