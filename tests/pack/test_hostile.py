@@ -53,15 +53,18 @@ def to_version_1(data: bytearray, h: PackHeader) -> bytearray:
 
 
 # ---- 1. sizes checked against the file before any allocation ---------------------------------------
+# Peak RSS from VmHWM, which starts afresh at exec: ru_maxrss survives exec, so a child forked from a
+# large test process would report the parent's size.
 _RSS_PROBE = """
-import resource, sys
+import sys
 from texstream.errors import PackFormatError
 from texstream.pack import PackReader
 try:
     PackReader(sys.argv[1])
 except PackFormatError as exc:
     print(exc)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+with open("/proc/self/status") as f:
+    print(next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) // 1024)
 """
 
 
