@@ -91,24 +91,11 @@ class PackWriter:
 
     def add_encoded(self, level: int, x: int, y: int, stored: bytes, raw_size: int, digest: int) -> None:
         """Add one tile already supercompressed (by a worker process) with its raw checksum."""
-        if self._done:
-            raise RuntimeError("pack writer is closed")
         if raw_size != self.header.tile_raw_size:
             raise ValueError(f"tile ({level}, {x}, {y}) has {raw_size} raw bytes, expected {self.header.tile_raw_size}")
-        if not 0 < len(stored) <= self.header.supercompression.stored_bound(raw_size):
-            raise ValueError(f"tile ({level}, {x}, {y}) stored size {len(stored)} is out of range")
-        i = self.header.tile_index(level, x, y)
-        if self._written[i]:
-            raise ValueError(f"tile ({level}, {x}, {y}) was added twice")
-        align = self.header.alignment
-        pad = -self._pos % align
-        if pad:
-            self._file.write(b"\0" * pad)
-            self._pos += pad
-        self._file.write(stored)
-        self._index[i] = (self._pos, len(stored), raw_size, digest)
-        self._written[i] = True
-        self._pos += len(stored)
+        one = EncodedTiles()
+        one.add(level, x, y, stored, digest)
+        self.add_encoded_batch(one)
 
     def add_encoded_batch(self, tiles: EncodedTiles) -> None:
         """Add many supercompressed tiles at once (a bake band's): the same checks as `add_encoded`,

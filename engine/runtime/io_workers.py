@@ -405,7 +405,8 @@ class IOWorkers:
                 self._abandoned.add(batch.batch_id)
                 r.retired = True
                 late.append(batch)
-        self._readers = [r for r in self._readers if r.thread.is_alive() or not r.retired]
+        if any(r.retired for r in self._readers):  # forget retired threads whose read came back
+            self._readers = [r for r in self._readers if r.thread.is_alive() or not r.retired]
         if late and not self._closed:
             log.error(
                 "%d tile reads hang for over %.1f s (%s); giving them up and starting new I/O threads",

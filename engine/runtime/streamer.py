@@ -503,8 +503,12 @@ class Streamer:
         if self._closed:
             raise EngineError("streamer is released")
         self._check_thread()
-        if type(self.ctx.mglo).__name__ == "InvalidObject":
+        if self._context_released:
             raise EngineError("the streamer's GL context was released before the streamer")
+
+    @property
+    def _context_released(self) -> bool:
+        return type(self.ctx.mglo).__name__ == "InvalidObject"  # what moderngl leaves after ctx.release()
 
     def _check_thread(self) -> None:
         if threading.get_ident() != self._owner:
@@ -519,9 +523,8 @@ class Streamer:
         thread ends when the read returns, and the staging buffer stays mapped until the process ends)."""
         if self._closed:
             return
-        if threading.get_ident() != self._owner:
-            raise EngineError("release() must run on the thread that made the streamer (its GL context's)")
-        if type(self.ctx.mglo).__name__ == "InvalidObject":
+        self._check_thread()
+        if self._context_released:
             self._closed = True
             if self.uploader is not None:
                 self.uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
