@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
-__all__ = ["BakeConfig", "BudgetConfig", "StreamerConfig"]
+__all__ = ["BakeConfig", "BudgetConfig", "RemoteConfig", "StreamerConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +93,60 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RemoteConfig:
+    """How packs named by a URL (http(s)://, or any fsspec filesystem such as s3://) are read."""
+
+    # Fetched ranges are kept on disk, shared by every remote pack: $TEXSTREAM_CACHE/remote by default
+    # (see `texstream.assets.cache_dir`). The size bounds the cache file; 0 turns the cache off.
+    cache_dir: str | None = None
+    cache_mb: float = 1024.0
+    block_kb: int = 64  # fetch and cache granularity: a request covers whole blocks of the pack
+    max_requests: int = 8  # requests in flight at once, per pack
+    max_request_kb: int = 4096  # adjacent blocks are fetched with one request up to this size
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 5.0  # between bytes of a response
+    request_deadline_s: float = 8.0  # one range, retries included (below StreamerConfig.read_timeout_s)
+    retries: int = 2  # a failed request is tried again this many times, with doubling backoff
+    backoff_s: float = 0.1  # the first retry's wait (jittered)
+    offline_s: float = 1.0  # after a range failed every retry, requests fail at once for this long
+    storage_options: dict = field(default_factory=dict)  # passed to fsspec (credentials, endpoints)
+
+    def __post_init__(self) -> None:
+        finite = {
+            "cache_mb": self.cache_mb >= 0,
+            "connect_timeout_s": self.connect_timeout_s > 0,
+            "read_timeout_s": self.read_timeout_s > 0,
+            "request_deadline_s": self.request_deadline_s > 0,
+            "backoff_s": self.backoff_s >= 0,
+            "offline_s": self.offline_s >= 0,
+        }
+        for name, ok in finite.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and ok):
+                raise ValueError(f"remote {name} is out of range: {value!r}")
+        if self.cache_mb > (1 << 20):  # 1 TiB: the cache index is one entry per block, kept in memory
+            raise ValueError(f"remote cache_mb is at most {1 << 20}, got {self.cache_mb!r}")
+        if self.block_kb not in (16, 32, 64, 128, 256, 512, 1024):
+            raise ValueError(f"remote block_kb must be a power of two in 16..1024, got {self.block_kb!r}")
+        if not 1 <= self.max_requests <= 64:
+            raise ValueError(f"remote max_requests must be in 1..64, got {self.max_requests!r}")
+        if not self.block_kb <= self.max_request_kb <= 65536:
+            raise ValueError(f"remote max_request_kb must be in block_kb..65536, got {self.max_request_kb!r}")
+        if not 0 <= self.retries <= 10:
+            raise ValueError(f"remote retries must be in 0..10, got {self.retries!r}")
+        if not isinstance(self.storage_options, dict):
+            raise TypeError(f"storage_options must be a dict, got {type(self.storage_options).__name__}")
+
+    @property
+    def block_bytes(self) -> int:
+        return self.block_kb << 10
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_mb * (1 << 20)) // self.block_bytes * self.block_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamerConfig:
     """Runtime streaming behaviour."""
 
@@ -111,6 +165,7 @@ class StreamerConfig:
     read_timeout_s: float = 10.0  # a tile read hanging this long is given up (failed, retried later)
     shutdown_wait_s: float = 2.0  # release() waits this long for reads in progress, then abandons them
     native: bool = True  # compiled I/O and upload loops when built (texstream.native); False: pure Python
+    remote: RemoteConfig = field(default_factory=RemoteConfig)  # packs opened by URL
 
     def __post_init__(self) -> None:
         checks = {
@@ -129,3 +184,5 @@ class StreamerConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
+        if not isinstance(self.remote, RemoteConfig):
+            raise TypeError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
 
-from ..errors import PackFormatError, TileCorruptError
+from ..errors import EngineError, PackFormatError, TileCorruptError
+from ..remote import RemoteError, RemoteFile, is_remote, open_remote
 from . import codec
 from .format import (
     HEADER_SIZE,
@@ -29,6 +32,9 @@ from .format import (
     parse_header_bytes,
     position_mix,
 )
+
+if TYPE_CHECKING:
+    from ..config import RemoteConfig
 
 INDEX_CHUNK = 1 << 16  # index entries read and checked at a time (1.5 MiB)
 METADATA_MAX_DEPTH = 64  # nesting of JSON arrays and objects
@@ -106,9 +112,16 @@ class PackReader:
     content are PackFormatError naming the file.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str], remote: RemoteConfig | None = None) -> None:
         self._fd = -1
+        self.remote: RemoteFile | None = None  # set when the pack is named by a URL
+        if is_remote(path):
+            self._open_remote(str(path), remote)
+            return
+        if isinstance(path, str) and path.startswith("file://"):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        self.path: Path | str = Path(path)
+        self.name = str(self.path)
         try:
             _check_regular(self.path, os.stat(self.path).st_mode)
         except FileNotFoundError:
@@ -124,7 +137,14 @@ class PackReader:
         except OSError as exc:
             raise PackFormatError(f"cannot open pack {self.path}: {exc.strerror}") from None
         try:
+            st = os.fstat(self._fd)
+            _check_regular(None, st.st_mode)
+            os.set_blocking(self._fd, True)  # no effect on a regular file's reads; tidy for dup()s
+            self.file_size = st.st_size
             self._load()
+        except OSError as exc:
+            self.close()
+            raise PackFormatError(f"{self.path}: cannot stat: {exc.strerror}") from None
         except PackFormatError as exc:
             self.close()
             raise PackFormatError(f"{self.path}: {exc}") from None
@@ -132,14 +152,23 @@ class PackReader:
             self.close()
             raise
 
-    def _load(self) -> None:
+    def _open_remote(self, url: str, config: RemoteConfig | None) -> None:
+        """A pack named by a URL: one request for its version and first bytes, then the rest of the
+        header, level table, index and metadata through the remote file's cache."""
+        self.path = url
+        self.remote = open_remote(url, config)  # RemoteError (one line) when it cannot be reached
+        self.name = self.remote.name
+        self.file_size = self.remote.size
         try:
-            st = os.fstat(self._fd)
-        except OSError as exc:
-            raise PackFormatError(f"cannot stat: {exc.strerror}") from None
-        _check_regular(None, st.st_mode)
-        os.set_blocking(self._fd, True)  # no effect on a regular file's reads; tidy for dup()s
-        self.file_size = st.st_size
+            self._load()
+        except PackFormatError as exc:
+            self.close()
+            raise PackFormatError(f"{self.name}: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
         raw = parse_header_bytes(self._pread(min(HEADER_SIZE, self.file_size), 0), self.file_size)
         h = self.header = raw.header
         self.version = raw.version
@@ -226,6 +255,9 @@ class PackReader:
         return bytes(out)
 
     def _pread_into(self, out: memoryview, offset: int) -> None:
+        if self.remote is not None:
+            self.remote.read_into(out, offset)  # RemoteError names the URL and the reason
+            return
         done = 0
         while done < len(out):  # a read may return fewer bytes than asked (past 2 GiB on Linux)
             try:
@@ -241,6 +273,8 @@ class PackReader:
 
     def fileno(self) -> int:
         """The open file descriptor (for readers that pread tiles themselves, e.g. the I/O threads)."""
+        if self.remote is not None:
+            raise EngineError(f"{self.name} is read over the network: it has no file descriptor")
         return self._fd
 
     # ---- lookup ---------------------------------------------------------------------------------
@@ -265,6 +299,13 @@ class PackReader:
     def read_stored(self, level: int, x: int, y: int) -> bytes:
         """The tile's bytes exactly as stored (still supercompressed)."""
         e = self.entry(level, x, y)
+        if self.remote is not None:
+            out = bytearray(e.stored_size)
+            try:
+                self.remote.read_into(memoryview(out), e.offset)
+            except RemoteError as exc:
+                raise TileCorruptError(f"tile ({level}, {x}, {y}) unreadable: {exc}", level, x, y) from None
+            return bytes(out)
         try:
             data = os.pread(self._fd, e.stored_size, e.offset)
         except OSError as exc:
@@ -291,7 +332,7 @@ class PackReader:
         if len(out) < e.raw_size:
             raise ValueError(f"output buffer of {len(out)} bytes is smaller than the tile ({e.raw_size})")
         target = out[: e.raw_size]
-        if self.header.supercompression is Supercompression.NONE:
+        if self.header.supercompression is Supercompression.NONE and self.remote is None:
             try:
                 n = os.preadv(self._fd, [target], e.offset)
             except OSError as exc:
@@ -305,6 +346,10 @@ class PackReader:
             except TileCorruptError as exc:
                 raise TileCorruptError(f"tile ({level}, {x}, {y}): {exc}", level, x, y) from None
         if codec.checksum(target) != e.checksum:
+            if self.remote is not None and not self.remote.check_version():
+                raise TileCorruptError(
+                    f"tile ({level}, {x}, {y}): the pack changed on the server since it was opened", level, x, y
+                )
             raise TileCorruptError(f"tile ({level}, {x}, {y}) checksum mismatch", level, x, y)
         return e.raw_size
 
@@ -325,6 +370,9 @@ class PackReader:
         fd, self._fd = getattr(self, "_fd", -1), -1
         if fd >= 0:
             os.close(fd)
+        remote, self.remote = getattr(self, "remote", None), None
+        if remote is not None:
+            remote.close()
 
     def __enter__(self) -> PackReader:
         return self

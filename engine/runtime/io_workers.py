@@ -41,6 +41,7 @@ from ..errors import EngineError
 from ..native import Native
 from ..pack import codec
 from ..pack.format import Supercompression
+from ..remote import RemoteFile
 
 __all__ = ["IOWorkers", "ReadBatch", "ReadResult", "ReadStatus", "TileSource", "read_batch"]
 
@@ -59,6 +60,7 @@ class ReadStatus(enum.IntEnum):
     TRUNCATED = 3  # the file ends inside the tile
     DECODE_ERROR = 4  # the codec rejected the data or it decodes to the wrong size
     CHECKSUM = 5  # decoded, but the xxh3 differs from the index
+    CHANGED = 6  # a remote pack is no longer the version opened (never from the compiled helper)
 
     def describe(self, err: int = 0) -> str:
         if self is ReadStatus.IO_ERROR:
@@ -69,18 +71,27 @@ class ReadStatus(enum.IntEnum):
             ReadStatus.TRUNCATED: "truncated (the file ends inside it)",
             ReadStatus.DECODE_ERROR: "does not decode",
             ReadStatus.CHECKSUM: "checksum mismatch",
+            ReadStatus.CHANGED: "the pack changed on the server since it was opened (reopen it)",
         }[self]
 
 
 @dataclass(frozen=True)
 class TileSource:
-    """What a thread needs of an open pack: its descriptor, codec and tile size."""
+    """What a thread needs of an open pack: its descriptor (or remote file), codec and tile size."""
 
-    fd: int
+    fd: int  # -1 for a remote pack
     codec: Supercompression
     raw_size: int
     max_stored: int
     name: str  # for messages
+    remote: RemoteFile | None = None  # a pack read by URL (its own handle, closed by the owner)
+
+    def close(self) -> None:
+        """Close the descriptor or the remote handle (the uploader's, once no batch reads it)."""
+        if self.remote is not None:
+            self.remote.close()
+        elif self.fd >= 0:
+            os.close(self.fd)
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,14 +174,28 @@ def _read_batch_python(
     runs = _runs(batch, skip, limit)
     total = sum(int(batch.file_offsets[j - 1] + batch.stored[j - 1] - batch.file_offsets[i]) for i, j in runs)
     buf = scratch.reserve(total)
-    raw = src.raw_size
     where = np.zeros(n, np.int64)  # offset of each tile's stored bytes in buf
+    if src.remote is not None:
+        _fetch_remote(batch, runs, src.remote, buf, where, status, errnum)
+    else:
+        _fetch_local(batch, runs, src.fd, buf, where, status, errnum)
+    _decode(batch, buf, where, ring, stride, status)
+    if src.remote is not None:
+        _recheck_remote(batch, src.remote, status)
+    return status, errnum
+
+
+def _fetch_local(
+    batch: ReadBatch, runs: list[tuple[int, int]], fd: int, buf: np.ndarray, where: np.ndarray,
+    status: np.ndarray, errnum: np.ndarray,
+) -> None:  # fmt: skip
+    """One preadv per run into `buf`."""
     at = 0
     for i, j in runs:
         start = int(batch.file_offsets[i])
         want = int(batch.file_offsets[j - 1] + batch.stored[j - 1]) - start
         try:
-            got = os.preadv(src.fd, [memoryview(buf[at : at + want])], start)
+            got = os.preadv(fd, [memoryview(buf[at : at + want])], start)
         except OSError as exc:
             status[i:j] = ReadStatus.IO_ERROR
             errnum[i:j] = exc.errno or errno.EIO
@@ -180,6 +205,47 @@ def _read_batch_python(
         status[i:j][short] = ReadStatus.TRUNCATED
         where[i:j] = at + rel
         at += want
+
+
+def _fetch_remote(
+    batch: ReadBatch, runs: list[tuple[int, int]], remote: RemoteFile, buf: np.ndarray, where: np.ndarray,
+    status: np.ndarray, errnum: np.ndarray,
+) -> None:  # fmt: skip
+    """Every run of the batch in one `read_runs` call (cache, coalesced requests, several at once)."""
+    if not runs:
+        return
+    first = np.array([i for i, _ in runs], np.int64)
+    last = np.array([j - 1 for _, j in runs], np.int64)
+    starts = batch.file_offsets[first]
+    lengths = batch.file_offsets[last] + batch.stored[last] - starts
+    at = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    err = remote.read_runs(starts, lengths, buf, at)
+    for (i, j), run_at, start, e in zip(runs, at.tolist(), starts.tolist(), err.tolist(), strict=True):
+        where[i:j] = run_at + batch.file_offsets[i:j] - start
+        if e == errno.ESTALE:
+            status[i:j] = ReadStatus.CHANGED
+        elif e:
+            status[i:j] = ReadStatus.IO_ERROR
+            errnum[i:j] = e
+
+
+def _recheck_remote(batch: ReadBatch, remote: RemoteFile, status: np.ndarray) -> None:
+    """Tiles of a remote pack that arrived damaged: their cached blocks are dropped (the next try
+    fetches them again), and the server is asked whether the pack changed (object stores give no
+    per-request version check)."""
+    bad = np.flatnonzero((status == ReadStatus.CHECKSUM) | (status == ReadStatus.DECODE_ERROR))
+    if not bad.size:
+        return
+    remote.forget(batch.file_offsets[bad], batch.stored[bad])
+    if not remote.check_version():
+        status[bad] = ReadStatus.CHANGED
+
+
+def _decode(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int,
+            status: np.ndarray) -> None:  # fmt: skip
+    """Decode the OK tiles' stored bytes (at `where` in `buf`) into their ring slots and check them."""
+    src = batch.source
+    raw = src.raw_size
     todo = np.flatnonzero(status == ReadStatus.OK)
     dst = batch.ring_slots * stride
     if src.codec is Supercompression.ZSTD and todo.size:
@@ -208,7 +274,6 @@ def _read_batch_python(
     for k in np.flatnonzero(status == ReadStatus.OK).tolist():
         if codec.checksum(ring[dst[k] : dst[k] + raw]) != int(batch.checksums[k]):
             status[k] = ReadStatus.CHECKSUM
-    return status, errnum
 
 
 def _zstd_many(frames: list[memoryview], raw: int) -> list[bytes | memoryview | None]:
@@ -243,7 +308,7 @@ def read_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read one batch into the ring (compiled helper when `scratch` has one); (status, errnum)."""
     native = scratch.native
-    if native is None:
+    if native is None or batch.source.remote is not None:  # remote: fetched by `RemoteFile`, decoded here
         return _read_batch_python(batch, ring, stride, state, skip_state, scratch)
     n = len(batch)
     status = np.zeros(n, np.int32)

@@ -113,9 +113,10 @@ class Streamer:
 
     # ---- textures -----------------------------------------------------------------------------
     def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
-        """Open a pack; its coarsest `pinned_levels` levels are loaded now (blocking, once)."""
+        """Open a pack (a path, or a URL: http(s)://, or any fsspec filesystem such as s3://); its
+        coarsest `pinned_levels` levels are loaded now (blocking, once)."""
         self._check_open()
-        reader = PackReader(path)
+        reader = PackReader(path, self.config.remote)
         vt: VirtualTexture | None = None
         try:
             h = reader.header

@@ -203,9 +203,11 @@ class Uploader:
         idx = reader.index
         stored = idx["stored_size"].astype(np.int64)
         h = reader.header
-        tile = TileSource(
-            os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, int(stored.max(initial=0)), str(reader.path)
-        )
+        largest = int(stored.max(initial=0))
+        if reader.remote is not None:
+            tile = TileSource(-1, h.supercompression, h.tile_raw_size, largest, reader.name, reader.remote.share())
+        else:
+            tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, largest, reader.name)
         self.sources[tex] = _Source(
             tile,
             idx["offset"].astype(np.int64),
@@ -224,7 +226,7 @@ class Uploader:
             if src.batches:
                 self._retired.append(src)
             else:
-                os.close(src.tile.fd)
+                src.tile.close()
         return cancelled
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -372,7 +374,7 @@ class Uploader:
                 src.batches -= 1
                 if src.closing and src.batches == 0:
                     self._retired.remove(src)
-                    os.close(src.tile.fd)
+                    src.tile.close()
                 return
 
     def _records(self, slots: np.ndarray) -> LoadRecords:
@@ -557,7 +559,7 @@ class Uploader:
         self._scratch.close()
         for src in list(self.sources.values()) + self._retired:
             if stopped:  # else a stuck thread may still read it
-                os.close(src.tile.fd)
+                src.tile.close()
         self.sources.clear()
         self._retired.clear()
         if stopped:

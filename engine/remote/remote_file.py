@@ -1,0 +1,434 @@
+"""A pack file on a server or object store, read by ranges through the on-disk block cache.
+
+`read_runs` is what the I/O threads call: byte runs (each one or more tiles adjacent in the file)
+are turned into the blocks of `RemoteConfig.block_kb` that cover them; blocks found in the cache are
+read from disk, the missing ones are coalesced into requests of up to `max_request_kb` (adjacent
+blocks, one request) and fetched `max_requests` at a time on this file's fetch threads, then cached.
+
+Failures: a request is retried `retries` times with doubling, jittered backoff, all within
+`request_deadline_s`; a range that still fails fails the runs that need it (their tiles count as
+failed and are retried later by the streamer's scheduler). After a range failed because the server
+could not be reached, requests fail at once for `offline_s` (one probe then decides), so a server
+that went away costs no more than a failed probe a second, and streaming resumes when it returns.
+A version mismatch (the pack changed on the server) fails with `errno.ESTALE`, never with bytes of
+the other version.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import re
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .cache import BlockCache, CacheStats, CacheUnavailable
+from .transport import (
+    FsspecTransport,
+    HttpTransport,
+    PackChangedError,
+    PermanentError,
+    RemoteError,
+    RemoteVersion,
+    TransientError,
+    Transport,
+    redact,
+)
+
+if TYPE_CHECKING:
+    from ..config import RemoteConfig
+
+__all__ = ["RemoteFile", "RemoteStats", "is_remote", "open_remote"]
+
+log = logging.getLogger(__name__)
+
+PROBE_BYTES = 64 << 10  # the first request: header, level table and (small packs) the index
+LATENCY_SAMPLES = 512
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_remote(path: object) -> bool:
+    """Whether `path` names a pack by URL (`scheme://`, other than file://)."""
+    if not isinstance(path, str):
+        return False
+    m = _SCHEME.match(path)
+    return m is not None and m.group(1).lower() != "file"
+
+
+@dataclass(frozen=True)
+class RemoteStats:
+    """Network and cache figures of one remote pack (counters are totals since it was opened)."""
+
+    requests: int
+    failed_requests: int
+    retries: int
+    net_bytes: int  # bytes received
+    cache_hits: int  # blocks found in the cache
+    cache_misses: int  # blocks fetched
+    latency_ms: tuple[float, ...]  # recent request latencies (newest last)
+    offline: bool  # requests fail at once for now (the server could not be reached)
+    cache: CacheStats | None  # the shared cache; None when running without one
+
+
+class _SharedCache:
+    """Process-wide registry: one `BlockCache` per folder, open while some remote file uses it."""
+
+    lock = threading.Lock()
+    caches: dict[Path, tuple[BlockCache, int]] = {}
+    refused: set[Path] = set()  # folders that could not be used (warned once)
+
+    @classmethod
+    def acquire(cls, config: RemoteConfig) -> BlockCache | None:
+        if config.cache_bytes < config.block_bytes:
+            return None
+        from ..assets import cache_dir
+
+        folder = Path(config.cache_dir) if config.cache_dir else cache_dir() / "remote"
+        folder = folder.expanduser().absolute()
+        with cls.lock:
+            held = cls.caches.get(folder)
+            if held is not None:
+                cls.caches[folder] = (held[0], held[1] + 1)
+                return held[0]
+            try:
+                cache = BlockCache(folder, config.cache_bytes, config.block_bytes)
+            except CacheUnavailable as exc:
+                if folder not in cls.refused:
+                    cls.refused.add(folder)
+                    log.warning("remote packs run without a disk cache: %s", exc)
+                return None
+            cls.caches[folder] = (cache, 1)
+            return cache
+
+    @classmethod
+    def release(cls, cache: BlockCache) -> None:
+        with cls.lock:
+            held = cls.caches.get(cache.directory)
+            if held is None or held[0] is not cache:
+                return
+            if held[1] > 1:
+                cls.caches[cache.directory] = (cache, held[1] - 1)
+                return
+            del cls.caches[cache.directory]
+        cache.close()
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Blocks [first, last] of the file, fetched with one request."""
+
+    first: int
+    last: int
+
+
+class RemoteFile:
+    """One remote pack: its version, fetch threads, statistics and a handle on the shared cache.
+
+    Thread-safe. Reference-counted (`share` / `close`) so the reader and the streamer's uploader can
+    each close their handle whenever their owner likes.
+    """
+
+    def __init__(self, url: str, config: RemoteConfig) -> None:
+        self.url = url
+        self.name = redact(url)
+        self.config = config
+        scheme = url.split("://", 1)[0].lower()
+        self._transport: Transport
+        if scheme in ("http", "https"):
+            self._transport = HttpTransport(url, max_requests=config.max_requests,
+                                            connect_timeout_s=config.connect_timeout_s,
+                                            read_timeout_s=config.read_timeout_s)  # fmt: skip
+        else:
+            self._transport = FsspecTransport(url, config.storage_options)
+        self._lock = threading.Lock()
+        self._refs = 1
+        self._requests = self._failed = self._retries = self._bytes = self._hits = self._misses = 0
+        self._latency: deque[float] = deque(maxlen=LATENCY_SAMPLES)
+        self._offline_until = 0.0
+        self._changed = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._cache: BlockCache | None = None
+        try:
+            self.version, first = self._probe()
+            self.size = self.version.size
+            self._cache = _SharedCache.acquire(config)
+            if self._cache is not None:
+                self._pack_id, self._url_id = BlockCache.pack_ids(url, self.version.key())
+                freed = self._cache.adopt(self._pack_id, self._url_id)
+                if freed:
+                    log.info("%s changed since it was cached: %d old blocks dropped", self.name, freed)
+                self._store(0, first)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _probe(self) -> tuple[RemoteVersion, bytes]:
+        """Version and first blocks, retried like any request; a failure is one RemoteError line."""
+        cfg = self.config
+        block = cfg.block_bytes
+        want = max(block, PROBE_BYTES // block * block)
+        deadline = time.monotonic() + cfg.request_deadline_s
+        for attempt in range(cfg.retries + 1):
+            t0 = time.perf_counter()
+            try:
+                version, data = self._transport.probe(want, deadline)
+            except TransientError as exc:
+                if attempt == cfg.retries or time.monotonic() + self._backoff(attempt) > deadline:
+                    raise RemoteError(f"{self.name}: {exc}") from None
+                time.sleep(self._backoff(attempt))
+                continue
+            except (PermanentError, PackChangedError) as exc:
+                raise RemoteError(f"{self.name}: {exc}") from None
+            self._note(time.perf_counter() - t0, len(data), ok=True)
+            if len(data) != min(want, version.size):
+                raise RemoteError(f"{self.name}: the first request returned {len(data)} bytes")
+            return version, data
+        raise AssertionError("unreachable")
+
+    # ---- handles -----------------------------------------------------------------------------------------
+    def share(self) -> RemoteFile:
+        """Another handle on this file (closed with `close`)."""
+        with self._lock:
+            if self._refs <= 0:
+                raise RemoteError(f"{self.name}: closed")
+            self._refs += 1
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            if self._refs <= 0:
+                return
+            self._refs -= 1
+            if self._refs:
+                return
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        if self._cache is not None:
+            _SharedCache.release(self._cache)
+            self._cache = None
+        self._transport.close()
+
+    # ---- reads -------------------------------------------------------------------------------------------
+    def read_into(self, out: memoryview, offset: int) -> None:
+        """`len(out)` bytes at `offset` (the reader's header, index and single tiles); RemoteError."""
+        buf = np.frombuffer(out, np.uint8) if not out.readonly else None
+        if buf is None:
+            raise ValueError("read_into needs a writable buffer")
+        err = self.read_runs(np.array([offset], np.int64), np.array([len(out)], np.int64), buf, np.zeros(1, np.int64))
+        if err[0]:
+            raise RemoteError(
+                f"{self.name}: cannot read {len(out)} bytes at {offset}: {self.describe_error(int(err[0]))}"
+            )
+
+    def read_runs(self, starts: np.ndarray, lengths: np.ndarray, buf: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """Read run i (`lengths[i]` bytes at file offset `starts[i]`) into `buf[where[i]:]`.
+
+        Returns an errno per run: 0 read, ESTALE the pack changed on the server, else why it failed
+        (the run's bytes in `buf` are then unspecified).
+        """
+        n = int(starts.size)
+        err = np.zeros(n, np.int32)
+        if n == 0:
+            return err
+        ends = starts + lengths
+        past = (starts < 0) | (lengths <= 0) | (ends > self.size)
+        err[past] = errno.EINVAL
+        block = self.config.block_bytes
+        first, last = starts // block, (ends - 1) // block
+        ok = ~past
+        counts = np.where(ok, last - first + 1, 0)
+        needed = np.unique(np.repeat(first, counts) + _ramp(counts)) if counts.sum() else np.zeros(0, np.int64)
+        data: dict[int, bytes] = {}
+        missing: list[int] = []
+        cache = self._cache
+        for b in needed.tolist():
+            got = cache.get(self._pack_id, b) if cache is not None else None
+            if got is None:
+                missing.append(b)
+            else:
+                data[b] = got
+        with self._lock:
+            self._hits += len(data)
+            self._misses += len(missing)
+        failed: dict[int, int] = {}  # block -> errno
+        for span, outcome in self._fetch_all(self._spans(missing)):
+            if isinstance(outcome, int):
+                for b in range(span.first, span.last + 1):
+                    failed[b] = outcome
+                continue
+            for b in range(span.first, span.last + 1):
+                piece = outcome[(b - span.first) * block : (b - span.first + 1) * block]
+                data[b] = piece
+                self._store(b, piece)
+        for i in np.flatnonzero(ok).tolist():
+            s, e, at = int(starts[i]), int(ends[i]), int(where[i])
+            for b in range(int(first[i]), int(last[i]) + 1):
+                if b in failed:
+                    err[i] = failed[b]
+                    break
+                lo, hi = max(s, b * block), min(e, (b + 1) * block)
+                piece = data[b]
+                buf[at + lo - s : at + hi - s] = np.frombuffer(piece, np.uint8, hi - lo, lo - b * block)
+        return err
+
+    def _spans(self, blocks: list[int]) -> list[_Span]:
+        """Runs of consecutive blocks, each at most `max_request_kb`."""
+        most = max(1, self.config.max_request_kb * 1024 // self.config.block_bytes)
+        spans: list[_Span] = []
+        for b in blocks:
+            if spans and b == spans[-1].last + 1 and b - spans[-1].first < most:
+                spans[-1] = _Span(spans[-1].first, b)
+            else:
+                spans.append(_Span(b, b))
+        return spans
+
+    def _fetch_all(self, spans: list[_Span]) -> list[tuple[_Span, bytes | int]]:
+        if len(spans) <= 1:
+            return [(s, self._fetch_span(s)) for s in spans]
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.config.max_requests, thread_name_prefix="texstream-net")
+            executor = self._executor
+        return list(zip(spans, executor.map(self._fetch_span, spans), strict=True))
+
+    def _fetch_span(self, span: _Span) -> bytes | int:
+        """The span's bytes, or the errno it failed with after the retries."""
+        cfg = self.config
+        block = cfg.block_bytes
+        start = span.first * block
+        length = min((span.last + 1) * block, self.size) - start
+        deadline = time.monotonic() + cfg.request_deadline_s
+        attempt = 0
+        while True:
+            if self._changed:
+                return errno.ESTALE
+            if time.monotonic() < self._offline_until:
+                return errno.ECONNREFUSED  # the server was unreachable a moment ago: fail at once
+            t0 = time.perf_counter()
+            try:
+                data = self._transport.fetch(start, length, self.version, deadline)
+            except PackChangedError as exc:
+                self._note(time.perf_counter() - t0, 0, ok=False)
+                self._mark_changed(str(exc))
+                return errno.ESTALE
+            except PermanentError as exc:
+                self._note(time.perf_counter() - t0, 0, ok=False)
+                log.warning("%s: %s", self.name, exc)
+                return exc.errnum
+            except TransientError as exc:
+                self._note(time.perf_counter() - t0, 0, ok=False)
+                wait = self._backoff(attempt)
+                if attempt >= cfg.retries or time.monotonic() + wait > deadline:
+                    if exc.connection:
+                        with self._lock:
+                            self._offline_until = time.monotonic() + cfg.offline_s
+                    log.warning("%s: %s (after %d tries)", self.name, exc, attempt + 1)
+                    return exc.errnum
+                with self._lock:
+                    self._retries += 1
+                attempt += 1
+                time.sleep(wait)
+                continue
+            self._note(time.perf_counter() - t0, len(data), ok=True)
+            return data
+
+    def _backoff(self, attempt: int) -> float:
+        return self.config.backoff_s * (1 << attempt) * (0.5 + random.random() / 2)
+
+    def _note(self, seconds: float, nbytes: int, ok: bool) -> None:
+        with self._lock:
+            self._requests += 1
+            self._bytes += nbytes
+            self._latency.append(seconds * 1e3)
+            if ok:
+                self._offline_until = 0.0
+            else:
+                self._failed += 1
+
+    def _mark_changed(self, why: str) -> None:
+        with self._lock:
+            first = not self._changed
+            self._changed = True
+        if first:
+            log.error("%s: %s; its tiles fail until it is opened again", self.name, why)
+
+    def _store(self, block: int, data: bytes) -> None:
+        cache = self._cache
+        if cache is not None and data:
+            cache.put(self._pack_id, self._url_id, block, data)
+
+    def forget(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Drop the cached blocks under these byte ranges (tiles that failed their checksum)."""
+        cache = self._cache
+        if cache is None:
+            return
+        block = self.config.block_bytes
+        for start, size in zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist(), strict=True):
+            for b in range(int(start) // block, (int(start) + int(size) - 1) // block + 1):
+                cache.discard(self._pack_id, b)
+
+    def check_version(self) -> bool:
+        """Ask the server whether the pack is still the version opened (after a checksum failure:
+        object stores give no per-request check). False marks it changed."""
+        if self._changed:
+            return False
+        try:
+            same = self._transport.revalidate(self.version, time.monotonic() + self.config.request_deadline_s)
+        except (TransientError, PermanentError):
+            return True  # cannot tell now; the tile is retried later anyway
+        if not same:
+            self._mark_changed("the pack changed on the server")
+        return same
+
+    @property
+    def changed(self) -> bool:
+        return self._changed
+
+    @staticmethod
+    def describe_error(err: int) -> str:
+        if err == errno.ESTALE:
+            return "the pack changed on the server since it was opened"
+        import os
+
+        return os.strerror(err)
+
+    def stats(self) -> RemoteStats:
+        cache = self._cache
+        with self._lock:
+            return RemoteStats(
+                requests=self._requests,
+                failed_requests=self._failed,
+                retries=self._retries,
+                net_bytes=self._bytes,
+                cache_hits=self._hits,
+                cache_misses=self._misses,
+                latency_ms=tuple(self._latency),
+                offline=time.monotonic() < self._offline_until,
+                cache=cache.stats() if cache is not None else None,
+            )
+
+
+def _ramp(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for each c in `counts`, concatenated."""
+    total = int(counts.sum())
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(total, dtype=np.int64) - starts
+
+
+def open_remote(url: str, config: RemoteConfig | None = None) -> RemoteFile:
+    """Open a pack by URL: one request now (its version and first bytes); RemoteError when it fails."""
+    from ..config import RemoteConfig
+
+    return RemoteFile(url, config or RemoteConfig())

@@ -1,0 +1,374 @@
+"""Byte-range transports: HTTP(S) range requests (urllib3) and any fsspec filesystem.
+
+A transport answers two questions: what is the file now (`probe`: its size and version, plus its
+first bytes), and what are the bytes of one range of the version seen at the probe (`fetch`). It
+neither retries nor caches (`RemoteFile` does both); it classifies every failure:
+
+- `TransientError`: worth retrying (connection refused or reset, timeouts, HTTP 5xx/408/429);
+- `PermanentError`: retrying will not help (HTTP 404/403, a server that ignores ranges);
+- `PackChangedError`: the file is no longer the version probed (ETag, Last-Modified or size
+  differ; HTTP 412 to the If-Match the request carried).
+
+Nothing a server sends is trusted: a response must be 206 with the exact Content-Range asked for,
+its body is read in bounded chunks up to the requested length and no further, and a response that
+trickles past the request's deadline is cut.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import EngineError
+
+__all__ = [
+    "FsspecTransport",
+    "HttpTransport",
+    "PackChangedError",
+    "PermanentError",
+    "RemoteError",
+    "RemoteVersion",
+    "TransientError",
+    "Transport",
+    "redact",
+]
+
+READ_CHUNK = 256 << 10  # bytes read from a response at a time (the deadline is checked between reads)
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+class RemoteError(EngineError):
+    """A pack named by a URL cannot be reached or read (the message names the URL, without secrets)."""
+
+
+class PackChangedError(RemoteError):
+    """The pack on the server is not the version that was opened; reopen it to see the new one."""
+
+
+class TransientError(Exception):
+    """A failure worth retrying; `errnum` is the errno reported for the tiles it fails."""
+
+    def __init__(self, message: str, errnum: int = errno.EIO, connection: bool = False) -> None:
+        super().__init__(message)
+        self.errnum = errnum
+        self.connection = connection  # the server could not be reached at all
+
+
+class PermanentError(Exception):
+    """A failure retrying cannot fix."""
+
+    def __init__(self, message: str, errnum: int = errno.EIO) -> None:
+        super().__init__(message)
+        self.errnum = errnum
+
+
+@dataclass(frozen=True)
+class RemoteVersion:
+    """What identifies one version of a remote file."""
+
+    size: int
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def key(self) -> str:
+        return f"{self.size}\0{self.etag or ''}\0{self.last_modified or ''}"
+
+    def describe(self) -> str:
+        parts = [f"{self.size} bytes"]
+        if self.etag:
+            parts.append(f"ETag {self.etag}")
+        if self.last_modified:
+            parts.append(f"modified {self.last_modified}")
+        return ", ".join(parts)
+
+
+class Transport(Protocol):
+    name: str
+
+    def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]: ...
+
+    def fetch(self, start: int, length: int, version: RemoteVersion, deadline: float) -> bytes: ...
+
+    def revalidate(self, version: RemoteVersion, deadline: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def redact(url: str) -> str:
+    """The URL without credentials or query string (presigned URLs carry secrets there)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+# ---- HTTP ---------------------------------------------------------------------------------------------
+class HttpTransport:
+    """HTTP(S) range requests over a urllib3 connection pool (thread-safe, keep-alive)."""
+
+    def __init__(self, url: str, *, max_requests: int, connect_timeout_s: float, read_timeout_s: float) -> None:
+        import urllib3
+
+        from .. import __version__
+
+        self.url = url
+        self.name = redact(url)
+        self._urllib3 = urllib3
+        self._pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=max_requests,
+            retries=urllib3.Retry(total=5, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=True),
+            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+            headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+        )
+
+    def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:
+        resp = self._request(0, length, None)
+        try:
+            if resp.status == 200:  # no range support; acceptable only for a file no longer than asked
+                size = _content_length(resp)
+                if size is None or size > length:
+                    raise PermanentError("the server ignores Range requests (HTTP 200 instead of 206)")
+                body = _read_body(resp, size, deadline)
+                return self._version(resp, size), body
+            self._check_status(resp)
+            first, last, total = self._content_range(resp)
+            if first != 0 or last != min(length, total) - 1:
+                raise PermanentError(f"the server answered bytes {first}-{last} to a request for 0-{length - 1}")
+            body = _read_body(resp, last + 1, deadline)
+            return self._version(resp, total), body
+        finally:
+            _finish(resp)
+
+    def fetch(self, start: int, length: int, version: RemoteVersion, deadline: float) -> bytes:
+        resp = self._request(start, length, version)
+        try:
+            if resp.status == 200:
+                raise PermanentError("the server ignores Range requests (HTTP 200 instead of 206)")
+            self._check_status(resp)
+            first, last, total = self._content_range(resp)
+            seen = self._version(resp, total)
+            if (
+                total != version.size
+                or _differs(seen.etag, version.etag)
+                or (_differs(seen.last_modified, version.last_modified))
+            ):
+                raise PackChangedError(
+                    f"the pack changed on the server ({seen.describe()}, opened as {version.describe()})"
+                )
+            if (first, last) != (start, start + length - 1):
+                raise PermanentError(
+                    f"the server answered bytes {first}-{last} to a request for {start}-{start + length - 1}"
+                )
+            return _read_body(resp, length, deadline)
+        finally:
+            _finish(resp)
+
+    def revalidate(self, version: RemoteVersion, deadline: float) -> bool:
+        """True when the file is still `version` (a one-byte request)."""
+        try:
+            self.fetch(0, 1, version, deadline)
+        except PackChangedError:
+            return False
+        return True
+
+    def _request(self, start: int, length: int, version: RemoteVersion | None) -> Any:
+        u3 = self._urllib3
+        headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        if version is not None:  # the server refuses (412) rather than serve another version's bytes
+            if version.etag and not version.etag.startswith("W/"):
+                headers["If-Match"] = version.etag
+            elif version.last_modified:
+                headers["If-Unmodified-Since"] = version.last_modified
+        try:
+            return self._pool.request("GET", self.url, headers=headers, preload_content=False, decode_content=False)
+        except u3.exceptions.MaxRetryError as exc:  # too many redirects, or the connection failed
+            reason = exc.reason
+            if isinstance(reason, u3.exceptions.NewConnectionError | u3.exceptions.ConnectTimeoutError):
+                raise _connection_error(reason) from None
+            raise PermanentError(f"request failed: {_first_line(reason or exc)}") from None
+        except u3.exceptions.TimeoutError:
+            raise TransientError("the server did not answer in time", errno.ETIMEDOUT) from None
+        except (u3.exceptions.ProtocolError, u3.exceptions.SSLError, u3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"connection failed: {_first_line(exc)}", errno.ECONNRESET, connection=True) from None
+
+    def _check_status(self, resp: Any) -> None:
+        status = resp.status
+        if status == 206:
+            return
+        if status == 412:
+            raise PackChangedError("the pack changed on the server (HTTP 412 to If-Match)")
+        if status == 416:
+            raise PackChangedError("the pack on the server is shorter than when it was opened (HTTP 416)")
+        if status in (408, 425, 429) or 500 <= status <= 599:
+            raise TransientError(f"HTTP {status} {resp.reason or ''}".rstrip(), errno.EIO)
+        if status == 404:
+            raise PermanentError("not found on the server (HTTP 404)", errno.ENOENT)
+        if status in (401, 403):
+            raise PermanentError(f"access denied (HTTP {status})", errno.EACCES)
+        raise PermanentError(f"unexpected HTTP {status} {resp.reason or ''}".rstrip())
+
+    def _content_range(self, resp: Any) -> tuple[int, int, int]:
+        text = resp.headers.get("Content-Range", "")
+        m = _CONTENT_RANGE.fullmatch(text.strip())
+        if m is None:
+            raise PermanentError(f"bad Content-Range {text[:80]!r}")
+        first, last, total = (int(v) for v in m.groups())
+        if not first <= last < total:
+            raise PermanentError(f"bad Content-Range {text[:80]!r}")
+        length = _content_length(resp)
+        if length is not None and length != last - first + 1:
+            raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
+        return first, last, total
+
+    @staticmethod
+    def _version(resp: Any, size: int) -> RemoteVersion:
+        return RemoteVersion(size, resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
+
+    def close(self) -> None:
+        self._pool.clear()
+
+
+def _differs(seen: str | None, opened: str | None) -> bool:
+    """A validator the server sent now that differs from the one it sent at open."""
+    return opened is not None and seen is not None and seen != opened
+
+
+def _content_length(resp: Any) -> int | None:
+    text = resp.headers.get("Content-Length")
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 18:
+        raise PermanentError(f"bad Content-Length {text[:40]!r}")
+    return int(text)
+
+
+def _read_body(resp: Any, length: int, deadline: float) -> bytes:
+    """Exactly `length` bytes of the body: fewer is an error, more is never read."""
+    out = bytearray(length)
+    view = memoryview(out)
+    done = 0
+    try:
+        while done < length:
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"response too slow: {done} of {length} bytes before the deadline", errno.ETIMEDOUT
+                )
+            chunk = resp.read(min(READ_CHUNK, length - done))
+            if not chunk:
+                raise TransientError(f"response ended after {done} of {length} bytes", errno.EIO)
+            view[done : done + len(chunk)] = chunk
+            done += len(chunk)
+        if _content_length(resp) is None and resp.read(1):
+            raise PermanentError("the server sent more bytes than the range asked for")
+    except (TransientError, PermanentError):
+        raise
+    except Exception as exc:  # noqa: BLE001 (urllib3 read errors: timeouts, resets, bad chunking)
+        raise TransientError(f"reading the response failed: {_first_line(exc)}", errno.EIO) from None
+    return bytes(out)
+
+
+def _finish(resp: Any) -> None:
+    """Give the connection back when the body was read to its end, else drop it."""
+    try:
+        if not resp.isclosed() and resp.length_remaining not in (0, None):
+            resp.close()  # unread bytes: the connection cannot carry another request
+    finally:
+        resp.release_conn()
+
+
+def _connection_error(reason: BaseException) -> TransientError:
+    text = _first_line(reason)
+    if "timed out" in text.lower():
+        return TransientError("cannot connect: timed out", errno.ETIMEDOUT, connection=True)
+    if "refused" in text.lower():
+        return TransientError("cannot connect: connection refused", errno.ECONNREFUSED, connection=True)
+    return TransientError(f"cannot connect: {text}", errno.EHOSTUNREACH, connection=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    text = text.splitlines()[0]
+    # urllib3 messages repeat the pool object's repr; keep the part after it
+    if ": " in text and text.startswith("<"):
+        text = text.split(": ", 1)[1]
+    return text[:200]
+
+
+# ---- fsspec -------------------------------------------------------------------------------------------
+class FsspecTransport:
+    """Any filesystem fsspec knows (s3://, gs://, az://, memory://, ...), its backend installed.
+
+    Object stores give no per-request version check through fsspec, so the version (size, ETag or
+    modification time) is read at open and read again whenever a tile fails its checksum.
+    """
+
+    def __init__(self, url: str, storage_options: dict) -> None:
+        self.name = redact(url)
+        try:
+            import fsspec
+        except ImportError:
+            raise RemoteError(
+                f"{self.name}: reading {url.split(':', 1)[0]}:// needs fsspec (pip install fsspec)"
+            ) from None
+        try:
+            self._fs, self._path = fsspec.core.url_to_fs(url, **storage_options)
+        except (ImportError, ValueError) as exc:  # e.g. "Install s3fs to access S3"
+            raise RemoteError(f"{self.name}: {_first_line(exc)}") from None
+
+    def _info(self) -> RemoteVersion:
+        try:
+            info = self._fs.info(self._path)
+        except FileNotFoundError:
+            raise PermanentError("not found", errno.ENOENT) from None
+        except PermissionError:
+            raise PermanentError("access denied", errno.EACCES) from None
+        except Exception as exc:  # noqa: BLE001 (each backend raises its own network errors)
+            raise TransientError(f"cannot stat: {_first_line(exc)}", errno.EIO, connection=True) from None
+        if info.get("type") not in (None, "file"):
+            raise PermanentError(f"is a {info.get('type')}, not a file", errno.EISDIR)
+        size = info.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise PermanentError(f"the filesystem reports no size ({size!r})")
+        etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+        modified = next((info[k] for k in ("LastModified", "last_modified", "mtime", "updated", "created")
+                         if info.get(k) is not None), None)  # fmt: skip
+        return RemoteVersion(size, str(etag) if etag else None, str(modified) if modified is not None else None)
+
+    def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:
+        version = self._info()
+        n = min(length, version.size)
+        return version, self._cat(0, n) if n else b""
+
+    def fetch(self, start: int, length: int, version: RemoteVersion, deadline: float) -> bytes:
+        if start + length > version.size:
+            raise PermanentError(f"range {start}+{length} is past the end ({version.size})")
+        return self._cat(start, length)
+
+    def _cat(self, start: int, length: int) -> bytes:
+        try:
+            data = self._fs.cat_file(self._path, start=start, end=start + length)
+        except FileNotFoundError:
+            raise PackChangedError("the pack is gone from the filesystem") from None
+        except Exception as exc:  # noqa: BLE001
+            raise TransientError(f"read failed: {_first_line(exc)}", errno.EIO, connection=True) from None
+        if len(data) != length:
+            raise PackChangedError(f"asked for {length} bytes at {start}, got {len(data)}: the pack changed?")
+        return bytes(data)
+
+    def revalidate(self, version: RemoteVersion, deadline: float) -> bool:
+        try:
+            return self._info() == version
+        except PermanentError:
+            return False
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,39 @@
+"""Fixtures of the remote-pack tests: a real nginx serving a folder, and a private cache folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..require import skip_unless_required
+from .nginx import Nginx, find_nginx
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Path:
+    """The folder nginx serves."""
+    root = tmp_path / "www"
+    root.mkdir()
+    root.chmod(0o755)
+    return root
+
+
+@pytest.fixture
+def nginx(served: Path, tmp_path: Path) -> Iterator[Nginx]:
+    """nginx on 127.0.0.1 serving `served`; skipped (failed under TEXSTREAM_REQUIRE=nginx) without it."""
+    binary = find_nginx()
+    if binary is None:
+        skip_unless_required("nginx", "nginx is not installed (Debian package nginx-light)")
+    server = Nginx(binary, served, tmp_path / "nginx")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cache_folder(tmp_path: Path) -> Path:
+    return tmp_path / "remote-cache"
