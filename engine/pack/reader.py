@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..config import RemoteConfig
 
 INDEX_CHUNK = 1 << 16  # index entries read and checked at a time (1.5 MiB)
+VERIFY_CHUNK = 4 << 20  # `verify` reads tiles adjacent in the file this many bytes at a time
 METADATA_MAX_DEPTH = 64  # nesting of JSON arrays and objects
 METADATA_MAX_NUMBER = 64  # characters of one JSON number
 
@@ -339,31 +340,76 @@ class PackReader:
                 raise TileCorruptError(f"tile ({level}, {x}, {y}) unreadable: {exc.strerror}", level, x, y) from None
             if n != e.raw_size:
                 raise TileCorruptError(f"tile ({level}, {x}, {y}) truncated: {n} of {e.raw_size} bytes", level, x, y)
+            self._check(target, e, level, x, y)
         else:
-            stored = self.read_stored(level, x, y)
-            try:
-                target[:] = codec.decompress(stored, self.header.supercompression, e.raw_size)
-            except TileCorruptError as exc:
-                raise TileCorruptError(f"tile ({level}, {x}, {y}): {exc}", level, x, y) from None
-        if codec.checksum(target) != e.checksum:
-            if self.remote is not None and not self.remote.check_version():
-                raise TileCorruptError(
-                    f"tile ({level}, {x}, {y}): the pack changed on the server since it was opened", level, x, y
-                )
-            raise TileCorruptError(f"tile ({level}, {x}, {y}) checksum mismatch", level, x, y)
+            self._decode_checked(self.read_stored(level, x, y), e, target, level, x, y)
         return e.raw_size
 
+    def _decode_checked(self, stored: bytes | memoryview, e: TileEntry, target: memoryview, level: int, x: int,
+                        y: int) -> None:  # fmt: skip
+        try:
+            target[:] = codec.decompress(stored, self.header.supercompression, e.raw_size)
+        except TileCorruptError as exc:
+            self._forget_remote(e)
+            raise TileCorruptError(f"tile ({level}, {x}, {y}): {exc}", level, x, y) from None
+        self._check(target, e, level, x, y)
+
+    def _check(self, target: memoryview, e: TileEntry, level: int, x: int, y: int) -> None:
+        if codec.checksum(target) == e.checksum:
+            return
+        self._forget_remote(e)
+        if self.remote is not None and not self.remote.check_version():
+            raise TileCorruptError(
+                f"tile ({level}, {x}, {y}): the pack changed on the server since it was opened", level, x, y
+            )
+        raise TileCorruptError(f"tile ({level}, {x}, {y}) checksum mismatch", level, x, y)
+
+    def _forget_remote(self, e: TileEntry) -> None:
+        """A damaged tile of a remote pack: its cached blocks go (the next read fetches them again)."""
+        if self.remote is not None:
+            self.remote.forget(np.array([e.offset]), np.array([e.stored_size]))
+
     def verify(self) -> list[tuple[int, int, int, str]]:
-        """Read every tile; return (level, x, y, reason) for each bad one."""
-        bad = []
+        """Read every tile, in file order and in chunks of up to `VERIFY_CHUNK` bytes (one read each:
+        over a network, requests of many tiles); return (level, x, y, reason) for each bad one, in
+        index order."""
+        idx = self._index
+        order = np.argsort(idx["offset"], kind="stable")
+        offsets = idx["offset"][order].astype(np.int64)
+        ends = offsets + idx["stored_size"][order].astype(np.int64)
         buf = memoryview(bytearray(self.header.tile_raw_size))
-        for i in range(self.header.tile_count):
-            lv, x, y = self.tile_position(i)
+        bad: list[tuple[int, tuple[int, int, int], str]] = []
+        i, n = 0, int(order.size)
+        while i < n:
+            j = int(np.searchsorted(ends, offsets[i] + VERIFY_CHUNK, side="right"))
+            j = max(j, i + 1)
+            start = int(offsets[i])
             try:
-                self.read_tile_into(lv, x, y, buf)
-            except TileCorruptError as exc:
-                bad.append((lv, x, y, str(exc)))
-        return bad
+                chunk = memoryview(self._pread(int(ends[j - 1]) - start, start))
+            except (PackFormatError, RemoteError) as exc:
+                chunk = None
+                why = str(exc)
+            for k in range(i, j):
+                t = int(order[k])
+                lv, x, y = self.tile_position(t)
+                if chunk is None:
+                    bad.append((t, (lv, x, y), f"tile ({lv}, {x}, {y}) unreadable: {why}"))
+                    continue
+                e = TileEntry(int(offsets[k]), int(ends[k] - offsets[k]), int(idx["raw_size"][t]),
+                              int(idx["checksum"][t]))  # fmt: skip
+                try:
+                    target = buf[: e.raw_size]
+                    stored = chunk[e.offset - start : e.offset - start + e.stored_size]
+                    if self.header.supercompression is Supercompression.NONE:
+                        target[:] = stored
+                        self._check(target, e, lv, x, y)
+                    else:
+                        self._decode_checked(stored, e, target, lv, x, y)
+                except TileCorruptError as exc:
+                    bad.append((t, (lv, x, y), str(exc)))
+            i = j
+        bad.sort(key=lambda b: b[0])
+        return [(*pos, why) for _, pos, why in bad]
 
     # ---- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -4,7 +4,18 @@
 reading (`RemoteFile`), the byte transports (`transport`) and the cache of fetched blocks (`cache`).
 """
 
-from .remote_file import RemoteFile, RemoteStats, is_remote, open_remote
+from .remote_file import NetworkCounters, NetworkSummary, RemoteFile, RemoteStats, is_remote, open_remote, summarize
 from .transport import PackChangedError, RemoteError, RemoteVersion
 
-__all__ = ["PackChangedError", "RemoteError", "RemoteFile", "RemoteStats", "RemoteVersion", "is_remote", "open_remote"]
+__all__ = [
+    "NetworkCounters",
+    "NetworkSummary",
+    "PackChangedError",
+    "RemoteError",
+    "RemoteFile",
+    "RemoteStats",
+    "RemoteVersion",
+    "is_remote",
+    "open_remote",
+    "summarize",
+]

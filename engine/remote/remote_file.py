@@ -46,7 +46,7 @@ from .transport import (
 if TYPE_CHECKING:
     from ..config import RemoteConfig
 
-__all__ = ["RemoteFile", "RemoteStats", "is_remote", "open_remote"]
+__all__ = ["NetworkCounters", "NetworkSummary", "RemoteFile", "RemoteStats", "is_remote", "open_remote", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +154,16 @@ class RemoteFile:
         self._latency: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self._offline_until = 0.0
         self._changed = False
+        self._last_error = ""  # why the latest range failed (for messages)
+        self._head = b""
         self._executor: ThreadPoolExecutor | None = None
         self._cache: BlockCache | None = None
         try:
             self.version, first = self._probe()
             self.size = self.version.size
+            # the first blocks stay in memory (whole blocks, or the whole file when shorter): the
+            # header and level table are read from there even without a disk cache
+            self._head = first
             self._cache = _SharedCache.acquire(config)
             if self._cache is not None:
                 self._pack_id, self._url_id = BlockCache.pack_ids(url, self.version.key())
@@ -253,14 +258,18 @@ class RemoteFile:
         data: dict[int, bytes] = {}
         missing: list[int] = []
         cache = self._cache
+        head_blocks = -(-len(self._head) // block)
         for b in needed.tolist():
+            if b < head_blocks:
+                data[b] = self._head[b * block : (b + 1) * block]
+                continue
             got = cache.get(self._pack_id, b) if cache is not None else None
             if got is None:
                 missing.append(b)
             else:
                 data[b] = got
         with self._lock:
-            self._hits += len(data)
+            self._hits += len(needed) - len(missing)
             self._misses += len(missing)
         failed: dict[int, int] = {}  # block -> errno
         for span, outcome in self._fetch_all(self._spans(missing)):
@@ -269,9 +278,8 @@ class RemoteFile:
                     failed[b] = outcome
                 continue
             for b in range(span.first, span.last + 1):
-                piece = outcome[(b - span.first) * block : (b - span.first + 1) * block]
-                data[b] = piece
-                self._store(b, piece)
+                data[b] = outcome[(b - span.first) * block : (b - span.first + 1) * block]
+            self._store(span.first, outcome)
         for i in np.flatnonzero(ok).tolist():
             s, e, at = int(starts[i]), int(ends[i]), int(where[i])
             for b in range(int(first[i]), int(last[i]) + 1):
@@ -315,17 +323,20 @@ class RemoteFile:
             if self._changed:
                 return errno.ESTALE
             if time.monotonic() < self._offline_until:
-                return errno.ECONNREFUSED  # the server was unreachable a moment ago: fail at once
+                self._last_error = "the server was unreachable a moment ago (retrying shortly)"
+                return errno.ECONNREFUSED  # fail at once: no request until the window ends
             t0 = time.perf_counter()
             try:
                 data = self._transport.fetch(start, length, self.version, deadline)
             except PackChangedError as exc:
                 self._note(time.perf_counter() - t0, 0, ok=False)
                 self._mark_changed(str(exc))
+                self._last_error = str(exc)
                 return errno.ESTALE
             except PermanentError as exc:
                 self._note(time.perf_counter() - t0, 0, ok=False)
                 log.warning("%s: %s", self.name, exc)
+                self._last_error = str(exc)
                 return exc.errnum
             except TransientError as exc:
                 self._note(time.perf_counter() - t0, 0, ok=False)
@@ -335,6 +346,7 @@ class RemoteFile:
                         with self._lock:
                             self._offline_until = time.monotonic() + cfg.offline_s
                     log.warning("%s: %s (after %d tries)", self.name, exc, attempt + 1)
+                    self._last_error = str(exc)
                     return exc.errnum
                 with self._lock:
                     self._retries += 1
@@ -364,10 +376,14 @@ class RemoteFile:
         if first:
             log.error("%s: %s; its tiles fail until it is opened again", self.name, why)
 
-    def _store(self, block: int, data: bytes) -> None:
+    def _store(self, first_block: int, data: bytes) -> None:
+        """Cache `data`, which starts at `first_block`, block by block."""
         cache = self._cache
-        if cache is not None and data:
-            cache.put(self._pack_id, self._url_id, block, data)
+        if cache is None:
+            return
+        block = self.config.block_bytes
+        for k in range(0, len(data), block):
+            cache.put(self._pack_id, self._url_id, first_block + k // block, data[k : k + block])
 
     def forget(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
         """Drop the cached blocks under these byte ranges (tiles that failed their checksum)."""
@@ -432,3 +448,70 @@ def open_remote(url: str, config: RemoteConfig | None = None) -> RemoteFile:
     from ..config import RemoteConfig
 
     return RemoteFile(url, config or RemoteConfig())
+
+
+@dataclass
+class NetworkCounters:
+    """Running totals of remote packs that were closed (their `RemoteStats` end with them)."""
+
+    requests: int = 0
+    failed_requests: int = 0
+    retries: int = 0
+    net_bytes: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    def add(self, s: RemoteStats) -> None:
+        self.requests += s.requests
+        self.failed_requests += s.failed_requests
+        self.retries += s.retries
+        self.net_bytes += s.net_bytes
+        self.cache_hits += s.cache_hits
+        self.cache_misses += s.cache_misses
+
+
+@dataclass(frozen=True)
+class NetworkSummary:
+    """Every remote pack of a streamer together: what telemetry shows."""
+
+    remote_packs: int  # open now
+    requests: int
+    failed_requests: int
+    retries: int
+    net_bytes: int
+    cache_hits: int
+    cache_misses: int
+    latency_p50_ms: float  # recent requests of the open packs; 0 without any
+    latency_p95_ms: float
+    offline: bool  # some open pack's server could not be reached a moment ago
+    cache_bytes: int
+    cache_capacity_bytes: int
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Blocks found in the cache over blocks needed (0 before any)."""
+        total = self.cache_hits + self.cache_misses
+        return self.cache_hits / total if total else 0.0
+
+
+def summarize(open_files: list[RemoteStats], closed: NetworkCounters) -> NetworkSummary:
+    totals = NetworkCounters(**vars(closed))
+    for s in open_files:
+        totals.add(s)
+    latency = np.concatenate([np.asarray(s.latency_ms, np.float64) for s in open_files] + [np.zeros(0)])
+    p50, p95 = (float(v) for v in np.percentile(latency, [50, 95])) if latency.size else (0.0, 0.0)
+    caches = {id(s.cache): s.cache for s in open_files if s.cache is not None}  # one shared cache counts once
+    return NetworkSummary(
+        remote_packs=len(open_files),
+        requests=totals.requests,
+        failed_requests=totals.failed_requests,
+        retries=totals.retries,
+        net_bytes=totals.net_bytes,
+        cache_hits=totals.cache_hits,
+        cache_misses=totals.cache_misses,
+        latency_p50_ms=p50,
+        latency_p95_ms=p95,
+        offline=any(s.offline for s in open_files),
+        cache_bytes=max((c.used_bytes for c in caches.values()), default=0),
+        cache_capacity_bytes=max((c.capacity_bytes for c in caches.values()), default=0),
+    )

@@ -272,7 +272,10 @@ def _read_body(resp: Any, length: int, deadline: float) -> bytes:
     except (TransientError, PermanentError):
         raise
     except Exception as exc:  # noqa: BLE001 (urllib3 read errors: timeouts, resets, bad chunking)
-        raise TransientError(f"reading the response failed: {_first_line(exc)}", errno.EIO) from None
+        text = _first_line(exc)
+        if "timed out" in text.lower():
+            raise TransientError("the response stalled (read timed out)", errno.ETIMEDOUT) from None
+        raise TransientError(f"reading the response failed: {text}", errno.EIO) from None
     return bytes(out)
 
 

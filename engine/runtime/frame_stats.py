@@ -55,6 +55,7 @@ def stats_dict(s: Streamer) -> dict[str, Any]:
     lat = np.array(s.latencies) if s.latencies else np.zeros(1)
     p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
     ring = s.uploader.ring if s.uploader is not None else None
+    net = s.network()
     return {
         **{k: getattr(st, k) for k in _FRAME_KEYS},
         "vram_bytes": s.budget.usage,
@@ -73,4 +74,17 @@ def stats_dict(s: Streamer) -> dict[str, Any]:
         "feedback_frozen": s.freeze_feedback,
         "feedback_dropped": s.feedback.dropped,
         "totals": dict(s.totals),
+        "remote_packs": net.remote_packs,
+        "net_requests": net.requests,
+        "net_failed_requests": net.failed_requests,
+        "net_retries": net.retries,
+        "net_bytes": net.net_bytes,
+        "net_latency_p50_ms": net.latency_p50_ms,
+        "net_latency_p95_ms": net.latency_p95_ms,
+        "net_offline": net.offline,
+        "cache_hits": net.cache_hits,
+        "cache_misses": net.cache_misses,
+        "cache_hit_rate": net.cache_hit_rate,
+        "cache_bytes": net.cache_bytes,
+        "cache_capacity_bytes": net.cache_capacity_bytes,
     }

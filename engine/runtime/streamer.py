@@ -46,6 +46,7 @@ from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
+from ..remote import NetworkCounters, NetworkSummary, summarize
 from .budget import BudgetManager
 from .feedback import FeedbackRing
 from .feedback_reduce import FeedbackReducer, Wanted
@@ -109,6 +110,7 @@ class Streamer:
         self.latencies: deque[int] = deque(maxlen=4096)
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
+        self._closed_network = NetworkCounters()  # network totals of closed remote textures
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
@@ -157,6 +159,8 @@ class Streamer:
         if vt not in self.textures:
             return
         assert self.uploader is not None
+        for remote in self.uploader.remote_stats(vt.id):  # its counters outlive it in the totals
+            self._closed_network.add(remote)
         self.pool_set.free_loads(self.uploader.remove_source(vt.id))
         pinned = self.pool_set.pinned_tiles(vt.header) if self.tables.resident_count[vt.id] else 0
         self.pool_set.detach(vt.pool, vt.id, self.frame, pinned)
@@ -494,6 +498,11 @@ class Streamer:
         from ..telemetry.memory import memory_summary
 
         return memory_summary(self)
+
+    def network(self) -> NetworkSummary:
+        """Requests, bytes, latency and cache figures of the textures read by URL (zeros without any)."""
+        remote = self.uploader.remote_stats() if self.uploader is not None else []
+        return summarize(remote, self._closed_network)
 
     def stats(self) -> dict:
         """Telemetry of the latest update() plus running totals (plain dict, stable keys)."""

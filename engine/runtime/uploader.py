@@ -54,6 +54,7 @@ from ..errors import EngineError
 from ..gl.gl_ext import FenceLike, GLExt
 from ..native import Native
 from ..pack.reader import PackReader
+from ..remote import RemoteStats
 from .io_workers import IOWorkers, ReadBatch, ReadHook, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
 from .pools import CachePool
 from .staging import StagingRing
@@ -215,6 +216,11 @@ class Uploader:
             np.ascontiguousarray(idx["checksum"], np.uint64),
             self.space.ranges[tex].first_tile,
         )
+
+    def remote_stats(self, tex: int | None = None) -> list[RemoteStats]:
+        """Network figures of the open textures read by URL (or of texture `tex` alone)."""
+        sources = self.sources.values() if tex is None else [s for t, s in self.sources.items() if t == tex]
+        return [s.tile.remote.stats() for s in sources if s.tile.remote is not None]
 
     def remove_source(self, tex: int) -> LoadRecords:
         """Forget a texture's loads (cancelled; returned so the caller frees their cache slots) and

@@ -411,6 +411,17 @@ class Overlay:
         self._pairs(b, [("in flight", str(f["in_flight"]), TEXT), ("queued", str(f["queued"]), TEXT),
                         ("uploads", f"{f['uploads']}/frame", TEXT)], x0, y)  # fmt: skip
         y += lh
+        if f["remote_packs"]:  # packs read by URL: network rate and latency, the disk cache filling
+            state = ("offline", WARN) if f["net_offline"] else (f"p95 {f['net_latency_p95_ms']:.1f} ms", TEXT)
+            self._pairs(b, [("net", f"{f['net_mb_s']:.1f} MB/s", TEXT), ("latency", state[0], state[1]),
+                            ("failed", str(f["net_failed_requests"]), WARN if f["net_failed_requests"] else TEXT)],
+                        x0, y)  # fmt: skip
+            y += lh
+            cache = (
+                f"{_mib(f['cache_bytes'])} / {_mib(f['cache_capacity_bytes'])}" if f["cache_capacity_bytes"] else "off"
+            )
+            self._pairs(b, [("disk cache", cache, TEXT), ("hits", f"{f['cache_hit_rate']:.0%}", TEXT)], x0, y)
+            y += lh
         mbs = tel.history("upload_mb_s")
         top = _nice_ceiling(max(0.1, float(np.nanmax(mbs)) if mbs.size else 0.1))
         self._pairs(b, [("upload", f"{f['upload_mb_s']:.1f} MB/s", UPLOAD_COLOUR)], x0, y)

@@ -34,7 +34,7 @@ class Field:
     """One record field: its name, JSON type, unit and meaning."""
 
     name: str
-    type: str  # "integer", "number", "string", "object" (str -> integer), with "|null" when nullable
+    type: str  # "integer", "number", "string", "boolean", "object" (str -> integer), "|null" when nullable
     unit: str
     meaning: str
 
@@ -101,6 +101,23 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("total_cancelled", "integer", "tiles", "Queued requests cancelled (no longer wanted) since the streamer "
        "started."),
     _f("total_refetched", "integer", "tiles", "Re-fetches since the Telemetry started (or `reset()`)."),
+    _f("remote_packs", "integer", "count", "Open textures read by URL (http(s):// or an fsspec filesystem)."),
+    _f("net_mb_s", "number", "MB/s", "Bytes received from remote packs' servers over the last `rate_window_s` "
+       "(10^6 B/s)."),
+    _f("net_latency_p95_ms", "number", "ms", "95th percentile time of the open remote packs' recent range "
+       "requests (the last 512 of each); 0 without any."),
+    _f("net_failed_requests", "integer", "count", "Range requests that failed since the streamer started "
+       "(each try counts, retries included)."),
+    _f("net_offline", "boolean", "", "A remote pack's server could not be reached a moment ago: its requests "
+       "fail at once for `RemoteConfig.offline_s`, then one probes again."),
+    _f("total_net_bytes", "integer", "bytes", "Bytes received from remote packs' servers since the streamer "
+       "started."),
+    _f("cache_hit_rate", "number", "fraction", "Blocks of remote packs found in the disk cache over blocks "
+       "needed, since the streamer started (0 before any)."),
+    _f("cache_bytes", "integer", "bytes", "Bytes held by the remote-pack disk cache (shared by every remote "
+       "pack; it persists between runs)."),
+    _f("cache_capacity_bytes", "integer", "bytes", "The disk cache's bound (`RemoteConfig.cache_mb`); 0 when "
+       "no remote pack is open or the cache is off."),
 )
 
 SUMMARY_FIELDS: tuple[Field, ...] = (
@@ -176,6 +193,8 @@ def _type_ok(value: object, type_name: str) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if type_name == "string":
         return isinstance(value, str)
+    if type_name == "boolean":
+        return isinstance(value, bool)
     if type_name == "object":
         return isinstance(value, Mapping)
     raise AssertionError(f"unknown schema type {type_name!r}")

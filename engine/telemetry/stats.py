@@ -63,6 +63,8 @@ HISTORY_SERIES = (
     "missing_pages",
     "in_flight",
     "queued",
+    "net_bytes",  # bytes received from remote packs' servers this frame
+    "net_mb_s",
 )
 _LATENCY_BINS = 4096  # run-wide latency histogram: one bin per frame, the last bin collects the rest
 _TOTALS = ("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled")
@@ -222,6 +224,7 @@ class Telemetry:
         self._prev_totals = self._totals(base)
         self._prev_stalls = int(base.get("ring_stalls", 0))
         self._prev_dropped = int(base.get("feedback_dropped", 0))
+        self._prev_net_bytes = int(base.get("net_bytes", 0))
         self._run = {"uploads": 0, "upload_bytes": 0, "requested": 0, "evicted": 0, "failed": 0, "refetched": 0,
                      "ring_stalls": 0, "feedback_dropped": 0, "max_missing": 0}  # fmt: skip
         self._max_bias = 0.0
@@ -267,6 +270,10 @@ class Telemetry:
         h["dt_s"].push(dt)
         h["upload_bytes"].push(upload_bytes)
         h["evicted"].push(evicted)
+        net_total = int(self._get(s, "net_bytes", 0))
+        h["net_bytes"].push(max(0, net_total - self._prev_net_bytes))
+        self._prev_net_bytes = net_total
+        net_mb_s = self._rate("net_bytes") / MB
         upload_mb_s = self._rate("upload_bytes") / MB
         evictions_per_s = self._rate("evicted")
         budget = int(self._get(s, "budget_bytes", 0))
@@ -309,10 +316,19 @@ class Telemetry:
             "mip_bias": float(self._get(s, "mip_bias", 0.0)),
             **{f"total_{k}": v for k, v in cur_totals.items()},
             "total_refetched": self._total_refetched,
+            "remote_packs": int(self._get(s, "remote_packs", 0)),
+            "net_mb_s": float(net_mb_s),
+            "net_latency_p95_ms": float(self._get(s, "net_latency_p95_ms", 0.0)),
+            "net_failed_requests": int(self._get(s, "net_failed_requests", 0)),
+            "net_offline": bool(self._get(s, "net_offline", False)),
+            "total_net_bytes": net_total,
+            "cache_hit_rate": float(self._get(s, "cache_hit_rate", 0.0)),
+            "cache_bytes": int(self._get(s, "cache_bytes", 0)),
+            "cache_capacity_bytes": int(self._get(s, "cache_capacity_bytes", 0)),
         }
         assert len(frame) == len(FRAME_FIELDS), "frame record and FRAME_FIELDS disagree"
         for name in ("update_ms", "uploads", "upload_mb_s", "evictions_per_s", "vram_bytes", "mip_bias",
-                     "missing_pages", "in_flight", "queued"):  # fmt: skip
+                     "missing_pages", "in_flight", "queued", "net_mb_s"):  # fmt: skip
             h[name].push(frame[name])
         h["gpu_ms"].push(math.nan if gpu_ms is None else gpu_ms)
 

@@ -16,7 +16,14 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "TELEMETRY.md"
 
 
 def sample_frame() -> dict:
-    values = {"integer": 1, "number": 1.5, "number|null": None, "string": "config", "object": {"pool/bc1": 4}}
+    values = {
+        "integer": 1,
+        "number": 1.5,
+        "number|null": None,
+        "string": "config",
+        "boolean": False,
+        "object": {"pool/bc1": 4},
+    }
     return {f.name: values[f.type] for f in FRAME_FIELDS}
 
 
@@ -52,6 +59,7 @@ def test_validate_frame_accepts_a_fitting_record() -> None:
         (lambda r: r.update(uploads=True), "'uploads' = True is not integer"),
         (lambda r: r.update(update_ms=math.nan), "'update_ms' = nan is not number"),
         (lambda r: r.update(gpu_ms="fast"), "'gpu_ms' = 'fast' is not number or null"),
+        (lambda r: r.update(net_offline=1), "'net_offline' = 1 is not boolean"),
         (lambda r: r.update(vram_breakdown={"pool": 1.5}), "'vram_breakdown'['pool'] = 1.5 is not integer"),
     ],
 )
