@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from texstream.remote.nginx import LocalNginx, find_nginx
+
 from ..require import skip_unless_required
-from .nginx import Nginx, find_nginx
 
 
 @pytest.fixture
@@ -21,12 +22,12 @@ def served(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def nginx(served: Path, tmp_path: Path) -> Iterator[Nginx]:
+def nginx(served: Path, tmp_path: Path) -> Iterator[LocalNginx]:
     """nginx on 127.0.0.1 serving `served`; skipped (failed under TEXSTREAM_REQUIRE=nginx) without it."""
     binary = find_nginx()
     if binary is None:
         skip_unless_required("nginx", "nginx is not installed (Debian package nginx-light)")
-    server = Nginx(binary, served, tmp_path / "nginx")
+    server = LocalNginx(binary, served, tmp_path / "nginx")
     server.start()
     try:
         yield server

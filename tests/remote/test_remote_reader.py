@@ -23,8 +23,7 @@ from texstream.config import BakeConfig, RemoteConfig
 from texstream.errors import EngineError, PackFormatError, TileCorruptError
 from texstream.pack.reader import PackReader
 from texstream.remote import RemoteError, is_remote
-
-from .nginx import Nginx
+from texstream.remote.nginx import LocalNginx
 
 BAKE = BakeConfig(tile_size=64, jobs=1, progress=False)
 
@@ -64,7 +63,7 @@ def test_url_detection() -> None:
     assert not is_remote(Path("http://host/a.tpk"))  # a Path is a local path, whatever it looks like
 
 
-def test_pack_over_http_equals_the_local_file(nginx: Nginx, served: Path, packs: dict, cache_folder: Path) -> None:
+def test_pack_over_http_equals_the_local_file(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
     serve(served, packs["a"])
     with PackReader(packs["a"]) as local, PackReader(nginx.url("p.tpk"), fast(cache_folder)) as remote:
         assert remote.header == local.header and remote.metadata == local.metadata
@@ -88,7 +87,7 @@ def test_file_url_is_the_local_path(packs: dict) -> None:
         assert r.remote is None and r.header.tile_count > 0
 
 
-def test_cli_verbs_accept_a_url(nginx: Nginx, served: Path, packs: dict, tmp_path: Path) -> None:
+def test_cli_verbs_accept_a_url(nginx: LocalNginx, served: Path, packs: dict, tmp_path: Path) -> None:
     serve(served, packs["a"])
     env = {**os.environ, "TEXSTREAM_CACHE": str(tmp_path / "cache")}
     url = nginx.url("p.tpk")
@@ -110,7 +109,7 @@ def test_cli_verbs_accept_a_url(nginx: Nginx, served: Path, packs: dict, tmp_pat
     assert "404" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_server_gone_fails_fast_and_recovers(nginx: Nginx, served: Path, packs: dict) -> None:
+def test_server_gone_fails_fast_and_recovers(nginx: LocalNginx, served: Path, packs: dict) -> None:
     serve(served, packs["a"])
     with PackReader(nginx.url("p.tpk"), fast(None)) as r, PackReader(packs["a"]) as local:
         pos = r.tile_position(r.header.tile_count // 2)
@@ -128,14 +127,14 @@ def test_server_gone_fails_fast_and_recovers(nginx: Nginx, served: Path, packs: 
         assert not r.remote.stats().offline
 
 
-def test_open_against_a_dead_server_is_one_line(nginx: Nginx, served: Path, packs: dict) -> None:
+def test_open_against_a_dead_server_is_one_line(nginx: LocalNginx, served: Path, packs: dict) -> None:
     serve(served, packs["a"])
     nginx.stop()
     with pytest.raises(RemoteError, match=r"^http://127\.0\.0\.1:\d+/p\.tpk: cannot connect: connection refused$"):
         PackReader(nginx.url("p.tpk"), fast(None))
 
 
-def test_changed_pack_is_detected_not_mixed(nginx: Nginx, served: Path, packs: dict, cache_folder: Path) -> None:
+def test_changed_pack_is_detected_not_mixed(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
     path = serve(served, packs["a"])
     cfg = fast(cache_folder)
     with PackReader(nginx.url("p.tpk"), cfg) as r:
@@ -152,7 +151,7 @@ def test_changed_pack_is_detected_not_mixed(nginx: Nginx, served: Path, packs: d
         assert all_tiles(r) == all_tiles(b)
 
 
-def test_corrupt_byte_served_is_detected(nginx: Nginx, served: Path, packs: dict, cache_folder: Path) -> None:
+def test_corrupt_byte_served_is_detected(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
     path = serve(served, packs["a"])
     with PackReader(packs["a"]) as local:
         e = local.index[5]
@@ -176,7 +175,7 @@ def test_corrupt_byte_served_is_detected(nginx: Nginx, served: Path, packs: dict
         assert r.read_tile(*r.tile_position(5)) == good
 
 
-def test_cache_stays_within_its_bound(nginx: Nginx, served: Path, packs: dict, cache_folder: Path) -> None:
+def test_cache_stays_within_its_bound(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
     serve(served, packs["a"])
     cfg = fast(cache_folder, cache_mb=0.25, block_kb=16)  # 16 blocks for a ~700 KB pack
     with PackReader(nginx.url("p.tpk"), cfg) as r, PackReader(packs["a"]) as local:
@@ -190,7 +189,7 @@ def test_cache_stays_within_its_bound(nginx: Nginx, served: Path, packs: dict, c
 
 
 def test_cache_held_by_another_process_is_skipped(
-    nginx: Nginx, served: Path, packs: dict, cache_folder: Path, caplog: pytest.LogCaptureFixture
+    nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     serve(served, packs["a"])
     cache_folder.mkdir()
@@ -212,7 +211,7 @@ def textwrap_hold(lock: Path) -> str:
             "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")  # fmt: skip
 
 
-def test_torn_cache_block_is_a_miss(nginx: Nginx, served: Path, packs: dict, cache_folder: Path) -> None:
+def test_torn_cache_block_is_a_miss(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
     serve(served, packs["a"])
     cfg = fast(cache_folder)
     with PackReader(nginx.url("p.tpk"), cfg) as r:
@@ -224,7 +223,7 @@ def test_torn_cache_block_is_a_miss(nginx: Nginx, served: Path, packs: dict, cac
         assert all_tiles(r) == expect
 
 
-def test_secrets_stay_out_of_messages(nginx: Nginx) -> None:
+def test_secrets_stay_out_of_messages(nginx: LocalNginx) -> None:
     with pytest.raises(RemoteError) as err:
         PackReader(f"http://user:hunter2@127.0.0.1:{nginx.port}/nope.tpk?X-Signature=s3cr3t", fast(None))
     assert "hunter2" not in str(err.value) and "s3cr3t" not in str(err.value)

@@ -1,7 +1,8 @@
-"""A real nginx on 127.0.0.1 serving a folder, with range requests (its static-file default).
+"""A local nginx on 127.0.0.1 serving a folder, with range requests (its static-file default).
 
-Started by the `nginx` fixture; `stop()` kills it (a server that goes away mid-stream), `start()`
-brings it back on the same port. nginx comes from Debian's package (`.ci/run` installs it).
+For `texstream bench stream --url` and the remote-pack tests: `start()` runs it in the foreground
+as one process (no daemon, no master), `stop()` kills it (a server that goes away mid-stream) and
+`start()` brings it back on the same port. nginx itself comes from the system (Debian: nginx-light).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["Nginx", "find_nginx"]
+__all__ = ["LocalNginx", "find_nginx"]
 
 
 def find_nginx() -> str | None:
@@ -29,7 +30,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Nginx:
+class LocalNginx:
     """One nginx process (master_process off: a single process, killed at once)."""
 
     def __init__(self, binary: str, root: Path, workdir: Path) -> None:
