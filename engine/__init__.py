@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .config import BakeConfig, BudgetConfig, StreamerConfig
+from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
 from .errors import (
     BudgetError,
     EngineError,
@@ -13,6 +13,7 @@ from .errors import (
     TileCorruptError,
 )
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
+from .remote import PackChangedError, RemoteError
 from .runtime.streamer import Streamer, VirtualTexture
 
 __version__ = "0.1.0"
@@ -22,6 +23,9 @@ __all__ = [
     "BakeConfig",
     "BudgetConfig",
     "StreamerConfig",
+    "RemoteConfig",
+    "RemoteError",
+    "PackChangedError",
     "Streamer",
     "VirtualTexture",
     "BudgetError",

@@ -159,6 +159,11 @@ def print_bake(results: dict) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.what == "stream" and getattr(args, "url", None):
+        from .bench_remote import run_remote_bench
+
+        run_remote_bench(args.url, quick=args.quick, json_path=args.json)
+        return 0
     if args.what == "stream":
         from .bench_stream import run_stream_bench
 

@@ -25,6 +25,7 @@ the "GPU" is the same cores that read and decode).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -36,7 +37,7 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .config import BakeConfig, BudgetConfig, StreamerConfig
+from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
 from .pack.format import TexelFormat
 from .pack.reader import PackReader
 
@@ -178,9 +179,11 @@ def _pct(values: list[float] | np.ndarray, q: float) -> float:
 
 
 # ---- (b) end to end and (d) latency ----------------------------------------------------------------
-def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int, native: bool) -> dict:
+def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int, native: bool,
+               url: str | None = None, remote: RemoteConfig | None = None) -> dict:  # fmt: skip
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
-    shows only tiles never seen before: demand stays above what can be delivered)."""
+    shows only tiles never seen before: demand stays above what can be delivered). With `url`, the
+    same pack is streamed from there (`pack` is its local copy) and the network figures are added."""
     from .render import PlaneRenderer
     from .runtime.streamer import Streamer
     from .scene.camera import View
@@ -191,18 +194,21 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     w, h = size
     path = _serpentine(np.arange(w / 2, tex_w - w / 2 + 1, w), np.arange(h / 2, tex_h - h / 2 + 1, h), max_frames)
     cfg = _pan_config(pack, native)
+    if remote is not None:
+        cfg = dataclasses.replace(cfg, remote=remote)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[np.ndarray] = []
     update_ms, cpu_ms, backlog = [], [], []
     read_s = batches = 0.0
     try:
         with Streamer(ctx, cfg) as s:
-            vt = s.open(pack)
+            vt = s.open(url or pack)
             throttle = s.gl.throttle(THROTTLE)
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
             start = dict(s.totals)
+            net0 = s.network()
             t0 = time.perf_counter()
             for x, y in path:
                 st = s.update()
@@ -219,6 +225,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             tiles = s.totals["uploads"] - start["uploads"]
             nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
             native_used = s.uploader is not None and s.uploader.native is not None
+            net = s.network()
             throttle.release()
     finally:
         renderer.release()
@@ -230,7 +237,11 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
             "read_batches": int(batches), "backlog_mean": float(np.mean(backlog)),
             "latency_frames_p50": _pct(lat, 50), "latency_frames_p95": _pct(lat, 95),
-            "latency_samples": int(lat.size)}  # fmt: skip
+            "latency_samples": int(lat.size), "source": "url" if url else "disk",
+            "net_requests": net.requests - net0.requests, "net_bytes": net.net_bytes - net0.net_bytes,
+            "net_failed_requests": net.failed_requests - net0.failed_requests,
+            "net_latency_ms_p50": net.latency_p50_ms, "net_latency_ms_p95": net.latency_p95_ms,
+            "cache_hits": net.cache_hits - net0.cache_hits, "cache_misses": net.cache_misses - net0.cache_misses}  # fmt: skip
 
 
 def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: int) -> dict:

@@ -322,6 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="bake, stream, scene or soak (leaks and invariants over a long run; default bake)",
     )
     s.add_argument("--minutes", type=_positive_float, default=None, help="bench soak: run this long")
+    s.add_argument(
+        "--url",
+        nargs="?",
+        const="local",
+        default=None,
+        help="bench stream: stream the pan from a server too and compare with disk (no value: a local nginx; "
+        "else a base URL serving the bench's pack)",
+    )
     s.add_argument("--telemetry", default=None, help="bench scene: per-frame JSONL telemetry of every path")
     s.add_argument("--quick", action="store_true", help="small sizes, for CI")
     s.add_argument("--size", type=int, default=16384, help="source image size for bench bake (default 16384)")
