@@ -92,7 +92,9 @@ def print_remote(r: dict) -> None:
     for key, label in (("disk", "disk"), ("url_cold", "url, cold"), ("url_warm", "url, warm")):
         e = r[key]
         ratio = e["tiles_per_s"] / d["tiles_per_s"]
-        net = (f"{e['net_requests']:>9} {e['net_bytes'] / 1e6:>8.1f} "
-               f"{e['net_latency_ms_p50']:>8.2f} / {e['net_latency_ms_p95']:<8.2f}") if key != "disk" else ""  # fmt: skip
+        net = ""
+        if key != "disk":
+            net = f"{e['net_requests']:>9} {e['net_bytes'] / 1e6:>8.1f} "
+            net += f"{e['net_latency_ms_p50']:>8.2f} / {e['net_latency_ms_p95']:<8.2f}"
         print(f"  {label:<10} {e['tiles_per_s']:>10,.0f} {ratio:>7.2f} "
               f"{e['latency_frames_p50']:>7.0f} / {e['latency_frames_p95']:<6.0f} {net}".rstrip())  # fmt: skip

@@ -241,7 +241,8 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             "net_requests": net.requests - net0.requests, "net_bytes": net.net_bytes - net0.net_bytes,
             "net_failed_requests": net.failed_requests - net0.failed_requests,
             "net_latency_ms_p50": net.latency_p50_ms, "net_latency_ms_p95": net.latency_p95_ms,
-            "cache_hits": net.cache_hits - net0.cache_hits, "cache_misses": net.cache_misses - net0.cache_misses}  # fmt: skip
+            "cache_hits": net.cache_hits - net0.cache_hits,
+            "cache_misses": net.cache_misses - net0.cache_misses}  # fmt: skip
 
 
 def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: int) -> dict:
