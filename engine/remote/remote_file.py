@@ -149,6 +149,7 @@ class RemoteFile:
         else:
             self._transport = FsspecTransport(url, config.storage_options)
         self._lock = threading.Lock()
+        self._in_flight = threading.BoundedSemaphore(config.max_requests)
         self._refs = 1
         self._requests = self._failed = self._retries = self._bytes = self._hits = self._misses = 0
         self._latency: deque[float] = deque(maxlen=LATENCY_SAMPLES)
@@ -327,7 +328,8 @@ class RemoteFile:
                 return errno.ECONNREFUSED  # fail at once: no request until the window ends
             t0 = time.perf_counter()
             try:
-                data = self._transport.fetch(start, length, self.version, deadline)
+                with self._in_flight:  # at most max_requests at once, whichever thread asks
+                    data = self._transport.fetch(start, length, self.version, deadline)
             except PackChangedError as exc:
                 self._note(time.perf_counter() - t0, 0, ok=False)
                 self._mark_changed(str(exc))
