@@ -50,6 +50,7 @@ class Native:
 
     path: str
     read_batch: ctypes._CFuncPtr  # releases the GIL for the call
+    decode_batch: ctypes._CFuncPtr  # releases the GIL for the call
     upload_cells: ctypes._CFuncPtr  # keeps the GIL (render thread, GL)
     codecs: Codecs
     create_dctx: ctypes._CFuncPtr
@@ -111,6 +112,7 @@ def load() -> Native | None:
         gil_free = ctypes.CDLL(path)
         gil_held = ctypes.PyDLL(path)
         read_batch = gil_free.ts_read_batch
+        decode_batch = gil_free.ts_decode_batch
         upload_cells = gil_held.ts_upload_cells
     except (OSError, AttributeError) as exc:
         log.warning("texstream's compiled helper %s does not load (%s): pure Python I/O", Path(path).name, exc)
@@ -137,6 +139,22 @@ def load() -> Native | None:
         _i32p,
         _i32p,
     )
+    decode_batch.restype = ctypes.c_int64
+    decode_batch.argtypes = (
+        ctypes.c_int,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        _i64p,
+        _i64p,
+        ctypes.c_int64,
+        _u64p,
+        _i64p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.POINTER(Codecs),
+        _i32p,
+    )
     upload_cells.restype = None
     upload_cells.argtypes = (
         ctypes.c_void_p,
@@ -156,6 +174,7 @@ def load() -> Native | None:
     )
     create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
     free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
-    native = Native(path, read_batch, upload_cells, codecs, create, free, tuple(lib for lib, _ in found.values()))
+    libs = tuple(lib for lib, _ in found.values())
+    native = Native(path, read_batch, decode_batch, upload_cells, codecs, create, free, libs)
     log.debug("texstream's compiled helper: %s", path)
     return native

@@ -4,6 +4,8 @@
  *                   coalesced pread of file-contiguous runs, zstd/lz4 decode straight into the
  *                   slot, xxh3-64 check. Called through ctypes.CDLL, so the GIL is released for
  *                   the whole batch (one GIL round trip per batch instead of several per tile).
+ *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
+ *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
  *                   the bound pixel-unpack buffer. Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
@@ -55,6 +57,42 @@ static int64_t read_fully(int fd, uint8_t *dst, int64_t len, int64_t offset) {
     return done;
 }
 
+/* Decode one tile's stored bytes into `dst` (`raw` bytes) and check its xxh3: a TS_* status. */
+static int32_t decode_tile(int codec, const uint8_t *src, int64_t stored, uint8_t *dst, int64_t raw, uint64_t checksum,
+                           void *zstd_dctx, const ts_codecs *codecs) {
+    if (codec == TS_NONE) {
+        if (stored != raw) return TS_DECODE_ERROR;
+        memcpy(dst, src, (size_t)raw);
+    } else if (codec == TS_ZSTD) {
+        unsigned long long declared = codecs->zstd_content(src, (size_t)stored);
+        if (declared != (unsigned long long)raw) return TS_DECODE_ERROR;
+        size_t r = codecs->zstd_decompress(zstd_dctx, dst, (size_t)raw, src, (size_t)stored);
+        if (codecs->zstd_is_error(r) || r != (size_t)raw) return TS_DECODE_ERROR;
+    } else if (codec == TS_LZ4) {
+        int r = codecs->lz4_decompress((const char *)src, (char *)dst, (int)stored, (int)raw);
+        if (r != (int)raw) return TS_DECODE_ERROR;
+    } else {
+        return TS_DECODE_ERROR;
+    }
+    return codecs->xxh3(dst, (size_t)raw) == checksum ? TS_OK : TS_CHECKSUM;
+}
+
+/* Decode `n` tiles whose stored bytes are already in memory (tile i at `src + where[i]`, as fetched
+ * for a remote pack) into their ring slots and check them. Only tiles whose status is TS_OK are
+ * touched; their status becomes the outcome. Returns tiles decoded. */
+int64_t ts_decode_batch(int codec, int64_t n, const uint8_t *src, const int64_t *where, const int64_t *stored,
+                        int64_t raw, const uint64_t *checksum, const int64_t *ring_slot, uint8_t *ring,
+                        int64_t ring_stride, void *zstd_dctx, const ts_codecs *codecs, int32_t *status) {
+    int64_t good = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (status[i] != TS_OK) continue;
+        status[i] = decode_tile(codec, src + where[i], stored[i], ring + ring_slot[i] * ring_stride, raw, checksum[i],
+                                zstd_dctx, codecs);
+        good += status[i] == TS_OK;
+    }
+    return good;
+}
+
 /* Read `n` tiles, sorted by file offset, into their ring slots. A tile whose load_state byte equals
  * `skip_state` when its run starts is skipped (a cancelled load). Tiles closer than `max_gap` bytes
  * in the file are read with one pread (the gap is read too) as long as the run fits `scratch`.
@@ -97,25 +135,8 @@ int64_t ts_read_batch(int fd, int codec, int64_t n, const int64_t *file_offset, 
             uint8_t *dst = ring + ring_slot[k] * ring_stride;
             if (got < 0) { status[k] = TS_IO_ERROR; errnum[k] = (int32_t)(-got); continue; }
             if (rel + stored[k] > got) { status[k] = TS_TRUNCATED; continue; }
-            const uint8_t *src = buf + rel;
-            if (codec == TS_NONE) {
-                if (stored[k] != raw) { status[k] = TS_DECODE_ERROR; continue; }
-                memcpy(dst, src, (size_t)raw);
-            } else if (codec == TS_ZSTD) {
-                unsigned long long declared = codecs->zstd_content(src, (size_t)stored[k]);
-                if (declared != (unsigned long long)raw) { status[k] = TS_DECODE_ERROR; continue; }
-                size_t r = codecs->zstd_decompress(zstd_dctx, dst, (size_t)raw, src, (size_t)stored[k]);
-                if (codecs->zstd_is_error(r) || r != (size_t)raw) { status[k] = TS_DECODE_ERROR; continue; }
-            } else if (codec == TS_LZ4) {
-                int r = codecs->lz4_decompress((const char *)src, (char *)dst, (int)stored[k], (int)raw);
-                if (r != (int)raw) { status[k] = TS_DECODE_ERROR; continue; }
-            } else {
-                status[k] = TS_DECODE_ERROR;
-                continue;
-            }
-            if (codecs->xxh3(dst, (size_t)raw) != checksum[k]) { status[k] = TS_CHECKSUM; continue; }
-            status[k] = TS_OK;
-            good++;
+            status[k] = decode_tile(codec, buf + rel, stored[k], dst, raw, checksum[k], zstd_dctx, codecs);
+            good += status[k] == TS_OK;
         }
         i = j;
     }

@@ -47,6 +47,7 @@ __all__ = ["IOWorkers", "ReadBatch", "ReadResult", "ReadStatus", "TileSource", "
 
 log = logging.getLogger(__name__)
 
+_i64p = ctypes.POINTER(ctypes.c_int64)
 MAX_GAP = 64 << 10  # tiles closer than this in the file are read with one pread (the gap too)
 RUN_BYTES = 4 << 20  # longest single read
 
@@ -179,7 +180,10 @@ def _read_batch_python(
         _fetch_remote(batch, runs, src.remote, buf, where, status, errnum)
     else:
         _fetch_local(batch, runs, src.fd, buf, where, status, errnum)
-    _decode(batch, buf, where, ring, stride, status)
+    if scratch.native is not None:
+        _decode_native(batch, buf, where, ring, stride, status, scratch)
+    else:
+        _decode(batch, buf, where, ring, stride, status)
     if src.remote is not None:
         _recheck_remote(batch, src.remote, status)
     return status, errnum
@@ -241,6 +245,33 @@ def _recheck_remote(batch: ReadBatch, remote: RemoteFile, status: np.ndarray) ->
         status[bad] = ReadStatus.CHANGED
 
 
+def _decode_native(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int,
+                   status: np.ndarray, scratch: _Scratch) -> None:  # fmt: skip
+    """`_decode` in one compiled call without the interpreter lock."""
+    native = scratch.native
+    assert native is not None
+    src = batch.source
+    where = np.ascontiguousarray(where, np.int64)
+    stored = np.ascontiguousarray(batch.stored, np.int64)
+    sums = np.ascontiguousarray(batch.checksums, np.uint64)
+    slots = np.ascontiguousarray(batch.ring_slots, np.int64)
+    native.decode_batch(
+        int(src.codec),
+        len(batch),
+        buf.ctypes.data,
+        where.ctypes.data_as(_i64p),
+        stored.ctypes.data_as(_i64p),
+        src.raw_size,
+        sums.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+        slots.ctypes.data_as(_i64p),
+        ring.ctypes.data,
+        stride,
+        scratch.dctx,
+        ctypes.byref(native.codecs),
+        status.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+    )
+
+
 def _decode(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int,
             status: np.ndarray) -> None:  # fmt: skip
     """Decode the OK tiles' stored bytes (at `where` in `buf`) into their ring slots and check them."""
@@ -300,15 +331,12 @@ def _zstd_many(frames: list[memoryview], raw: int) -> list[bytes | memoryview | 
     return result
 
 
-_i64p = ctypes.POINTER(ctypes.c_int64)
-
-
 def read_batch(
     batch: ReadBatch, ring: np.ndarray, stride: int, state: np.ndarray, skip_state: int, scratch: _Scratch
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read one batch into the ring (compiled helper when `scratch` has one); (status, errnum)."""
     native = scratch.native
-    if native is None or batch.source.remote is not None:  # remote: fetched by `RemoteFile`, decoded here
+    if native is None or batch.source.remote is not None:  # remote: fetched by `RemoteFile`, then decoded
         return _read_batch_python(batch, ring, stride, state, skip_state, scratch)
     n = len(batch)
     status = np.zeros(n, np.int32)

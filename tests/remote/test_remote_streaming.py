@@ -20,6 +20,7 @@ from PIL import Image
 
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
+from texstream.pack.reader import PackReader
 from texstream.remote.nginx import LocalNginx
 from texstream.render import PlaneRenderer
 from texstream.runtime.streamer import Streamer
@@ -48,11 +49,11 @@ def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
     r.release()
 
 
-def config(cache: Path | None, **remote: object) -> StreamerConfig:
+def config(cache: Path | None, native: bool = True, **remote: object) -> StreamerConfig:
     opts = dict(cache_dir=str(cache) if cache else None, cache_mb=64 if cache else 0, connect_timeout_s=1.0,
                 read_timeout_s=1.0, request_deadline_s=2.0, retries=1, backoff_s=0.02, offline_s=0.3)  # fmt: skip
     opts.update(remote)
-    return StreamerConfig(budget=BudgetConfig(budget_mb=32), retry_frames=2, read_timeout_s=5.0,
+    return StreamerConfig(budget=BudgetConfig(budget_mb=32), retry_frames=2, read_timeout_s=5.0, native=native,
                           remote=RemoteConfig(**opts))  # type: ignore[arg-type]  # fmt: skip
 
 
@@ -82,12 +83,19 @@ def disk_frame(ctx: moderngl.Context, renderer: PlaneRenderer, pack: Path) -> np
         return renderer.read()
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-decode", "python-decode"])
 def test_stream_over_http_equals_disk(
-    gl_ctx: moderngl.Context, renderer: PlaneRenderer, nginx: LocalNginx, served: Path, pack: Path, cache_folder: Path
+    gl_ctx: moderngl.Context,
+    renderer: PlaneRenderer,
+    nginx: LocalNginx,
+    served: Path,
+    pack: Path,
+    cache_folder: Path,
+    native: bool,
 ) -> None:
     shutil.copyfile(pack, served / "terrain.tpk")
     expect = disk_frame(gl_ctx, renderer, pack)
-    with Streamer(gl_ctx, config(cache_folder)) as s:
+    with Streamer(gl_ctx, config(cache_folder, native)) as s:
         telemetry = Telemetry(s)
         vt = s.open(nginx.url("terrain.tpk"))
         records = converge(s, renderer, vt, telemetry)
@@ -103,7 +111,7 @@ def test_stream_over_http_equals_disk(
         telemetry.release()
     assert psnr(got, expect) >= CONVERGED_DB
     # a second run is served by the cache: few bytes over the network, a high hit rate
-    with Streamer(gl_ctx, config(cache_folder)) as s:
+    with Streamer(gl_ctx, config(cache_folder, native)) as s:
         telemetry = Telemetry(s)
         vt = s.open(nginx.url("terrain.tpk"))
         records = converge(s, renderer, vt, telemetry)
@@ -170,3 +178,31 @@ def test_render_and_demo_from_a_url(
     fill = [r["cache_bytes"] for r in records]
     assert fill[-1] > fill[0] and records[-1]["total_net_bytes"] > 0
     assert (tmp_path / "cache-demo" / "remote" / "blocks.dat").exists()
+
+
+def test_corrupt_byte_served_while_streaming(
+    gl_ctx: moderngl.Context, renderer: PlaneRenderer, nginx: LocalNginx, served: Path, pack: Path, cache_folder: Path
+) -> None:
+    """A byte flipped in one tile on the server (same size and mtime, so the same ETag): that tile
+    fails its checksum and counts as corrupt, the rest of the view streams, and nothing crashes."""
+    path = served / "terrain.tpk"
+    shutil.copyfile(pack, path)
+    with PackReader(pack) as r:
+        tx, ty = (int(r.header.level_table[0][k]) // 2 for k in ("tiles_x", "tiles_y"))
+        e = r.entry(0, tx, ty)  # level 0 at the centre: wanted by the view below
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(e.offset + e.stored_size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with Streamer(gl_ctx, config(cache_folder)) as s:
+        vt = s.open(nginx.url("terrain.tpk"))
+        for _ in range(80):
+            s.update()
+            renderer.draw(vt, VIEW)
+            time.sleep(0.002)
+        stats = s.stats()
+        assert stats["corrupt_tiles"] == 1 and stats["totals"]["failed"] >= 1
+        assert stats["resident_tiles"] > 10 and not stats["net_offline"]
