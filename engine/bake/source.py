@@ -423,6 +423,20 @@ class VipsSource:
         self._next = y1
         return _expand(rows, out)
 
+    @property
+    def region_readable(self) -> bool:
+        """Whether rows can be read in any order without decoding the whole file first: a format
+        libvips reads region by region (TIFF, .v), stored upright (a rotation is decoded whole)."""
+        return self.random and self.orientation == 1
+
+    def read_region(self, y0: int, y1: int) -> np.ndarray:
+        """Rows [y0, y1) in any order, any number of times (`region_readable` files only): each
+        worker of a cluster bake reads its own bands so."""
+        if not self.region_readable:
+            raise ValueError(f"{self.name} is read top to bottom only ({self.loader}, orientation {self.orientation})")
+        _check_range(self, y0, y1)
+        return _expand(self._fetch(y0, y1))
+
     def _fetch(self, y0: int, y1: int) -> np.ndarray:
         import pyvips
 
