@@ -77,8 +77,11 @@ class ClusterConnection:
     Opened and closed by `pipeline.bake`; `close` is idempotent and bounded in time.
     """
 
-    def __init__(self, spec: str, kind: ClusterKind, client: Client, local: LocalCluster | None) -> None:
+    def __init__(
+        self, spec: str, kind: ClusterKind, client: Client, local: LocalCluster | None, dask_log_level: int
+    ) -> None:
         self.spec = spec
+        self.dask_log_level = dask_log_level  # the "distributed" logger's level before the bake
         self.kind = kind
         self.client = client
         self.local = local
@@ -89,13 +92,18 @@ class ClusterConnection:
     @classmethod
     def open(cls, spec: str) -> ClusterConnection:
         """Start ``local:N`` or connect to a scheduler's address; one-line `EngineError` if neither works."""
-        if spec.startswith("local:"):
-            return cls._start_local(int(spec.split(":", 1)[1]), spec)
+        level = _quiet_dask_logs()
         try:
-            client = Client(spec, timeout=CONNECT_S, set_as_default=False)
-        except Exception as exc:  # noqa: BLE001 - refused, timed out, or a reply that is not Dask's
-            raise EngineError(f"cannot reach the Dask scheduler at {spec}: {_first_line(exc)}") from None
-        connection = cls(spec, ClusterKind.REMOTE, client, None)
+            if spec.startswith("local:"):
+                return cls._start_local(int(spec.split(":", 1)[1]), spec, level)
+            try:
+                client = Client(spec, timeout=CONNECT_S, set_as_default=False)
+            except Exception as exc:  # noqa: BLE001 - refused, timed out, or a reply that is not Dask's
+                raise EngineError(f"cannot reach the Dask scheduler at {spec}: {_first_line(exc)}") from None
+        except BaseException:
+            logging.getLogger("distributed").setLevel(level)
+            raise
+        connection = cls(spec, ClusterKind.REMOTE, client, None, level)
         try:
             connection._wait_for_a_worker()
         except BaseException:
@@ -104,10 +112,15 @@ class ClusterConnection:
         return connection
 
     @classmethod
-    def _start_local(cls, workers: int, spec: str) -> ClusterConnection:
+    def _start_local(cls, workers: int, spec: str, dask_log_level: int) -> ClusterConnection:
         # Ctrl-C reaches the whole process group: the worker processes (and the event-loop thread
         # that restarts them) start with it blocked, so that only this process hears it and stops
-        # them in order (see workers._group_signals_blocked).
+        # them in order (see workers._group_signals_blocked). multiprocessing's resource tracker
+        # starts first: its start unblocks those signals in the thread that starts it, which would
+        # be Dask's event-loop thread, the one that starts (and restarts) the worker processes.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
         try:
             with _group_signals_blocked(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "port 8787 is in use" and the like: not the bake's business
@@ -115,13 +128,14 @@ class ClusterConnection:
                     n_workers=workers,
                     threads_per_worker=1,  # a band keeps a core busy (the encoder releases the GIL briefly)
                     processes=True,
+                    host="127.0.0.1",
                     dashboard_address=None,
                     silence_logs=logging.ERROR,
                 )
                 client = Client(local, timeout=CONNECT_S, set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - out of ports, processes, memory
             raise EngineError(f"cannot start a local Dask cluster ({spec}): {_first_line(exc)}") from None
-        return cls(spec, ClusterKind.LOCAL, client, local)
+        return cls(spec, ClusterKind.LOCAL, client, local, dask_log_level)
 
     def _wait_for_a_worker(self) -> None:
         try:
@@ -178,6 +192,17 @@ class ClusterConnection:
                 local.close(timeout=CLOSE_S)
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the local Dask cluster: %s", _first_line(exc))
+        logging.getLogger("distributed").setLevel(self.dask_log_level)
+
+
+def _quiet_dask_logs() -> int:
+    """Keep Dask's own progress reports (workers registered, clients connected: INFO lines on every
+    bake) out of the bake's output unless texstream logs at DEBUG; returns the level to restore."""
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    if not log.isEnabledFor(logging.DEBUG):
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    return level
 
 
 # ---- pool -----------------------------------------------------------------------------------------
