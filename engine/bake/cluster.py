@@ -78,10 +78,10 @@ class ClusterConnection:
     """
 
     def __init__(
-        self, spec: str, kind: ClusterKind, client: Client, local: LocalCluster | None, dask_log_level: int
+        self, spec: str, kind: ClusterKind, client: Client, local: LocalCluster | None, dask_logs: _DaskLogs
     ) -> None:
         self.spec = spec
-        self.dask_log_level = dask_log_level  # the "distributed" logger's level before the bake
+        self.dask_logs = dask_logs  # Dask's loggers, quieter during the bake
         self.kind = kind
         self.client = client
         self.local = local
@@ -92,18 +92,19 @@ class ClusterConnection:
     @classmethod
     def open(cls, spec: str) -> ClusterConnection:
         """Start ``local:N`` or connect to a scheduler's address; one-line `EngineError` if neither works."""
-        level = _quiet_dask_logs()
+        logs = _DaskLogs()
+        logs.quiet(logging.WARNING)
         try:
             if spec.startswith("local:"):
-                return cls._start_local(int(spec.split(":", 1)[1]), spec, level)
+                return cls._start_local(int(spec.split(":", 1)[1]), spec, logs)
             try:
                 client = Client(spec, timeout=CONNECT_S, set_as_default=False)
             except Exception as exc:  # noqa: BLE001 - refused, timed out, or a reply that is not Dask's
                 raise EngineError(f"cannot reach the Dask scheduler at {spec}: {_first_line(exc)}") from None
         except BaseException:
-            logging.getLogger("distributed").setLevel(level)
+            logs.restore()
             raise
-        connection = cls(spec, ClusterKind.REMOTE, client, None, level)
+        connection = cls(spec, ClusterKind.REMOTE, client, None, logs)
         try:
             connection._wait_for_a_worker()
         except BaseException:
@@ -112,7 +113,7 @@ class ClusterConnection:
         return connection
 
     @classmethod
-    def _start_local(cls, workers: int, spec: str, dask_log_level: int) -> ClusterConnection:
+    def _start_local(cls, workers: int, spec: str, logs: _DaskLogs) -> ClusterConnection:
         # Ctrl-C reaches the whole process group: the worker processes (and the event-loop thread
         # that restarts them) start with it blocked, so that only this process hears it and stops
         # them in order (see workers._group_signals_blocked). multiprocessing's resource tracker
@@ -135,7 +136,7 @@ class ClusterConnection:
                 client = Client(local, timeout=CONNECT_S, set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - out of ports, processes, memory
             raise EngineError(f"cannot start a local Dask cluster ({spec}): {_first_line(exc)}") from None
-        return cls(spec, ClusterKind.LOCAL, client, local, dask_log_level)
+        return cls(spec, ClusterKind.LOCAL, client, local, logs)
 
     def _wait_for_a_worker(self) -> None:
         try:
@@ -183,6 +184,8 @@ class ClusterConnection:
         client, local = self.client, self.local
         self.client, self.local = None, None  # type: ignore[assignment]
         if client is not None:
+            if client.status != "running":  # reconnecting: closing it cancels that, which Dask logs as an error
+                self.dask_logs.quiet(logging.CRITICAL)
             try:
                 client.close(timeout=CLOSE_S)
             except Exception as exc:  # noqa: BLE001 - a scheduler already gone: nothing to close
@@ -192,17 +195,31 @@ class ClusterConnection:
                 local.close(timeout=CLOSE_S)
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the local Dask cluster: %s", _first_line(exc))
-        logging.getLogger("distributed").setLevel(self.dask_log_level)
+        self.dask_logs.restore()
 
 
-def _quiet_dask_logs() -> int:
-    """Keep Dask's own progress reports (workers registered, clients connected: INFO lines on every
-    bake) out of the bake's output unless texstream logs at DEBUG; returns the level to restore."""
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    if not log.isEnabledFor(logging.DEBUG):
-        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
-    return level
+class _DaskLogs:
+    """Keeps Dask's own reports (workers registered, clients connected: INFO lines on every bake; a
+    cancelled reconnection logged as an error) out of the bake's output unless texstream logs at
+    DEBUG. Dask gives its loggers their own levels and handlers, so each is raised, then restored."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, int] = {}
+
+    def quiet(self, level: int) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            return
+        names = [n for n in logging.root.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]
+        for name in names:
+            logger = logging.getLogger(name)
+            if name == "distributed" or logger.level != logging.NOTSET:
+                self.saved.setdefault(name, logger.level)
+                logger.setLevel(max(level, logger.level))
+
+    def restore(self) -> None:
+        for name, level in self.saved.items():
+            logging.getLogger(name).setLevel(level)
+        self.saved.clear()
 
 
 # ---- pool -----------------------------------------------------------------------------------------
@@ -303,9 +320,9 @@ class WorkerFileSource:
         """The description of `source` when workers can read it region by region, else None."""
         if not isinstance(source, VipsSource) or not source.region_readable:
             return None
-        st = os.stat(source.path)
+        size, mtime_ns = source.file_stamp
         path = os.path.abspath(source.path)
-        return cls(path, source.name, source.width, source.height, source.channels, st.st_size, st.st_mtime_ns)
+        return cls(path, source.name, source.width, source.height, source.channels, size, mtime_ns)
 
     def read_rows(self, y0: int, y1: int) -> np.ndarray:
         return _open_on_worker(self.path, self.size, self.mtime_ns, self.width, self.height).read_region(y0, y1)

@@ -378,6 +378,8 @@ class VipsSource:
             raise SourceError(f"{self.path}: cannot open with libvips: {_vips_reason(exc)}") from None
         self.loader = loader
         self.width, self.height = self._img.width, self._img.height
+        st = self.path.stat()
+        self.file_stamp = (st.st_size, st.st_mtime_ns)  # the file as opened (a cluster's workers check it)
         self._next = 0  # rows before this were handed out
         self._buf = np.empty((0, self.width, self.channels), np.uint8)  # rows [_buf_lo, _fetched)
         self._buf_lo = 0
