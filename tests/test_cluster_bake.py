@@ -28,15 +28,22 @@ from .require import skip_unless_required
 WORKERS = 2  # the cluster's worker processes, one thread each: local bakes compared use as many jobs
 
 
+def require_dask() -> None:
+    """Skip without dask[distributed] (the cluster extra), or fail when TEXSTREAM_REQUIRE lists cluster."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError as exc:
+        skip_unless_required("cluster", f"dask[distributed] is not installed ({exc}): pip install '.[cluster]'")
+
+
 @pytest.fixture(scope="module")
 def dask_cluster() -> Iterator[object]:
     """A LocalCluster of 2 worker processes and a client of it (to find and kill workers)."""
-    try:
-        import logging
+    require_dask()
+    import logging
 
-        from distributed import Client, LocalCluster
-    except ImportError as exc:
-        skip_unless_required("cluster", f"dask[distributed] is not installed ({exc}): pip install '.[cluster]'")
+    from distributed import Client, LocalCluster
+
     options = dict(threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None)
     cluster = LocalCluster(n_workers=WORKERS, silence_logs=logging.ERROR, **options)
     client = Client(cluster, set_as_default=False)
@@ -178,6 +185,7 @@ def test_a_worker_killed_mid_bake_is_replaced_and_the_pack_is_the_same(
 
 
 def test_a_scheduler_gone_mid_bake_fails_the_bake_and_leaves_nothing(tmp_path: Path) -> None:
+    require_dask()
     import logging
     import warnings
 
@@ -208,6 +216,7 @@ def test_a_scheduler_gone_mid_bake_fails_the_bake_and_leaves_nothing(tmp_path: P
 
 # ---- the command line ------------------------------------------------------------------------------
 def test_cli_generate_on_a_local_cluster_equals_the_local_bake(tmp_path: Path) -> None:
+    require_dask()
     local, clustered = tmp_path / "local.tpk", tmp_path / "cluster.tpk"
     common = ("--size", "1536", "--height", "1024", "--address", "wrap", "--no-progress")
     done = run_cli("generate", str(local), "--jobs", str(WORKERS), *common)
@@ -220,7 +229,7 @@ def test_cli_generate_on_a_local_cluster_equals_the_local_bake(tmp_path: Path) -
 
 
 def test_cli_unreachable_scheduler_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
-    pytest.importorskip("distributed")  # the error is about the scheduler, not the missing package
+    require_dask()  # the error is about the scheduler, not the missing package
     out = tmp_path / "out.tpk"
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     done = run_cli("generate", str(out), "--size", "512", "--cluster", address, "--no-progress")
@@ -261,7 +270,7 @@ def _descendants(pid: int) -> set[int]:
 def test_cli_cluster_bake_interrupted_exits_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     """Ctrl-C reaches the whole process group (workers included); SIGTERM only the bake. Either way:
     exit 128 + signal, one line, no pack and no temporary file, no worker process left."""
-    pytest.importorskip("distributed")
+    require_dask()
     out = tmp_path / "out.tpk"
     cmd = [sys.executable, "-m", "texstream.cli", "generate", str(out), "--size", "16384", "--no-progress"]
     cmd += ["--cluster", f"local:{WORKERS}"]

@@ -18,7 +18,9 @@ process holds reach the workers through an anonymous shared-memory ring (a memfd
 worker at its start, on Linux), not pickles.
 
 Workers come from the fork server, never from a fork of this (possibly threaded) process; they die
-with it, and an interrupt stops them at once: see `workers`.
+with it, and an interrupt stops them at once: see `workers`. With ``BakeConfig.cluster`` the same
+bands run on a Dask cluster's workers instead (`cluster`): no shared ring there, band inputs travel
+inside their tasks, and the pack is the same.
 
 Memory is bounded by the band size (`BAND_BYTES`, about four times that per worker) times the jobs
 in flight, whatever the image size: neither the source nor any level is ever held whole.
