@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py engine/native/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,cluster]'
 	touch $(STAMP)
 
 demo: $(STAMP)

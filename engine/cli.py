@@ -62,6 +62,13 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
         "(0.25 MPixel/s, 44.4 dB); dB: PSNR on assets/astronaut.png",
     )
     g.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")
+    g.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="run the bands on a Dask cluster: local:N (N worker processes started for the bake) or a "
+        "scheduler's address (tcp://host:8786); needs the cluster extra",
+    )
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -78,6 +85,7 @@ def _bake_config(args: argparse.Namespace) -> BakeConfig:
             bc7_quality=args.bc7_quality,
             jobs=args.jobs,
             progress=args.progress and sys.stderr.isatty(),
+            cluster=args.cluster,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
@@ -29,6 +30,10 @@ class BakeConfig:
     bc7_quality: str = "normal"
     jobs: int = 0  # worker processes; 0: every core
     progress: bool = True  # tqdm progress bar on stderr
+    # None: bands run in local worker processes. "local:N": a Dask LocalCluster of N worker processes
+    # started for the bake; else a Dask scheduler's address ("tcp://host:8786", "host:8786") whose
+    # workers run the bands (they need texstream installed and the source on storage they can read).
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         if self.texel_format is not None:
@@ -47,6 +52,8 @@ class BakeConfig:
             raise ValueError(f"jobs must be >= 0, got {self.jobs!r}")
         if self.srgb and self.texel_format is not None and not self.texel_format.colour:
             raise ValueError(f"{self.texel_format.name.lower()} holds linear data; it cannot be sRGB")
+        if self.cluster is not None:
+            _check_cluster_address(self.cluster)
 
     def format_for(self, alpha: bool) -> TexelFormat:
         """The texel format of a bake: the one given, else bc7 for a source with real alpha (the
@@ -65,6 +72,27 @@ class BakeConfig:
     @property
     def worker_count(self) -> int:
         return self.jobs or os.cpu_count() or 1
+
+
+_LOCAL_CLUSTER = re.compile(r"local:(\d+)")
+# scheme://host:port or host:port; host a name, an IPv4 address or a bracketed IPv6 one
+_SCHEDULER_ADDRESS = re.compile(r"(?:(?:tcp|tls|ws|wss)://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})")
+
+
+def _check_cluster_address(cluster: str) -> None:
+    """`BakeConfig.cluster`: "local:N" with N >= 1, or a Dask scheduler's [scheme://]host:port."""
+    if not isinstance(cluster, str):
+        raise TypeError(f"cluster must be a string, got {type(cluster).__name__}")
+    local = _LOCAL_CLUSTER.fullmatch(cluster)
+    if local:
+        if int(local.group(1)) < 1:
+            raise ValueError(f"cluster {cluster!r}: a local cluster needs at least one worker (local:N, N >= 1)")
+        return
+    address = _SCHEDULER_ADDRESS.fullmatch(cluster)
+    if address is None or not 1 <= int(address.group(1)) <= 65535:
+        raise ValueError(
+            f"cluster {cluster!r} is neither local:N nor a scheduler address like tcp://host:8786 or host:8786"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

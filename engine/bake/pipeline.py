@@ -18,7 +18,9 @@ process holds reach the workers through an anonymous shared-memory ring (a memfd
 worker at its start, on Linux), not pickles.
 
 Workers come from the fork server, never from a fork of this (possibly threaded) process; they die
-with it, and an interrupt stops them at once: see `workers`.
+with it, and an interrupt stops them at once: see `workers`. With ``BakeConfig.cluster`` the same
+bands run on a Dask cluster's workers instead (`cluster`): no shared ring there, band inputs travel
+inside their tasks, and the pack is the same.
 
 Memory is bounded by the band size (`BAND_BYTES`, about four times that per worker) times the jobs
 in flight, whatever the image size: neither the source nor any level is ever held whole.
@@ -51,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -65,6 +67,9 @@ from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
 from .source import Source, describe, has_alpha, open_source
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
+
+if TYPE_CHECKING:
+    from .cluster import ClusterConnection
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +338,19 @@ def _run_job(job: BandJob | CutJob) -> JobResult:
     return _execute(job, _worker)
 
 
+def run_job_in_this_process(settings: Settings, job: BandJob | CutJob) -> JobResult:
+    """Run one job in a process this bake did not start (a Dask worker): its state is made once per
+    process and settings, as `_init_worker` makes it for the bake's own workers."""
+    return _execute(job, _settled_state(settings))
+
+
+@lru_cache(maxsize=4)
+def _settled_state(settings: Settings) -> _WorkerState:
+    _tune_malloc()
+    _warm_tables(settings)
+    return _WorkerState(settings)
+
+
 def _execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
     """Run one job (in a worker process, or inline when jobs == 1)."""
     if isinstance(job, CutJob):
@@ -568,12 +586,21 @@ class _InlinePool:
         pass
 
 
-_Pool = WorkerPool | _InlinePool
+_Pool = WorkerPool | _InlinePool  # or cluster.ClusterPool (dask is optional: not imported here)
 
 
 class _Baker:
-    def __init__(self, source: Source, out: Path, config: BakeConfig, metadata: dict, choice: FormatChoice) -> None:
+    def __init__(
+        self,
+        source: Source,
+        out: Path,
+        config: BakeConfig,
+        metadata: dict,
+        choice: FormatChoice,
+        cluster: ClusterConnection | None = None,
+    ) -> None:
         self.source = source
+        self.cluster = cluster  # opened and closed by `bake`
         self.out = out
         self.config = config
         self.choice = choice
@@ -591,7 +618,9 @@ class _Baker:
         cutout = choice.premultiplied(self.header.srgb)
         transfer = Transfer(srgb=self.header.srgb, alpha=alpha, premultiplied=cutout)
         self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level, alpha)
-        self.jobs = max(1, config.worker_count)
+        # On a cluster, as many jobs as it has worker threads: the band plan and the order of the
+        # writes then equal a local bake's with that many jobs, byte for byte.
+        self.jobs = max(1, config.jobs or cluster.threads) if cluster is not None else max(1, config.worker_count)
         # BC7 costs ~300x BC1 per texel: smaller bands keep every worker busy to the end.
         slow = self.header.texel_format is TexelFormat.BC7
         band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
@@ -602,8 +631,15 @@ class _Baker:
         self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
         # Who reads the source: workers generate picklable ones themselves; with one job, this
         # process reads in-memory ones in place; else this process reads it into the ring.
-        self.pickled_source = bool(getattr(source, "parallel", False))
-        self.shared_source = not self.pickled_source and bool(getattr(source, "forkable", False)) and self.jobs == 1
+        # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
+        self.band_source: Source | None = source if getattr(source, "parallel", False) else None
+        if cluster is not None:
+            from .cluster import worker_source
+
+            self.band_source = worker_source(source)
+        self.pickled_source = self.band_source is not None
+        in_place = cluster is None and self.jobs == 1 and bool(getattr(source, "forkable", False))
+        self.shared_source = not self.pickled_source and in_place
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
         self.feeds += [_Feed(st) for st in self.stages[1:]]
@@ -617,6 +653,10 @@ class _Baker:
 
     # ---- pool -------------------------------------------------------------------------------------
     def _start_pool(self) -> _Pool:
+        if self.cluster is not None:
+            from .cluster import ClusterPool
+
+            return ClusterPool(self.cluster, self.settings)
         state = _WorkerState(self.settings, None, self.source if self.shared_source else None)
         if self.jobs == 1:
             _warm_tables(self.settings)
@@ -678,7 +718,7 @@ class _Baker:
             data = ref
         else:
             data = np.ascontiguousarray(feed.window_rows())
-        job = BandJob(st, i, data, self.source if feed.remote and self.pickled_source else None,
+        job = BandJob(st, i, data, self.band_source if feed.remote and self.pickled_source else None,
                       skip_row0=wrap and i == 0, want_top=wrap and i == 0,
                       want_bottom=wrap and i == st.bands - 1)  # fmt: skip
         if needs_top:
@@ -824,14 +864,35 @@ def bake(
         raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
     if size > MAX_METADATA:
         raise ValueError(f"metadata is {size} bytes, over the {MAX_METADATA}-byte cap")
-    baker = _Baker(source, out, config, meta, choice)
-    log.info("baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s", source.name, source.width,
-             source.height, out, baker.header.level_count, baker.header.tile_count,
-             [(s.level, s.count, s.bands) for s in baker.stages])  # fmt: skip
     with signals_deferred():
-        report = baker.run()
+        cluster = _open_cluster(config.cluster) if config.cluster is not None else None
+        try:
+            baker = _Baker(source, out, config, meta, choice, cluster)
+            stages = [(s.level, s.count, s.bands) for s in baker.stages]
+            where = f" on the Dask cluster {config.cluster}" if cluster else ""
+            log.info(
+                "baking %s (%dx%d) into %s: %d levels, %d tiles, stages %s%s",
+                source.name,
+                source.width,
+                source.height,
+                out,
+                baker.header.level_count,
+                baker.header.tile_count,
+                stages,
+                where,
+            )
+            report = baker.run()
+        finally:
+            if cluster is not None:
+                cluster.close()
     log.info("%s", report.summary())
     return report
+
+
+def _open_cluster(spec: str) -> ClusterConnection:
+    from .cluster import ClusterConnection
+
+    return ClusterConnection.open(spec)
 
 
 def creation_metadata(source: Source, config: BakeConfig, choice: FormatChoice | None = None) -> dict:
@@ -871,7 +932,8 @@ def bake_file(
     metadata: dict | None = None,
 ) -> BakeReport:  # fmt: skip
     """Open an image file (`open_source`: Pillow, or libvips for huge images) and bake it."""
-    if (config or BakeConfig()).worker_count > 1:
+    config = config or BakeConfig()
+    if config.cluster is None and config.worker_count > 1:
         start_context()  # the fork server starts (imports, tables) while the file is opened
     with signals_deferred():  # libvips may call into Python while it opens the file, too
         return bake(open_source(path), out, config, metadata)

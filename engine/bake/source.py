@@ -378,6 +378,8 @@ class VipsSource:
             raise SourceError(f"{self.path}: cannot open with libvips: {_vips_reason(exc)}") from None
         self.loader = loader
         self.width, self.height = self._img.width, self._img.height
+        st = self.path.stat()
+        self.file_stamp = (st.st_size, st.st_mtime_ns)  # the file as opened (a cluster's workers check it)
         self._next = 0  # rows before this were handed out
         self._buf = np.empty((0, self.width, self.channels), np.uint8)  # rows [_buf_lo, _fetched)
         self._buf_lo = 0
@@ -422,6 +424,20 @@ class VipsSource:
             rows = self._buf[y0 - self._buf_lo : y1 - self._buf_lo]
         self._next = y1
         return _expand(rows, out)
+
+    @property
+    def region_readable(self) -> bool:
+        """Whether rows can be read in any order without decoding the whole file first: a format
+        libvips reads region by region (TIFF, .v), stored upright (a rotation is decoded whole)."""
+        return self.random and self.orientation == 1
+
+    def read_region(self, y0: int, y1: int) -> np.ndarray:
+        """Rows [y0, y1) in any order, any number of times (`region_readable` files only): each
+        worker of a cluster bake reads its own bands so."""
+        if not self.region_readable:
+            raise ValueError(f"{self.name} is read top to bottom only ({self.loader}, orientation {self.orientation})")
+        _check_range(self, y0, y1)
+        return _expand(self._fetch(y0, y1))
 
     def _fetch(self, y0: int, y1: int) -> np.ndarray:
         import pyvips
