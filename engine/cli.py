@@ -105,7 +105,7 @@ def cmd_bake(args: argparse.Namespace) -> int:
     cfg = _bake_config(args)
     out = Path(args.out)
     _check_output(out)
-    report = bake_file(Path(args.src), out, cfg)
+    report = bake_file(args.src, out, cfg)
     print(report.summary())
     return 0
 
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("bake", help="bake an image into a tile pack")
-    s.add_argument("src", help="source image (any format Pillow or libvips reads)")
+    s.add_argument("src", help="source image (any format Pillow or libvips reads; a path or a URL)")
     s.add_argument("out", help="output pack, .tpk")
     _add_encoding_options(s)
     s.set_defaults(func=cmd_bake)

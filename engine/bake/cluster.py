@@ -313,6 +313,8 @@ class WorkerFileSource:
     channels: int
     size: int
     mtime_ns: int
+    url: str | None = None  # downloaded from here: a worker without the file fetches it itself
+    url_version: str | None = None  # the version the bake downloaded (`RemoteVersion.key()`)
     parallel: bool = field(default=True, init=False)
 
     @classmethod
@@ -322,15 +324,21 @@ class WorkerFileSource:
             return None
         size, mtime_ns = source.file_stamp
         path = os.path.abspath(source.path)
-        return cls(path, source.name, source.width, source.height, source.channels, size, mtime_ns)
+        return cls(path, source.name, source.width, source.height, source.channels, size, mtime_ns, source.url,
+                   source.url_version)  # fmt: skip
 
     def read_rows(self, y0: int, y1: int) -> np.ndarray:
-        return _open_on_worker(self.path, self.size, self.mtime_ns, self.width, self.height).read_region(y0, y1)
+        source = _open_on_worker(self.path, self.size, self.mtime_ns, self.width, self.height, self.url,
+                                 self.url_version)  # fmt: skip
+        return source.read_region(y0, y1)
 
 
 @lru_cache(maxsize=4)
-def _open_on_worker(path: str, size: int, mtime_ns: int, width: int, height: int) -> VipsSource:
+def _open_on_worker(path: str, size: int, mtime_ns: int, width: int, height: int, url: str | None,
+                    url_version: str | None) -> VipsSource:  # fmt: skip
     host = socket.gethostname()
+    if url is not None and not _same_file(path, size, mtime_ns):
+        return _download_on_worker(url, url_version, width, height, host)
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -341,6 +349,32 @@ def _open_on_worker(path: str, size: int, mtime_ns: int, width: int, height: int
     source = VipsSource(path)
     if (source.width, source.height) != (width, height) or not source.region_readable:
         raise SourceError(f"{path} on worker host {host} does not read as the file the bake opened")
+    return source
+
+
+def _same_file(path: str, size: int, mtime_ns: int) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_size, st.st_mtime_ns) == (size, mtime_ns)
+
+
+def _download_on_worker(url: str, version: str | None, width: int, height: int, host: str) -> VipsSource:
+    """A URL source on a host that does not share the baking process's copy: fetched here once
+    (the worker's own sources cache), and refused unless it reads as the file the bake opened."""
+    from ..remote.download import download
+    from ..remote.transport import RemoteError
+
+    try:
+        got = download(url)
+    except RemoteError as exc:
+        raise SourceError(f"on worker host {host}: {exc}") from None
+    if got.version.key() != version:
+        raise SourceError(f"{got.url} changed on the server since the bake opened it (seen from worker host {host})")
+    source = VipsSource(got.path)
+    if (source.width, source.height) != (width, height) or not source.region_readable:
+        raise SourceError(f"{got.url} on worker host {host} does not read as the file the bake opened")
     return source
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 import warnings
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -257,6 +258,8 @@ class PillowSource:
     """A Pillow image (or a path Pillow opens), decoded and converted once, read by slicing."""
 
     forkable = True
+    url: str | None = None  # the URL `open_source` downloaded the file from
+    url_version: str | None = None  # and the version it got (`RemoteVersion.key()`)
 
     def __init__(self, image: str | os.PathLike[str] | object, name: str | None = None) -> None:
         from PIL import Image, ImageOps, UnidentifiedImageError
@@ -349,6 +352,9 @@ class VipsSource:
     request wait in a small buffer for the next one. Formats libvips reads region by region on
     their own (TIFF, its native .v) are opened for random access, which streams them as well.
     """
+
+    url: str | None = None  # the URL `open_source` downloaded the file from
+    url_version: str | None = None  # and the version it got (`RemoteVersion.key()`)
 
     ALIGN = 256  # a multiple of every loader's strip height (8, 16, ... 256 rows)
     _REGION_LOADERS = ("tiffload", "vipsload")
@@ -491,9 +497,27 @@ def _first_line(exc: BaseException) -> str:
 
 def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRESHOLD) -> Source:
     """Open an image file: Pillow up to `vips_threshold` pixels, libvips above it or when Pillow
-    cannot read the file. Missing, unreadable, truncated or non-image files raise SourceError."""
+    cannot read the file. Missing, unreadable, truncated or non-image files raise SourceError.
+
+    A URL (http(s)://, or any fsspec filesystem) is downloaded once into the cache's ``sources``
+    folder (`texstream.remote.download`) and opened from there; the source remembers its URL
+    (`url`, `url_version`) so a cluster's workers can fetch the same version themselves."""
     from PIL import Image, UnidentifiedImageError
 
+    from ..remote import is_remote
+
+    if is_remote(path):
+        from ..remote.download import download
+        from ..remote.transport import RemoteError
+
+        try:
+            got = download(str(path))
+        except RemoteError as exc:
+            raise SourceError(str(exc)) from None
+        source = open_source(got.path, vips_threshold=vips_threshold)
+        source.name = Path(urllib.parse.urlsplit(got.url).path).name or got.url  # type: ignore[misc]
+        source.url, source.url_version = str(path), got.version.key()  # type: ignore[union-attr]
+        return source
     p = Path(path)
     if not p.exists():
         raise SourceError(f"{p}: no such file")

@@ -140,14 +140,7 @@ class RemoteFile:
         self.url = url
         self.name = redact(url)
         self.config = config
-        scheme = url.split("://", 1)[0].lower()
-        self._transport: Transport
-        if scheme in ("http", "https"):
-            self._transport = HttpTransport(url, max_requests=config.max_requests,
-                                            connect_timeout_s=config.connect_timeout_s,
-                                            read_timeout_s=config.read_timeout_s)  # fmt: skip
-        else:
-            self._transport = FsspecTransport(url, config.storage_options)
+        self._transport: Transport = _make_transport(url, config)
         self._lock = threading.Lock()
         self._in_flight = threading.BoundedSemaphore(config.max_requests)
         self._refs = 1
@@ -436,6 +429,14 @@ class RemoteFile:
                 offline=time.monotonic() < self._offline_until,
                 cache=cache.stats() if cache is not None else None,
             )
+
+
+def _make_transport(url: str, config: RemoteConfig) -> Transport:
+    """HTTP(S) through urllib3, anything else through fsspec."""
+    if url.split("://", 1)[0].lower() in ("http", "https"):
+        return HttpTransport(url, max_requests=config.max_requests, connect_timeout_s=config.connect_timeout_s,
+                             read_timeout_s=config.read_timeout_s)  # fmt: skip
+    return FsspecTransport(url, config.storage_options)
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
