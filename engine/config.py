@@ -6,10 +6,21 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
-__all__ = ["BakeConfig", "BudgetConfig", "RemoteConfig", "StreamerConfig"]
+__all__ = ["BakeConfig", "BudgetConfig", "RemoteConfig", "StreamerConfig", "cache_dir"]
+
+
+def cache_dir() -> Path:
+    """The folder for generated assets, downloaded sources and the remote-pack cache:
+    $TEXSTREAM_CACHE, else $XDG_CACHE_HOME/texstream, else ~/.cache/texstream."""
+    env = os.environ.get("TEXSTREAM_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "texstream"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from texstream.bench_scene import (
+from texstream.apps.bench_scene import (
     COMPARISON_FIELDS,
     CUT_FIELDS,
     CUTS_FIELDS,
@@ -45,7 +45,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory, gl_ctx: object) -> tuple[dic
     """(result JSON, telemetry JSONL path, stdout) of one quick run."""
     folder = tmp_path_factory.mktemp("bench-scene")
     out, tel = folder / "scene.json", folder / "scene.jsonl"
-    code = ("from texstream.bench_scene import run_scene_bench; "
+    code = ("from texstream.apps.bench_scene import run_scene_bench; "
             f"run_scene_bench(quick=True, json_path={str(out)!r}, telemetry_path={str(tel)!r})")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

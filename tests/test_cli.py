@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from texstream.cli import main
+from texstream.apps.cli import main
 from texstream.pack import PackReader
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "texstream.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
 
 
@@ -105,7 +105,7 @@ def test_generate_checker(tmp_path: Path) -> None:
 
 def test_sigterm_during_bake_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "big.tpk"
-    proc = subprocess.Popen([sys.executable, "-m", "texstream.cli", "generate", str(out), "--size", "8192",
+    proc = subprocess.Popen([sys.executable, "-m", "texstream", "generate", str(out), "--size", "8192",
                              "--format", "bc7", "--no-progress", "--jobs", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 60

@@ -87,7 +87,7 @@ def free_port() -> int:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "texstream.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=120)
 
 
 # ---- equal packs ------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_cli_cluster_bake_interrupted_exits_cleanly(tmp_path: Path, sig: signal.
     exit 128 + signal, one line, no pack and no temporary file, no worker process left."""
     require_dask()
     out = tmp_path / "out.tpk"
-    cmd = [sys.executable, "-m", "texstream.cli", "generate", str(out), "--size", "16384", "--no-progress"]
+    cmd = [sys.executable, "-m", "texstream", "generate", str(out), "--size", "16384", "--no-progress"]
     cmd += ["--cluster", f"local:{WORKERS}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from texstream.apps.demo import DemoConfig
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
-from texstream.demo import DemoConfig
 from texstream.pack.format import TexelFormat
 from texstream.scene.terrain import sky_clear_colour
 from texstream.telemetry import Overlay, validate_frame, validate_summary
@@ -36,7 +36,7 @@ SUMMARY_TITLE = "texstream GPU memory summary"
 # ---- helpers ---------------------------------------------------------------------------------------
 def demo_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
              timeout: float = 120) -> subprocess.CompletedProcess:  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "texstream.cli", "demo", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "texstream", "demo", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=timeout)  # fmt: skip
 
 
@@ -259,7 +259,7 @@ def test_windowed_demo_under_xvfb(packs: tuple[Path, Path], xvfb: str, tmp_path:
 WINDOW_SCRIPT = """
 import sys
 import glfw
-from texstream.demo import DemoConfig, run_window
+from texstream.apps.demo import DemoConfig, run_window
 
 albedo, normals, telemetry = sys.argv[1:4]
 K = glfw

@@ -8,7 +8,7 @@ from pathlib import Path
 import moderngl
 import pytest
 
-from texstream.bench_soak import make_soak_packs, run_soak
+from texstream.apps.bench_soak import make_soak_packs, run_soak
 
 pytestmark = pytest.mark.gl
 
@@ -26,7 +26,7 @@ def test_short_soak_holds_every_invariant(gl_ctx: moderngl.Context, tmp_path: Pa
 
 
 def test_soak_report_names_each_broken_invariant() -> None:
-    from texstream.bench_soak import SoakReport, SoakWindow
+    from texstream.apps.bench_soak import SoakReport, SoakWindow
 
     def window(frames: int, rss: float, objects: int, fds: int, db: float = 60.0) -> SoakWindow:
         return SoakWindow(frames, rss, 20, 4, fds, 0.9, 16.0, 3, 100, db, 5, objects)

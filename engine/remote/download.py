@@ -44,7 +44,7 @@ class Downloaded:
 
 
 def sources_dir() -> Path:
-    from ..assets import cache_dir
+    from ..config import cache_dir
 
     return cache_dir() / "sources"
 

@@ -89,7 +89,7 @@ class _SharedCache:
     def acquire(cls, config: RemoteConfig) -> BlockCache | None:
         if config.cache_bytes < config.block_bytes:
             return None
-        from ..assets import cache_dir
+        from ..config import cache_dir
 
         folder = Path(config.cache_dir) if config.cache_dir else cache_dir() / "remote"
         folder = folder.expanduser().absolute()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from texstream.apps.bench_encoders import make_icon, make_normals
 from texstream.bake import encoders
 from texstream.bake.bcn import CHOSEN, encode_slot, raw_size
-from texstream.bench_encoders import make_icon, make_normals
 from texstream.pack import PackHeader, TexelFormat
 
 from . import reference as ref

@@ -73,7 +73,7 @@ def big_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _start_bake(src: Path, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "texstream.cli", "bake", str(src), str(out), "--format", "bc7",
+    cmd = [sys.executable, "-m", "texstream", "bake", str(src), str(out), "--format", "bc7",
            "--bc7-quality", "fast", "--jobs", "2", "--no-progress"]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip

@@ -92,7 +92,7 @@ def test_a_worker_without_the_file_fetches_the_same_version(
 
 def test_missing_url_source_is_one_line(nginx: LocalNginx, tmp_path: Path) -> None:
     out = tmp_path / "out.tpk"
-    proc = subprocess.run([sys.executable, "-m", "texstream.cli", "bake", nginx.url("nope.png"), str(out)],
+    proc = subprocess.run([sys.executable, "-m", "texstream", "bake", nginx.url("nope.png"), str(out)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "404" in proc.stderr, proc.stderr
     assert not out.exists()

@@ -93,7 +93,7 @@ def test_cli_verbs_accept_a_url(nginx: LocalNginx, served: Path, packs: dict, tm
     url = nginx.url("p.tpk")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "texstream.cli", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True,
                               env=env, timeout=120)  # fmt: skip
 
     info = cli("info", url)

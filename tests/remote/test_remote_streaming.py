@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from texstream.apps.render import PlaneRenderer
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
 from texstream.pack.reader import PackReader
 from texstream.remote.nginx import LocalNginx
-from texstream.render import PlaneRenderer
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import Telemetry, validate_frame
@@ -149,7 +149,7 @@ def test_server_killed_mid_stream_then_back(
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env["TEXSTREAM_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "texstream.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, env=env,
                           timeout=300)  # fmt: skip
 
 

@@ -21,13 +21,13 @@ import moderngl
 import numpy as np
 import pytest
 
+from texstream.apps.render import PlaneRenderer
 from texstream.bake.pipeline import bake, bake_procedural
 from texstream.bake.source import ArraySource
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.errors import BudgetError, EngineError, TileCorruptError
 from texstream.gl.gl_ext import GLExt
 from texstream.pack.reader import PackReader
-from texstream.render import PlaneRenderer
 from texstream.runtime.io_workers import ReadBatch
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View

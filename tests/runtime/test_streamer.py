@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from texstream.apps.render import PlaneRenderer, render
 from texstream.bake.pipeline import bake, bake_procedural
 from texstream.bake.source import ArraySource
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.pack.extract import extract_level
 from texstream.pack.format import TexelFormat
 from texstream.pack.reader import PackReader
-from texstream.render import PlaneRenderer, render
 from texstream.runtime.staging import SlotState
 from texstream.runtime.streamer import Streamer
 from texstream.runtime.uploader import LoadState
@@ -403,7 +403,7 @@ def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, pack
 
 # ---- the CLI ---------------------------------------------------------------------------------
 def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "texstream.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "texstream", *map(str, args)], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
 
 

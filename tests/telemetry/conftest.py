@@ -9,10 +9,10 @@ from pathlib import Path
 import moderngl
 import pytest
 
+from texstream.apps.render import PlaneRenderer
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.pack.format import TexelFormat
-from texstream.render import PlaneRenderer
 
 
 @dataclass(frozen=True)

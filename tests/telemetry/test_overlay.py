@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+from texstream.apps.render import PlaneRenderer
 from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt
-from texstream.render import PlaneRenderer
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import Overlay, Telemetry

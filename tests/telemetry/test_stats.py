@@ -12,7 +12,7 @@ import moderngl
 import numpy as np
 import pytest
 
-from texstream.render import PlaneRenderer
+from texstream.apps.render import PlaneRenderer
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import SUMMARY_SCHEMA, Telemetry, memory_stats, memory_summary, validate_frame

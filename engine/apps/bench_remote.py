@@ -31,8 +31,8 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .config import BakeConfig, RemoteConfig
-from .errors import EngineError
+from ..config import BakeConfig, RemoteConfig
+from ..errors import EngineError
 
 __all__ = ["run_remote_bench"]
 
@@ -41,9 +41,9 @@ CUT_TIMEOUT_S = 30.0  # a view not converged by then is counted as timed out
 
 
 def run_remote_bench(url: str = LOCAL, quick: bool = False, json_path: str | None = None) -> dict:
-    from .bake.pipeline import bake_procedural
-    from .gl.context import headless_context
-    from .remote.nginx import LocalNginx, find_nginx
+    from ..bake.pipeline import bake_procedural
+    from ..gl.context import headless_context
+    from ..remote.nginx import LocalNginx, find_nginx
 
     result: dict = {"bench": "stream-url", "quick": quick, "cpu_count": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="texstream-bench-url-") as tmp:
@@ -102,10 +102,10 @@ def _views(count: int, seed: int) -> list[tuple[float, float, float]]:
 def converge_cuts(ctx: moderngl.Context, pack: Path, url: str | None, remote: RemoteConfig | None,
                   views: list[tuple[float, float, float]], size: tuple[int, int]) -> dict:  # fmt: skip
     """Each view until converged (nothing wanted missing, nothing in flight); tiles/s and times."""
+    from ..runtime.streamer import Streamer
+    from ..scene.camera import View
     from .bench_stream import THROTTLE, _pan_config, _pct
     from .render import PlaneRenderer
-    from .runtime.streamer import Streamer
-    from .scene.camera import View
 
     cfg = _pan_config(pack)
     if remote is not None:

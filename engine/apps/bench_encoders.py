@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .bake.encoders import BC7_QUALITIES, ENCODERS, Encoder
-from .pack.format import TexelFormat
+from ..bake.encoders import BC7_QUALITIES, ENCODERS, Encoder
+from ..pack.format import TexelFormat
 
 ASSET_DIRS = (Path(__file__).resolve().parent.parent / "assets", Path.cwd() / "assets")
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png")
@@ -72,7 +72,7 @@ def make_noise(size: int = 256, seed: int = 3) -> np.ndarray:
 
 
 def make_normals(size: int = 256, seed: int = 1) -> np.ndarray:
-    from .bake.procedural import normal_rows
+    from ..bake.procedural import normal_rows
 
     return normal_rows(0, size, size, size, seed)
 

@@ -28,12 +28,12 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .config import BakeConfig, BudgetConfig, StreamerConfig
-from .gl.gl_ext import GLExt
-from .pack.format import TexelFormat
+from ..config import BakeConfig, BudgetConfig, StreamerConfig
+from ..gl.gl_ext import GLExt
+from ..pack.format import TexelFormat
+from ..runtime.streamer import Streamer, VirtualTexture
+from ..scene.camera import View
 from .render import PlaneRenderer
-from .runtime.streamer import Streamer, VirtualTexture
-from .scene.camera import View
 
 __all__ = ["SoakReport", "SoakWindow", "make_soak_packs", "print_soak", "run_soak"]
 
@@ -104,7 +104,7 @@ class SoakReport:
 
 def make_soak_packs(folder: Path, quick: bool) -> list[Path]:
     """Three procedural packs of two formats (baked once into `folder`)."""
-    from .bake.pipeline import bake_procedural
+    from ..bake.pipeline import bake_procedural
 
     size = 1024 if quick else 4096
     specs = [
@@ -331,7 +331,7 @@ def print_soak(report: SoakReport) -> None:
 
 def run_soak_bench(minutes: float | None, quick: bool, json_path: str | None) -> int:
     """The CLI's `bench soak`: frames until `minutes` have passed (or a fixed count with --quick)."""
-    from .gl.context import headless_context
+    from ..gl.context import headless_context
 
     ctx = headless_context()
     with tempfile.TemporaryDirectory(prefix="texstream-soak-") as tmp:

@@ -22,15 +22,15 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, cache_dir, ensure_asset
-from .config import BudgetConfig, StreamerConfig
-from .errors import EngineError
-from .pack.extract import write_image
-from .pack.format import TexelFormat
-from .runtime.streamer import Streamer, VirtualTexture
-from .scene.paths import DEMO_WAYPOINTS, FLYTHROUGH_WAYPOINTS, CameraPath, Pose, flythrough
-from .scene.terrain import TerrainScene, sky_clear_colour
-from .telemetry import Overlay, Telemetry, memory_summary
+from ..config import BudgetConfig, StreamerConfig, cache_dir
+from ..errors import EngineError
+from ..pack.extract import write_image
+from ..pack.format import TexelFormat
+from ..runtime.streamer import Streamer, VirtualTexture
+from ..scene.paths import DEMO_WAYPOINTS, FLYTHROUGH_WAYPOINTS, CameraPath, Pose, flythrough
+from ..scene.terrain import TerrainScene, sky_clear_colour
+from ..telemetry import Overlay, Telemetry, memory_summary
+from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class Demo:
 
 
 def run_headless(cfg: DemoConfig) -> dict:
-    from .gl.context import headless_context
+    from ..gl.context import headless_context
 
     out = cfg.out or cache_dir() / "demo-frames"
     out.mkdir(parents=True, exist_ok=True)

@@ -7,12 +7,11 @@ The cache folder is $TEXSTREAM_CACHE, else $XDG_CACHE_HOME/texstream, else ~/.ca
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import BakeConfig
-from .pack.format import Supercompression, TexelFormat
+from ..config import BakeConfig, cache_dir
+from ..pack.format import Supercompression, TexelFormat
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +44,9 @@ DEFAULT_TERRAIN = AssetRecipe(name="default", pattern="terrain", size=32768, see
 DEFAULT_NORMALS = AssetRecipe(name="default", pattern="normals", size=16384, seed=1, texel_format=TexelFormat.BC5)
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("TEXSTREAM_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "texstream"
-
-
 def ensure_asset(recipe: AssetRecipe = DEFAULT_TERRAIN, progress: bool = True, folder: Path | None = None) -> Path:
     """Path of the recipe's pack, baking it first if the cache does not hold it yet."""
-    from .bake.pipeline import bake_procedural
+    from ..bake.pipeline import bake_procedural
 
     folder = folder or cache_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import BakeConfig
-from .errors import EngineError
-from .pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+from ..config import BakeConfig
+from ..errors import EngineError
+from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
 
 log = logging.getLogger("texstream")
 
@@ -100,7 +100,7 @@ def _check_output(path: Path) -> None:
 
 # ---- commands ---------------------------------------------------------------------------------
 def cmd_bake(args: argparse.Namespace) -> int:
-    from .bake.pipeline import bake_file
+    from ..bake.pipeline import bake_file
 
     cfg = _bake_config(args)
     out = Path(args.out)
@@ -111,7 +111,7 @@ def cmd_bake(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .bake.pipeline import bake_procedural
+    from ..bake.pipeline import bake_procedural
 
     cfg = _bake_config(args)
     out = Path(args.out)
@@ -131,7 +131,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .pack.reader import PackReader
+    from ..pack.reader import PackReader
 
     with PackReader(args.pack) as r:
         info = dict(r.header.describe())
@@ -165,7 +165,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .pack.reader import PackReader
+    from ..pack.reader import PackReader
 
     with PackReader(args.pack) as r:
         bad = r.verify()
@@ -180,8 +180,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .pack.extract import extract_level, image_mode_for, parse_region, write_image
-    from .pack.reader import PackReader
+    from ..pack.extract import extract_level, image_mode_for, parse_region, write_image
+    from ..pack.reader import PackReader
 
     try:
         region = parse_region(args.region) if args.region else None
@@ -196,10 +196,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .gl.context import headless_context
-    from .pack.extract import write_image
+    from ..gl.context import headless_context
+    from ..pack.extract import write_image
+    from ..scene.camera import View
     from .render import render, write_telemetry
-    from .scene.camera import View
 
     try:
         view = View.parse(args.view)

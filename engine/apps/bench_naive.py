@@ -12,12 +12,12 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .bench_scene import DT, GL_SRGB8_ALPHA8, Mode, Packs, _release_fbo, _Rig
-from .errors import EngineError
-from .pack.format import TexelFormat
-from .pack.reader import PackReader
-from .scene.paths import Pose, flythrough
-from .scene.terrain import set_view_uniforms, sky_clear_colour
+from ..errors import EngineError
+from ..pack.format import TexelFormat
+from ..pack.reader import PackReader
+from ..scene.paths import Pose, flythrough
+from ..scene.terrain import set_view_uniforms, sky_clear_colour
+from .scene_rig import DT, GL_SRGB8_ALPHA8, Mode, Packs, SceneRig, release_fbo
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class _NaiveScene:
     """TerrainScene's geometry and shading over one plain texture."""
 
     def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
-        from .gl.shaders import program as load_program
+        from ..gl.shaders import program as load_program
 
         self.ctx, self.size = ctx, size
         self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="naive_terrain_fs.glsl")
@@ -74,7 +74,7 @@ def _naive_png(pack: Path, folder: Path) -> Path:
     """Level 0 of `pack` as an RGB PNG (Pillow's default compression), written once."""
     from PIL import Image
 
-    from .pack.extract import extract_level
+    from ..pack.extract import extract_level
 
     png = folder / f"{pack.stem}-level0.png"
     if not png.exists():
@@ -156,7 +156,7 @@ def naive_run(ctx: moderngl.Context, png: Path, fb_size: tuple[int, int], frames
             tex.release()
         if scene is not None:
             scene.release()
-        _release_fbo(ctx, fbo)
+        release_fbo(ctx, fbo)
         color.release()
 
 
@@ -166,7 +166,7 @@ def texstream_run(ctx: moderngl.Context, pack: Path, packs: Packs, fb_size: tupl
     pose, then the mean frame time (update + draw) on the flythrough."""
     ctx.finish()
     t0 = time.perf_counter()
-    rig = _Rig(ctx, packs, fb_size, budget_mb, normals=False, albedo=pack)
+    rig = SceneRig(ctx, packs, fb_size, budget_mb, normals=False, albedo=pack)
     try:
         t1 = time.perf_counter()
         s = rig.streamer

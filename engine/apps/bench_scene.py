@@ -46,53 +46,33 @@ import os
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import moderngl
 import numpy as np
 
-from .config import BakeConfig, BudgetConfig, StreamerConfig
-from .errors import BudgetError
-from .pack.format import TexelFormat
-from .pack.reader import PackReader
-from .runtime.feedback_reduce import Wanted
-from .runtime.streamer import Streamer, VirtualTexture
-from .scene.paths import CameraPath, Pose, named_path
-from .scene.terrain import TerrainScene, sky_clear_colour
-from .telemetry import Telemetry
+from ..config import BakeConfig, BudgetConfig, StreamerConfig
+from ..errors import BudgetError
+from ..pack.format import TexelFormat
+from ..pack.reader import PackReader
+from ..runtime.feedback_reduce import Wanted
+from ..runtime.streamer import Streamer
+from ..scene.paths import CameraPath, Pose, named_path
+from ..telemetry import Telemetry
+from .bench_naive import naive_comparison
+from .scene_rig import DT, FPS, FULL, QUICK, Mode, Packs, SceneRig
 
 __all__ = ["run_scene_bench"]
 
 log = logging.getLogger(__name__)
 
-FPS = 60.0
-DT = 1.0 / FPS
 CONVERGED_DB = 45.0
 REFETCH_WINDOW = 30  # frames: a tile uploaded again this soon after its eviction is a re-fetch
 OVERSUBSCRIPTION = 2.0
 PATHS = ("flythrough", "whip_pans", "region_cuts", "oversubscribed")
 MB = 1_000_000
 MIB = 1 << 20
-GL_SRGB8_ALPHA8 = 0x8C43
-
-
-@dataclass(frozen=True)
-class Mode:
-    quick: bool
-    frame_size: tuple[int, int]
-    budget_mb: float  # the regular paths' VRAM budget
-    ceiling_tiles: int  # tiles uploaded to measure the ceiling
-    naive_max: int  # largest naive texture side tried
-    compare_frames: int  # flythrough frames each side of the naive comparison draws
-    ws_stride: int  # oversubscribed path: working set sampled every this many frames
-
-
-QUICK = Mode(True, (480, 270), 8.0, 16384, 4096, 240, 10)
-FULL = Mode(False, (1920, 1080), 192.0, 32768, 16384, 600, 10)
-
-
 # Every field of the result (tests check them; `telemetry` only with a telemetry path).
 RESULT_FIELDS = ("bench", "quick", "gl_renderer", "gl_vendor", "gl_version", "cpu_count", "dt_s", "frame_size",
                  "converged_db", "refetch_window_frames", "upload_ceiling", "packs_seconds", "packs", "reference",
@@ -123,15 +103,9 @@ TEXSTREAM_FIELDS = ("pack", "size", "open_s", "first_frame_s", "settle_frames", 
                     "vram_peak_bytes", "frames", "frame_ms_mean")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Packs:
-    albedo: Path
-    normals: Path
-
-
 def _make_packs(mode: Mode, folder: Path) -> Packs:
     if mode.quick:
-        from .bake.pipeline import bake_procedural
+        from ..bake.pipeline import bake_procedural
 
         albedo, normals = folder / "terrain-4096-bc1-t128.tpk", folder / "normals-2048-bc5-t128.tpk"
         bake_procedural(albedo, 4096, "terrain", 1, BakeConfig(tile_size=128, progress=False))
@@ -158,54 +132,6 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return 99.0 if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
 
 
-# ---- a streamer drawing the terrain into an offscreen framebuffer ---------------------------------
-class _Rig:
-    """A Streamer with the terrain's packs open, its TerrainScene and an RGBA8 framebuffer."""
-
-    def __init__(self, ctx: moderngl.Context, packs: Packs, size: tuple[int, int], budget_mb: float,
-                 normals: bool = True, albedo: Path | None = None) -> None:  # fmt: skip
-        self.ctx, self.size = ctx, size
-        self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
-        self.scene: TerrainScene | None = None
-        self.fbo: moderngl.Framebuffer | None = None
-        try:
-            self.albedo: VirtualTexture = self.streamer.open(albedo or packs.albedo)
-            self.normals = self.streamer.open(packs.normals) if normals else None
-            self.scene = TerrainScene(ctx, self.albedo, self.normals)
-            self.color = ctx.renderbuffer(size, 4)
-            self.fbo = ctx.framebuffer(color_attachments=[self.color])
-        except BaseException:
-            self.release()
-            raise
-
-    def draw(self, pose: Pose) -> None:
-        assert self.fbo is not None and self.scene is not None
-        self.fbo.use()
-        self.fbo.clear(*sky_clear_colour(), 1.0)
-        self.scene.draw(pose, self.size)
-
-    def read(self) -> np.ndarray:
-        assert self.fbo is not None
-        data = self.fbo.read(components=4, alignment=1)
-        return np.frombuffer(data, np.uint8).reshape(self.size[1], self.size[0], 4)
-
-    def release(self) -> None:
-        if self.fbo is not None:
-            _release_fbo(self.ctx, self.fbo)
-            self.color.release()
-            self.fbo = None
-        if self.scene is not None:
-            self.scene.release()
-            self.scene = None
-        self.streamer.release()
-
-
-def _release_fbo(ctx: moderngl.Context, fbo: moderngl.Framebuffer) -> None:
-    if ctx.fbo is fbo:  # moderngl keeps the current framebuffer; a released one breaks the next one
-        ctx.detect_framebuffer(0).use()
-    fbo.release()
-
-
 def _pool_working_set(streamer: Streamer, wanted: Wanted) -> dict[str, int]:
     """Per pool: distinct unpinned tiles `wanted` samples plus their parents (trilinear reads both),
     as the budget controller counts them (Streamer.pressure)."""
@@ -225,7 +151,7 @@ class _Reference:
         budget = _reference_budget_mb(packs)
         t0 = time.perf_counter()
         for attempt in range(4):
-            rig = _Rig(ctx, packs, size, budget)
+            rig = SceneRig(ctx, packs, size, budget)
             try:
                 rig.streamer.make_all_resident(rig.albedo)
                 assert rig.normals is not None
@@ -397,7 +323,7 @@ class _Convergence:
 def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, budget_mb: float,
              ceiling: dict, reference: _Reference | None = None, jsonl: IO[str] | None = None) -> dict:  # fmt: skip
     """Play `path` on a fresh Streamer at `budget_mb`; the path's figures (see the module docstring)."""
-    rig = _Rig(ctx, packs, mode.frame_size, budget_mb)
+    rig = SceneRig(ctx, packs, mode.frame_size, budget_mb)
     telemetry = Telemetry(rig.streamer, dt=DT)
     conv: _Convergence | None = None
     try:
@@ -533,8 +459,8 @@ def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | No
     """Run the scene benchmark on a fresh headless context; print a table; write the results as JSON
     to `json_path` and every path's frame records (FRAME_SCHEMA, one a line, paths in order; the
     result's `telemetry` names each path's line range) to `telemetry_path` when given."""
+    from ..gl.context import headless_context
     from .bench_stream import upload_ceiling
-    from .gl.context import headless_context
 
     mode = QUICK if quick else FULL
     t_start = time.perf_counter()
@@ -596,7 +522,6 @@ def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | No
                 o["oversubscription"] = max(o["oversubscription_by_pool"].values())  # the controller's view
             finally:
                 reference.release()
-            from .bench_naive import naive_comparison  # imports this module: loaded on use
 
             result["naive_comparison"] = naive_comparison(ctx, mode, packs, folder)
         if telemetry_path:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BakeConfig
-from .pack.format import Supercompression, TexelFormat
+from ..config import BakeConfig
+from ..pack.format import Supercompression, TexelFormat
 
 # The repository's sample photographs (a checkout, or the current folder for an installed package).
 ASSET_DIRS = (Path(__file__).resolve().parent.parent / "assets", Path.cwd() / "assets")
@@ -60,7 +60,7 @@ def _encoder_rate(path: Path, fmt: TexelFormat, crop: int, slot: int = 136) -> t
     of one core, with no mips, borders, supercompression or I/O."""
     import pyvips
 
-    from .bake import bcn
+    from ..bake import bcn
 
     img = pyvips.Image.new_from_file(str(path))
     crop = min(crop, img.width, img.height) // slot * slot
@@ -88,7 +88,7 @@ def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
 
 
 def bench_bake(size: int, jobs: int, quick: bool) -> dict:
-    from .bake.pipeline import bake_file
+    from ..bake.pipeline import bake_file
 
     workers = jobs or os.cpu_count() or 1
     results: dict = {

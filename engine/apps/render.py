@@ -10,10 +10,10 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .config import BudgetConfig, StreamerConfig
-from .gl.shaders import program as load_program
-from .runtime.streamer import Streamer, VirtualTexture
-from .scene.camera import View, plane_mvp
+from ..config import BudgetConfig, StreamerConfig
+from ..gl.shaders import program as load_program
+from ..runtime.streamer import Streamer, VirtualTexture
+from ..scene.camera import View, plane_mvp
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
-from .pack.format import TexelFormat
-from .pack.reader import PackReader
+from ..config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
+from ..pack.format import TexelFormat
+from ..pack.reader import PackReader
 
 __all__ = ["run_stream_bench"]
 
@@ -80,10 +80,10 @@ class _GcPauses:
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
 def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish."""
-    from .gl.gl_ext import GLExt, gl_format
-    from .native import load
-    from .runtime.pools import SlotGeometry
-    from .runtime.staging import StagingRing
+    from ..gl.gl_ext import GLExt, gl_format
+    from ..native import load
+    from ..runtime.pools import SlotGeometry
+    from ..runtime.staging import StagingRing
 
     native = load() if compiled else None
     gl = GLExt(ctx)
@@ -128,8 +128,8 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
 def _bake_packs(folder: Path, quick: bool) -> dict[str, Path]:
     """terrain (BC1), normals (BC5), detail (BC1): quick ones baked into `folder`, full ones the demo's
     cached assets plus a 16384^2 detail texture."""
+    from ..bake.pipeline import bake_procedural
     from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, AssetRecipe, ensure_asset
-    from .bake.pipeline import bake_procedural
 
     detail = AssetRecipe(name="detail", pattern="terrain", size=16384, seed=7, texel_format=TexelFormat.BC1)
     if not quick:
@@ -184,9 +184,9 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
     shows only tiles never seen before: demand stays above what can be delivered). With `url`, the
     same pack is streamed from there (`pack` is its local copy) and the network figures are added."""
+    from ..runtime.streamer import Streamer
+    from ..scene.camera import View
     from .render import PlaneRenderer
-    from .runtime.streamer import Streamer
-    from .scene.camera import View
 
     _warm_page_cache(pack)
     with PackReader(pack) as r:
@@ -249,7 +249,7 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
     """The same pan with the feedback written by the CPU instead of rasterized: each frame names the
     level-0 pages under a fresh `view_px`^2 window. Nothing is drawn, so neither rasterization nor the
     driver's texture sync limits the rate: this is what the streamer itself delivers."""
-    from .runtime.streamer import Streamer
+    from ..runtime.streamer import Streamer
 
     _warm_page_cache(pack)
     with PackReader(pack) as r:
@@ -287,8 +287,8 @@ class _Scene:
     """Terrain + normals + detail streamed into one budget, drawn by TerrainScene offscreen."""
 
     def __init__(self, ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float) -> None:
-        from .runtime.streamer import Streamer
-        from .scene.terrain import TerrainScene
+        from ..runtime.streamer import Streamer
+        from ..scene.terrain import TerrainScene
 
         self.ctx, self.size = ctx, size
         self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
@@ -308,7 +308,7 @@ class _Scene:
         return h.width, h.height
 
     def frame(self, pose) -> object:  # noqa: ANN001 (Pose) -> FrameStats
-        from .scene.terrain import sky_clear_colour
+        from ..scene.terrain import sky_clear_colour
 
         st = self.streamer.update()
         self.fbo.use()
@@ -329,7 +329,7 @@ class _Scene:
 def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float,
                  seconds: float, fps: float = 60.0) -> dict:  # fmt: skip
     """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere)."""
-    from .scene.paths import flythrough
+    from ..scene.paths import flythrough
 
     scene = _Scene(ctx, packs, size, budget_mb)
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
@@ -373,7 +373,7 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
     for feedback drawn after the cut. With `fps`, frames are paced like a vsynced game loop (the GPU
     then finishes each frame before the next starts, so the feedback comes back a frame later);
     without, the loop runs as fast as the GPU allows, two frames queued."""
-    from .scene.paths import Pose
+    from ..scene.paths import Pose
 
     scene = _Scene(ctx, packs, size, budget_mb)
     rng = np.random.default_rng(seed)
@@ -417,7 +417,7 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
 # ---- the run ---------------------------------------------------------------------------------------
 def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
     """Run (a)-(e) on a fresh headless context; print a table; write JSON to `json_path` if given."""
-    from .gl.context import headless_context
+    from ..gl.context import headless_context
 
     t_start = time.perf_counter()
     ctx = headless_context()

@@ -1,0 +1,5 @@
+"""`python -m texstream`: the command line."""
+
+from .apps.cli import main
+
+raise SystemExit(main())
