@@ -80,7 +80,8 @@ class _GcPauses:
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
 def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish."""
-    from ..gl.gl_ext import GLExt, gl_format
+    from ..gl.enums import gl_format
+    from ..gl.gl_ext import GLExt
     from ..native import load
     from ..runtime.pools import SlotGeometry
     from ..runtime.staging import StagingRing

@@ -1,19 +1,15 @@
-"""Raw GL that moderngl lacks (`gl_ext`) and the GLSL loader (`shaders`); render thread only."""
+"""Raw GL that moderngl lacks and the GLSL loader (`shaders`); render thread only.
+
+The raw GL is split by job: `gl_ext` (the `GLExt` facade), `enums` (enum values and texel-format
+tables), `loader` (features and entry points) and `objects` (the GL objects `GLExt` hands out).
+"""
 
 from __future__ import annotations
 
-from .gl_ext import (
-    Feature,
-    Fence,
-    FenceLike,
-    GLExt,
-    GLFormat,
-    GpuMemoryInfo,
-    GpuTimer,
-    MappedBuffer,
-    TextureArray,
-    gl_format,
-)
+from .enums import GLFormat, gl_format
+from .gl_ext import GLExt
+from .loader import Feature
+from .objects import Fence, FenceLike, GpuMemoryInfo, GpuTimer, MappedBuffer, TextureArray
 from .shaders import ShaderCompileError, ShaderSource, compute_shader, load_source, preprocess, program
 
 __all__ = [

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
-from ..gl.gl_ext import FenceLike, GLExt, MappedBuffer
+from ..gl.gl_ext import GLExt
+from ..gl.objects import FenceLike, MappedBuffer
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BudgetError
-from ..gl.gl_ext import GLExt, TextureArray, gl_format
+from ..gl.enums import gl_format
+from ..gl.gl_ext import GLExt
+from ..gl.objects import TextureArray
 from ..pack.format import TexelFormat
 from .budget import BudgetManager
 

@@ -31,7 +31,8 @@ import moderngl
 import numpy as np
 
 from ..errors import GLError
-from ..gl.gl_ext import FenceLike, GLExt, MappedBuffer
+from ..gl.gl_ext import GLExt
+from ..gl.objects import FenceLike, MappedBuffer
 
 __all__ = ["RingStats", "SLOT_ALIGNMENT", "SlotState", "StagingRing"]
 

@@ -20,7 +20,7 @@ import moderngl
 import numpy as np
 
 from ..errors import EngineError, GLError
-from ..gl import gl_ext
+from ..gl import enums
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
@@ -41,9 +41,9 @@ MAX_POOLS = 16  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
 
 def check_bindings(gl: GLExt) -> None:
     """GLError unless the context offers the units and storage bindings every virtual texture uses."""
-    units = gl.get_integer(gl_ext.GL_MAX_COMBINED_TEXTURE_IMAGE_UNITS)
-    bindings = gl.get_integer(gl_ext.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)
-    blocks = gl.get_integer(gl_ext.GL_MAX_FRAGMENT_SHADER_STORAGE_BLOCKS)
+    units = gl.get_integer(enums.GL_MAX_COMBINED_TEXTURE_IMAGE_UNITS)
+    bindings = gl.get_integer(enums.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)
+    blocks = gl.get_integer(enums.GL_MAX_FRAGMENT_SHADER_STORAGE_BLOCKS)
     if units < FIRST_UNIT + MAX_POOLS or bindings <= VT_FEEDBACK_BINDING or blocks < 2:
         raise GLError(
             f"this GL context offers {units} texture units, {bindings} storage-buffer bindings and {blocks} "

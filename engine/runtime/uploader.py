@@ -51,7 +51,8 @@ import numpy as np
 
 from ..config import StreamerConfig
 from ..errors import EngineError
-from ..gl.gl_ext import FenceLike, GLExt
+from ..gl.gl_ext import GLExt
+from ..gl.objects import FenceLike
 from ..native import Native
 from ..pack.reader import PackReader
 from ..remote import RemoteStats

@@ -37,7 +37,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..gl.gl_ext import Feature, GpuTimer
+from ..gl.loader import Feature
+from ..gl.objects import GpuTimer
 from .schema import FRAME_FIELDS, validate_summary
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ import numpy as np
 import texture2ddecoder
 
 from texstream.gl import shaders
-from texstream.gl.gl_ext import GLExt, TextureArray
+from texstream.gl.gl_ext import GLExt
+from texstream.gl.objects import TextureArray
 from texstream.pack.format import TexelFormat
 
 DATA = Path(__file__).parent / "data"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from texstream.errors import GLError
-from texstream.gl.gl_ext import (
+from texstream.gl.enums import (
     GL_COMPRESSED_RED_RGTC1,
     GL_COMPRESSED_RG_RGTC2,
     GL_COMPRESSED_RGB_S3TC_DXT1_EXT,
@@ -22,11 +22,11 @@ from texstream.gl.gl_ext import (
     GL_COMPRESSED_SRGB_S3TC_DXT1_EXT,
     GL_RGBA8,
     GL_SRGB8_ALPHA8,
-    Feature,
-    GLExt,
-    GpuMemoryInfo,
     gl_format,
 )
+from texstream.gl.gl_ext import GLExt
+from texstream.gl.loader import Feature
+from texstream.gl.objects import GpuMemoryInfo
 from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 
@@ -393,7 +393,7 @@ def test_mapped_buffer_views_and_release(gl: GLExt, caplog: pytest.LogCaptureFix
     # a view still exported (numpy holds it) keeps the mapping alive instead of unmapping it
     held = gl.create_mapped_buffer(256)
     arr = np.frombuffer(held.view(0, 64), np.uint8)
-    with caplog.at_level(logging.ERROR, logger="texstream.gl.gl_ext"):
+    with caplog.at_level(logging.ERROR, logger="texstream.gl.objects"):
         held.release()
     assert "still in use" in caplog.text and held.released
     arr[:] = 7  # still valid memory
@@ -405,7 +405,7 @@ def test_mapped_buffer_views_and_release(gl: GLExt, caplog: pytest.LogCaptureFix
     a[10:20] = 3
     piece = a[10:20]
     del a
-    with caplog.at_level(logging.ERROR, logger="texstream.gl.gl_ext"):
+    with caplog.at_level(logging.ERROR, logger="texstream.gl.objects"):
         whole.release()
     assert whole.released and int(piece.sum()) == 30
     free = gl.create_mapped_buffer(512)
@@ -440,7 +440,7 @@ def test_views_taken_every_frame_cost_no_memory_for_good(gl: GLExt, caplog: pyte
     exported[:] = 5
     part[:] = b"pppp"
     assert bytes(kept) == b"k" * 16 and int(exported.sum()) == 80 and bytes(part) == b"pppp"
-    with caplog.at_level(logging.ERROR, logger="texstream.gl.gl_ext"):
+    with caplog.at_level(logging.ERROR, logger="texstream.gl.objects"):
         buf.release()
     assert "2 views are still in use" in caplog.text  # the export and the slice; `kept` is invalidated
     with pytest.raises(ValueError):

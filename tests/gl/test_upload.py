@@ -14,7 +14,8 @@ import moderngl
 import numpy as np
 import pytest
 
-from texstream.gl.gl_ext import GLExt, gl_format
+from texstream.gl.enums import gl_format
+from texstream.gl.gl_ext import GLExt
 from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import StagingRing

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from texstream.errors import GLError
-from texstream.gl.gl_ext import GLExt, TextureArray, gl_format
+from texstream.gl.enums import gl_format
+from texstream.gl.gl_ext import GLExt
+from texstream.gl.objects import TextureArray
 from texstream.pack.format import TexelFormat
 from texstream.runtime.staging import SLOT_ALIGNMENT, SlotState, StagingRing
 

@@ -22,7 +22,8 @@ import pytest
 
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
-from texstream.gl.gl_ext import FenceLike, GLExt
+from texstream.gl.gl_ext import GLExt
+from texstream.gl.objects import FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
