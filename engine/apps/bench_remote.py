@@ -117,7 +117,7 @@ def converge_cuts(ctx: moderngl.Context, pack: Path, url: str | None, remote: Re
         with Streamer(ctx, cfg) as s:
             vt = s.open(url or pack)
             throttle = s.gl.throttle(THROTTLE)
-            start, net0 = dict(s.totals), s.network()
+            start, net0 = s.stats().totals, s.network()
             t_all = time.perf_counter()
             for cx, cy, zoom in views:
                 view = View(cx, cy, zoom)
@@ -136,8 +136,8 @@ def converge_cuts(ctx: moderngl.Context, pack: Path, url: str | None, remote: Re
                 converge_ms.append((time.perf_counter() - t0) * 1e3)
                 converge_frames.append(s.frame - f0)
             seconds = time.perf_counter() - t_all
-            tiles = s.totals["uploads"] - start["uploads"]
-            failed = s.totals["failed"] - start["failed"]
+            tiles = s.stats().totals.uploads - start.uploads
+            failed = s.stats().totals.failed - start.failed
             net = s.network()
             throttle.release()
     finally:

@@ -187,15 +187,15 @@ class _Reference:
         s.update()
         s.update()  # every earlier draw's feedback collected
         parts: list[Wanted] = []
-        seen = s.sampled
+        seen = s.sampled_pages
         for i in range(frames + 2):
             if i < frames:
                 self.rig.draw(pose)
             else:
                 self.rig.ctx.finish()
             s.update()
-            if s.sampled is not seen:
-                seen = s.sampled
+            if s.sampled_pages is not seen:
+                seen = s.sampled_pages
                 parts.append(seen)
         ids = np.unique(np.concatenate([p.ids for p in parts] or [np.zeros(0, np.int64)]))
         return _pool_working_set(s, Wanted(ids, np.ones(ids.size, np.int64)))
@@ -224,13 +224,13 @@ class _RefetchWindow:
 
     def __init__(self, streamer: Streamer, window: int) -> None:
         self.streamer, self.window = streamer, window
-        self.evicted_at = np.full(streamer.space.capacity, -(1 << 40), np.int64)
+        self.evicted_at = np.full(streamer.tile_capacity, -(1 << 40), np.int64)
         self.count = 0
         self.evictions = 0
 
     def check(self, frame: int) -> None:
         st = self.streamer.last
-        cap = self.streamer.space.capacity
+        cap = self.streamer.tile_capacity
         if self.evicted_at.size < cap:
             self.evicted_at = np.concatenate([self.evicted_at, np.full(cap - self.evicted_at.size, -(1 << 40))])
         if st.evicted_tiles.size:
@@ -349,7 +349,7 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
             if rec["uploads"] or rec["evicted"]:
                 refetch.check(i)
             mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
-            pressure_peak = max([pressure_peak] + [n / c for n, c in s.pressure(s.sampled).values()])
+            pressure_peak = max([pressure_peak] + [n / c for n, c in s.pressure(s.sampled_pages).values()])
             if conv is not None:
                 conv.after_draw(i, pose, rig.fbo)
             if jsonl is not None:

@@ -208,7 +208,7 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
-            start = dict(s.totals)
+            start = s.stats().totals
             net0 = s.network()
             t0 = time.perf_counter()
             for x, y in path:
@@ -223,9 +223,9 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
                 batches += st.read_batches
             ctx.finish()
             seconds = time.perf_counter() - t0
-            tiles = s.totals["uploads"] - start["uploads"]
-            nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
-            native_used = s.uploader is not None and s.uploader.native is not None
+            tiles = s.stats().totals.uploads - start.uploads
+            nbytes = s.stats().totals.upload_bytes - start.upload_bytes
+            native_used = s.io_status().compiled
             net = s.network()
             throttle.release()
     finally:
@@ -262,7 +262,7 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
         vt = s.open(pack)
         throttle = s.gl.throttle(THROTTLE)
         ctx.finish()
-        start = dict(s.totals)
+        start = s.stats().totals
         t0 = time.perf_counter()
         for i in range(len(path) + 1000):
             s.update()
@@ -271,13 +271,13 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
             if i < len(path):
                 x0, y0 = path[i]
                 yy, xx = np.mgrid[y0 // t : -(-(y0 + w) // t), x0 // t : -(-(x0 + w) // t)]
-                s.feedback.inject(vt.table.ids(0, xx.ravel(), yy.ravel()))
+                s.inject_feedback(vt.table.ids(0, xx.ravel(), yy.ravel()))
             elif not s.busy:
                 break
         ctx.finish()
         seconds = time.perf_counter() - t0
-        tiles = s.totals["uploads"] - start["uploads"]
-        nbytes = s.totals["upload_bytes"] - start["upload_bytes"]
+        tiles = s.stats().totals.uploads - start.uploads
+        nbytes = s.stats().totals.upload_bytes - start.upload_bytes
         throttle.release()
     return {"pack": pack.name, "window": view_px, "frames": frames, "tiles": tiles, "seconds": seconds,
             "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": frames / seconds}  # fmt: skip

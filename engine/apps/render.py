@@ -90,7 +90,7 @@ def render(
                 streamer.update()
                 renderer.draw(vt, view)
                 throttle.frame_done()
-                out.telemetry.append(streamer.stats())
+                out.telemetry.append(streamer.stats().as_dict())
                 if keep_frames or i == frames - 1:
                     out.frames.append(renderer.read())
         finally:

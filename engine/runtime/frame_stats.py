@@ -1,8 +1,8 @@
-"""What one `Streamer.update()` did (`FrameStats`), and the plain-dict view `Streamer.stats()` returns."""
+"""What one `Streamer.update()` did (`FrameStats`), and what `Streamer.stats()` returns (`StreamerStats`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,7 +12,7 @@ from .uploader import Uploaded
 if TYPE_CHECKING:
     from .streamer import Streamer
 
-__all__ = ["FrameStats", "stats_dict"]
+__all__ = ["FrameStats", "StreamTotals", "StreamerStats", "streamer_stats"]
 
 _FRAME_KEYS = ("frame", "update_ms", "upload_ms", "uploads", "upload_bytes", "requested", "wanted_pages",
                "missing_pages", "in_flight", "queued", "failed", "feedback_age")  # fmt: skip
@@ -49,42 +49,150 @@ class FrameStats:
     evicted_age: np.ndarray = field(default_factory=_empty)  # frames since each evicted tile's last use
 
 
-def stats_dict(s: Streamer) -> dict[str, Any]:
-    """Telemetry of `s`'s latest update() plus running totals (plain dict, stable keys)."""
+@dataclass(frozen=True)
+class StreamTotals:
+    """Running totals since the streamer started."""
+
+    uploads: int  # tiles uploaded into the cache
+    upload_bytes: int
+    evicted: int  # tiles evicted
+    failed: int  # failed loads (a tile failing again counts again)
+    requested: int  # loads handed to the I/O threads
+    cancelled: int  # queued loads dropped because nothing wanted them any more
+
+
+@dataclass(frozen=True)
+class StreamerStats:
+    """What `Streamer.stats()` reports: the latest `update()` and the streamer as a whole.
+
+    Attributes
+    ----------
+    frame : int
+        `Streamer.frame` after the latest update.
+    update_ms, upload_ms : float
+        Wall time of the latest `update()`, and the part of it spent issuing uploads.
+    uploads, upload_bytes : int
+        Tiles (bytes) uploaded by the latest update.
+    requested, wanted_pages, missing_pages, in_flight, queued, failed : int
+        Loads issued; pages the newest feedback wants; of those, not resident at their level; loads
+        with the I/O threads; requests waiting; loads that failed, in the latest update.
+    feedback_age : int
+        Frames between the newest feedback read and the frame it was drawn in (-1 before any).
+    vram_bytes, vram_peak_bytes, budget_bytes : int
+        GPU memory the engine holds, its peak, and the budget (never exceeded).
+    budget_source : str
+        Where the budget came from: ``config``, ``driver``, ``fallback`` or ``runtime``.
+    vram_breakdown : dict[str, int]
+        Bytes per allocation (``pool/...``, ``page-table/N``, ``staging-ring``, ``feedback``).
+    mip_bias : float
+        Levels the budget controller coarsens the feedback by (0: full detail).
+    resident_tiles, corrupt_tiles : int
+        Tiles in the cache; distinct tiles whose load failed (every open texture).
+    latency_p50_frames, latency_p95_frames, latency_p99_frames : float
+        Frames from request to residency of the latest 4096 uploads.
+    ring_occupancy : float
+        Fraction of staging-ring slots in use; ``ring_stalls`` counts acquires that found none.
+    feedback_frozen : bool
+        Feedback is read but ignored (`Streamer.freeze_feedback`).
+    feedback_dropped : int
+        Feedback entries lost to a full feedback buffer so far.
+    totals : StreamTotals
+        Running totals.
+    remote_packs, net_requests, net_failed_requests, net_retries, net_bytes : int
+        Open textures read by URL and their network counters (totals).
+    net_latency_p50_ms, net_latency_p95_ms : float
+        Recent range-request times of the open remote packs.
+    net_offline : bool
+        A remote pack's server could not be reached a moment ago.
+    cache_hits, cache_misses, cache_bytes, cache_capacity_bytes : int
+        The remote-pack disk cache: blocks found / fetched, bytes held, bound.
+    cache_hit_rate : float
+        ``cache_hits / (cache_hits + cache_misses)`` (0 before any).
+    """
+
+    frame: int
+    update_ms: float
+    upload_ms: float
+    uploads: int
+    upload_bytes: int
+    requested: int
+    wanted_pages: int
+    missing_pages: int
+    in_flight: int
+    queued: int
+    failed: int
+    feedback_age: int
+    vram_bytes: int
+    vram_peak_bytes: int
+    budget_bytes: int
+    budget_source: str
+    vram_breakdown: dict[str, int]
+    mip_bias: float
+    resident_tiles: int
+    corrupt_tiles: int
+    latency_p50_frames: float
+    latency_p95_frames: float
+    latency_p99_frames: float
+    ring_occupancy: float
+    ring_stalls: int
+    feedback_frozen: bool
+    feedback_dropped: int
+    totals: StreamTotals
+    remote_packs: int
+    net_requests: int
+    net_failed_requests: int
+    net_retries: int
+    net_bytes: int
+    net_latency_p50_ms: float
+    net_latency_p95_ms: float
+    net_offline: bool
+    cache_hits: int
+    cache_misses: int
+    cache_hit_rate: float
+    cache_bytes: int
+    cache_capacity_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict (``totals`` a nested dict) for JSON export."""
+        return asdict(self)
+
+
+def streamer_stats(s: Streamer) -> StreamerStats:
+    """`s`'s latest update() plus running totals."""
     st = s.last
-    lat = np.array(s.latencies) if s.latencies else np.zeros(1)
+    lat = np.array(s._latencies) if s._latencies else np.zeros(1)
     p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
-    ring = s.uploader.ring if s.uploader is not None else None
+    ring = s._uploader.ring if s._uploader is not None else None
     net = s.network()
-    return {
+    return StreamerStats(
         **{k: getattr(st, k) for k in _FRAME_KEYS},
-        "vram_bytes": s.budget.usage,
-        "vram_peak_bytes": s.budget.peak,
-        "budget_bytes": s.budget.budget,
-        "budget_source": s.budget.source,
-        "vram_breakdown": s.budget.breakdown(),
-        "mip_bias": s.budget.bias,
-        "resident_tiles": int(s.tables.resident_count.sum()),
-        "corrupt_tiles": sum(vt.corrupt_tiles for vt in s.textures),
-        "latency_p50_frames": p50,
-        "latency_p95_frames": p95,
-        "latency_p99_frames": p99,
-        "ring_occupancy": 1.0 - ring.free_count / ring.slot_count if ring is not None else 0.0,
-        "ring_stalls": ring.stall_count if ring is not None else 0,
-        "feedback_frozen": s.freeze_feedback,
-        "feedback_dropped": s.feedback.dropped,
-        "totals": dict(s.totals),
-        "remote_packs": net.remote_packs,
-        "net_requests": net.requests,
-        "net_failed_requests": net.failed_requests,
-        "net_retries": net.retries,
-        "net_bytes": net.net_bytes,
-        "net_latency_p50_ms": net.latency_p50_ms,
-        "net_latency_p95_ms": net.latency_p95_ms,
-        "net_offline": net.offline,
-        "cache_hits": net.cache_hits,
-        "cache_misses": net.cache_misses,
-        "cache_hit_rate": net.cache_hit_rate,
-        "cache_bytes": net.cache_bytes,
-        "cache_capacity_bytes": net.cache_capacity_bytes,
-    }
+        vram_bytes=s.budget.usage,
+        vram_peak_bytes=s.budget.peak,
+        budget_bytes=s.budget.budget,
+        budget_source=s.budget.source,
+        vram_breakdown=s.budget.breakdown(),
+        mip_bias=s.budget.bias,
+        resident_tiles=int(s._tables.resident_count.sum()),
+        corrupt_tiles=sum(vt.corrupt_tiles for vt in s.textures),
+        latency_p50_frames=p50,
+        latency_p95_frames=p95,
+        latency_p99_frames=p99,
+        ring_occupancy=1.0 - ring.free_count / ring.slot_count if ring is not None else 0.0,
+        ring_stalls=ring.stall_count if ring is not None else 0,
+        feedback_frozen=s.freeze_feedback,
+        feedback_dropped=s._feedback.dropped,
+        totals=StreamTotals(**s._totals),
+        remote_packs=net.remote_packs,
+        net_requests=net.requests,
+        net_failed_requests=net.failed_requests,
+        net_retries=net.retries,
+        net_bytes=net.net_bytes,
+        net_latency_p50_ms=net.latency_p50_ms,
+        net_latency_p95_ms=net.latency_p95_ms,
+        net_offline=net.offline,
+        cache_hits=net.cache_hits,
+        cache_misses=net.cache_misses,
+        cache_hit_rate=net.cache_hit_rate,
+        cache_bytes=net.cache_bytes,
+        cache_capacity_bytes=net.cache_capacity_bytes,
+    )

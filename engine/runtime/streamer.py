@@ -36,6 +36,7 @@ import threading
 import time
 import warnings
 from collections import deque
+from dataclasses import dataclass
 from types import TracebackType
 
 import moderngl
@@ -50,12 +51,13 @@ from ..remote import NetworkCounters, NetworkSummary, summarize
 from .budget import BudgetManager
 from .feedback import FeedbackRing
 from .feedback_reduce import FeedbackReducer, Wanted
-from .frame_stats import FrameStats, stats_dict
+from .frame_stats import FrameStats, StreamerStats, streamer_stats
 from .io_workers import ReadHook
 from .page_table import PageTableBuffer, PageTables
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
 from .requests import RequestScheduler
+from .staging import RingStats
 from .texture import VT_PAGES_BINDING, VirtualTexture, check_bindings
 from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES, TileSpace
 from .uploader import Drained, Uploaded, Uploader
@@ -63,6 +65,17 @@ from .uploader import Drained, Uploaded, Uploader
 __all__ = ["FrameStats", "Streamer", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IOStatus:
+    """`Streamer.io_status()`: the reader threads and the staging ring."""
+
+    threads: int  # threads taking new batches
+    stuck_threads: int  # retired threads still inside a read that was given up
+    pending_batches: int  # batches submitted and not yet drained
+    compiled: bool  # reads and uploads run in the compiled helper (texstream.native)
+    ring: RingStats | None  # None before the first texture opens
 
 
 class Streamer:
@@ -91,23 +104,23 @@ class Streamer:
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
         self.frame = 0
-        self.space = TileSpace()
-        self.tables = PageTables(self.space)
-        self.pages = PageTableBuffer(ctx, self.budget)
-        self.pool_set = PoolSet(self.gl, self.budget, config)
+        self._space = TileSpace()
+        self._tables = PageTables(self._space)
+        self._pages = PageTableBuffer(ctx, self.budget)
+        self._pool_set = PoolSet(self.gl, self.budget, config)
         self.textures: list[VirtualTexture] = []
         self._by_id: dict[int, VirtualTexture] = {}
-        self.reducer = FeedbackReducer(self.space)
-        self.uploader: Uploader | None = None
-        self.scheduler = RequestScheduler(config, self.space, self.tables, self._loading)
+        self._reducer = FeedbackReducer(self._space)
+        self._uploader: Uploader | None = None
+        self._scheduler = RequestScheduler(config, self._space, self._tables, self._loading)
         vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
-        self.feedback = self._make_feedback((max(1920, vw), max(1080, vh)))
+        self._feedback = self._make_feedback((max(1920, vw), max(1080, vh)))
         self.last = FrameStats()
-        self.sampled = Wanted.empty()  # newest feedback's pages without the bias (what draws sample)
-        self.wanted = Wanted.empty()  # this frame's wanted pages, bias applied (what gets loaded)
+        self._sampled = Wanted.empty()  # newest feedback's pages without the bias (what draws sample)
+        self._wanted = Wanted.empty()  # this frame's wanted pages, bias applied (what gets loaded)
         self._needed = Wanted.empty()  # the newest feedback's wanted pages: touched every frame
-        self.totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
-        self.latencies: deque[int] = deque(maxlen=4096)
+        self._totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
+        self._latencies: deque[int] = deque(maxlen=4096)
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
@@ -130,19 +143,19 @@ class Streamer:
             key: PoolKey = (h.texel_format, h.srgb, h.slot_size)
             self._make_room(h, key)
             self._ensure_uploader(h.tile_raw_size)
-            tiles = self.space.register(tex_id, h)
+            tiles = self._space.register(tex_id, h)
             try:
-                self.pages.fit(self.space.used, self.tables)
-                pool = self.pool_set.attach(key, tex_id, h)
+                self._pages.fit(self._space.used, self._tables)
+                pool = self._pool_set.attach(key, tex_id, h)
             except BaseException:
-                self.space.unregister(tex_id)
+                self._space.unregister(tex_id)
                 raise
-            self.tables.add_texture(tex_id, self.config.pinned_levels)
+            self._tables.add_texture(tex_id, self.config.pinned_levels)
             vt = VirtualTexture(self, tex_id, reader, pool, tiles)
             self.textures.append(vt)
             self._by_id[tex_id] = vt
-            assert self.uploader is not None
-            self.uploader.add_source(tex_id, reader)
+            assert self._uploader is not None
+            self._uploader.add_source(tex_id, reader)
             self._plan_pools()
             self._load_pinned(vt)
         except BaseException:
@@ -158,42 +171,42 @@ class Streamer:
         self._check_thread()
         if vt not in self.textures:
             return
-        assert self.uploader is not None
-        for remote in self.uploader.remote_stats(vt.id):  # its counters outlive it in the totals
+        assert self._uploader is not None
+        for remote in self._uploader.remote_stats(vt.id):  # its counters outlive it in the totals
             self._closed_network.add(remote)
-        self.pool_set.free_loads(self.uploader.remove_source(vt.id))
-        pinned = self.pool_set.pinned_tiles(vt.header) if self.tables.resident_count[vt.id] else 0
-        self.pool_set.detach(vt.pool, vt.id, self.frame, pinned)
-        rng = self.space.ranges[vt.id]
-        self.scheduler.forget(rng.start, rng.stop)
-        self.tables.remove_texture(vt.id)
-        self.space.unregister(vt.id)
+        self._pool_set.free_loads(self._uploader.remove_source(vt.id))
+        pinned = self._pool_set.pinned_tiles(vt.header) if self._tables.resident_count[vt.id] else 0
+        self._pool_set.detach(vt.pool, vt.id, self.frame, pinned)
+        rng = self._space.ranges[vt.id]
+        self._scheduler.forget(rng.start, rng.stop)
+        self._tables.remove_texture(vt.id)
+        self._space.unregister(vt.id)
         self.textures.remove(vt)
         del self._by_id[vt.id]
         vt.reader.close()
-        self.sampled = self.sampled.select(self.space.is_tile(self.sampled.ids))
-        self._needed = self._needed.select(self.space.is_tile(self._needed.ids))
+        self._sampled = self._sampled.select(self._space.is_tile(self._sampled.ids))
+        self._needed = self._needed.select(self._space.is_tile(self._needed.ids))
         vt.closed = True
 
     @property
     def pools(self) -> dict[PoolKey, CachePool]:
         """The cache pools by (texel format, sRGB, slot size)."""
-        return self.pool_set.by_key
+        return self._pool_set.by_key
 
     def _plan_pools(self, budget: int | None = None) -> None:
         """Share what the budget leaves after fixed costs among the pools, and apply what moved."""
-        for r in self.pool_set.plan({t: vt.header for t, vt in self._by_id.items()}, self.frame, budget):
+        for r in self._pool_set.plan({t: vt.header for t, vt in self._by_id.items()}, self.frame, budget):
             if r.result.moved_from.size:
-                self.tables.move_slots(r.pool.textures, r.result.moved_from, r.result.moved_to)
-            self.tables.set_absent(r.result.evicted_tiles)
-            if r.result.cancelled_tiles.size and self.uploader is not None:
-                self.uploader.cancel(r.result.cancelled_tiles)  # their cache slots are gone: nothing to free
+                self._tables.move_slots(r.pool.textures, r.result.moved_from, r.result.moved_to)
+            self._tables.set_absent(r.result.evicted_tiles)
+            if r.result.cancelled_tiles.size and self._uploader is not None:
+                self._uploader.cancel(r.result.cancelled_tiles)  # their cache slots are gone: nothing to free
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        extra = self.pages.growth_bytes(self.space.used + HEADER + h.tile_count)
-        extra += self.pool_set.first_layers_bytes(key, h)
-        if self.uploader is None or self.uploader.ring.slot_bytes < h.tile_raw_size:
+        extra = self._pages.growth_bytes(self._space.used + HEADER + h.tile_count)
+        extra += self._pool_set.first_layers_bytes(key, h)
+        if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
             extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
@@ -203,26 +216,26 @@ class Streamer:
         return max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
 
     def _ensure_uploader(self, tile_bytes: int) -> None:
-        if self.uploader is not None and self.uploader.ring.slot_bytes >= tile_bytes:
+        if self._uploader is not None and self._uploader.ring.slot_bytes >= tile_bytes:
             return
-        if self.uploader is not None:
-            if self.uploader.busy or self.uploader.ring.batches_in_flight:
+        if self._uploader is not None:
+            if self._uploader.busy or self._uploader.ring.batches_in_flight:
                 raise EngineError("cannot open a pack with larger tiles while tiles are streaming; open it first")
             for vt in self.textures:
-                self.uploader.remove_source(vt.id)
-            self.uploader.release()
+                self._uploader.remove_source(vt.id)
+            self._uploader.release()
             self.budget.release("staging-ring")
         size = self._ring_size(tile_bytes)
         self.budget.reserve("staging-ring", size)
         try:
-            self.uploader = Uploader(
-                self.ctx, self.gl, self.space, self.config, size, tile_bytes, read_hook=self._read_hook
+            self._uploader = Uploader(
+                self.ctx, self.gl, self._space, self.config, size, tile_bytes, read_hook=self._read_hook
             )
         except BaseException:
             self.budget.release("staging-ring")
             raise
         for vt in self.textures:
-            self.uploader.add_source(vt.id, vt.reader)
+            self._uploader.add_source(vt.id, vt.reader)
 
     def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
         divisor = self.config.feedback_divisor
@@ -236,10 +249,10 @@ class Streamer:
 
     def set_feedback_size(self, size: tuple[int, int]) -> None:
         """Size the feedback buffers for draws of `size` pixels (they grow by themselves with the viewport)."""
-        old = self.feedback
+        old = self._feedback
         self.budget.release("feedback")
         try:
-            self.feedback = self._make_feedback(size)
+            self._feedback = self._make_feedback(size)
         except BudgetError:
             self.budget.reserve("feedback", old.nbytes)
             raise
@@ -247,7 +260,7 @@ class Streamer:
 
     def _fit_feedback(self) -> None:
         vp = self.ctx.viewport
-        if vp and FeedbackRing.capacity_for((vp[2], vp[3]), self.config.feedback_divisor) > self.feedback.capacity:
+        if vp and FeedbackRing.capacity_for((vp[2], vp[3]), self.config.feedback_divisor) > self._feedback.capacity:
             try:
                 self.set_feedback_size((vp[2], vp[3]))
             except BudgetError:
@@ -255,14 +268,14 @@ class Streamer:
 
     def _load_pinned(self, vt: VirtualTexture) -> None:
         """Load the coarsest levels now through the uploader's blocking path (the never-black fallback)."""
-        first = self.tables.first_pinned[vt.id]
-        ids = self.space.tile_ids(vt.id, range(int(first), vt.header.level_count))
+        first = self._tables.first_pinned[vt.id]
+        ids = self._space.tile_ids(vt.id, range(int(first), vt.header.level_count))
         slots = self._allocate_blocking(vt, ids, pin=True)
         self._load_blocking(vt, ids, slots, what="pinned")
-        self.pool_set.level_pins[vt.pool.index] += int(ids.size)
+        self._pool_set.level_pins[vt.pool.index] += int(ids.size)
 
     def _allocate_blocking(self, vt: VirtualTexture, ids: np.ndarray, pin: bool) -> np.ndarray:
-        alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self.space.level[ids])
+        alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self._space.level[ids])
         self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, self.last)
         if np.any(alloc.slots < 0):
             got = alloc.slots[alloc.slots >= 0]
@@ -276,9 +289,9 @@ class Streamer:
         return alloc.slots
 
     def _load_blocking(self, vt: VirtualTexture, ids: np.ndarray, slots: np.ndarray, what: str) -> None:
-        assert self.uploader is not None
+        assert self._uploader is not None
         try:
-            ok, reasons = self.uploader.load_now(self.frame, ids, vt.pool, slots)
+            ok, reasons = self._uploader.load_now(self.frame, ids, vt.pool, slots)
         except BaseException:
             vt.pool.free(slots)
             raise
@@ -286,8 +299,8 @@ class Streamer:
             vt.pool.free(slots)  # nothing of this call is marked resident: the texture stays as it was
             raise TileCorruptError(f"{what} {reasons[0]} ({len(reasons)} bad tiles); run `texstream verify`")
         vt.pool.mark_resident(slots, self.frame)
-        self.tables.set_resident(ids, slots)
-        self.pages.upload(self.tables)
+        self._tables.set_resident(ids, slots)
+        self._pages.upload(self._tables)
 
     # ---- budget -------------------------------------------------------------------------------
     def set_budget(self, megabytes: float) -> None:
@@ -304,7 +317,7 @@ class Streamer:
         else:
             self.budget.set_budget(nbytes)
             self._plan_pools()
-        self.pages.upload(self.tables)
+        self._pages.upload(self._tables)
 
     # ---- the frame ----------------------------------------------------------------------------
     def update(self) -> FrameStats:
@@ -314,7 +327,7 @@ class Streamer:
         self.frame += 1
         frame = self.frame
         st = FrameStats(frame=frame)
-        up = self.uploader
+        up = self._uploader
         if up is not None:
             up.reclaim()
         self._fit_feedback()
@@ -323,32 +336,32 @@ class Streamer:
         # arrives, the newest wanted pages are assumed to be needed still. Under a bias, finer tiles
         # the draws still sample are not touched: they age out and make room for what the budget can
         # hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
-        self.feedback.end_frame()
-        raw = self.feedback.collect(frame)
+        self._feedback.end_frame()
+        raw = self._feedback.collect(frame)
         if self.freeze_feedback:
             raw = []
         wanted = Wanted.empty()
         if raw and self.textures:
-            result = self.reducer.reduce(np.concatenate(raw) if len(raw) > 1 else raw[0])
-            self.sampled = result.wanted
-            wanted = self.reducer.coarsen(result.wanted, self.budget.bias_levels)
+            result = self._reducer.reduce(np.concatenate(raw) if len(raw) > 1 else raw[0])
+            self._sampled = result.wanted
+            wanted = self._reducer.coarsen(result.wanted, self.budget.bias_levels)
             bias_levels = self.budget.bias_levels
-            self.pool_set.step_bias(
-                self.space, self.tables, wanted, lambda: self.reducer.coarsen(self.sampled, bias_levels - 1)
+            self._pool_set.step_bias(
+                self._space, self._tables, wanted, lambda: self._reducer.coarsen(self._sampled, bias_levels - 1)
             )
             self._needed = wanted
             self._feedback_frames.append(frame)
-        self.wanted = wanted
-        st.feedback_age = self.feedback.age
+        self._wanted = wanted
+        st.feedback_age = self._feedback.age
         st.wanted_pages = len(wanted)
-        self.pool_set.touch(self.space, self.tables, self._needed, frame)
+        self._pool_set.touch(self._space, self._tables, self._needed, frame)
 
         if up is not None:
             # 2. Finished reads -> uploads -> page tables.
             self._apply_drained(up.drain(), st)
             tu = time.perf_counter()
             uploaded = up.upload(
-                frame, self.pool_set.by_index, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
+                frame, self._pool_set.by_index, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
             )
             self._apply_uploaded(uploaded, st)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
@@ -357,22 +370,22 @@ class Streamer:
             # those of tiles in none of the last cancel_after_frames feedback readbacks (counted in
             # readbacks, not frames: on a real GPU feedback may skip frames, and a load must outlive
             # that gap). After the scheduler's update, which marks this frame's wanted tiles.
-            requests = self.scheduler.update(frame, wanted, up.free_slots)
-            self.totals["cancelled"] += requests.cancelled
+            requests = self._scheduler.update(frame, wanted, up.free_slots)
+            self._totals["cancelled"] += requests.cancelled
             if len(self._feedback_frames) == self._feedback_frames.maxlen:
-                stale = up.cancel_stale(self.scheduler.last_wanted, self._feedback_frames[0])
+                stale = up.cancel_stale(self._scheduler.last_wanted, self._feedback_frames[0])
                 if len(stale):
-                    self.pool_set.free_loads(stale)
-                    self.totals["cancelled"] += len(stale)
+                    self._pool_set.free_loads(stale)
+                    self._totals["cancelled"] += len(stale)
             st.requested = self._dispatch(requests.ids, requests.prefetch, st)
             st.in_flight = up.in_flight
             st.stalls = up.ring.stall_count
 
         # 4. Page tables to the GPU; the next draw's feedback buffer.
-        self.pages.upload(self.tables)
-        st.missing_pages = int(np.count_nonzero(~self.tables.is_resident(wanted.ids))) if len(wanted) else 0
-        self.feedback.begin_frame(frame)
-        st.queued = self.scheduler.queued_count
+        self._pages.upload(self._tables)
+        st.missing_pages = int(np.count_nonzero(~self._tables.is_resident(wanted.ids))) if len(wanted) else 0
+        self._feedback.begin_frame(frame)
+        st.queued = self._scheduler.queued_count
         st.update_ms = (time.perf_counter() - t0) * 1e3
         st.update_cpu_ms = (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
@@ -385,28 +398,28 @@ class Streamer:
         failed = drained.failed
         if not len(failed):
             return
-        self.pool_set.free_loads(failed)
-        self.scheduler.mark_failed(failed.tiles, self.frame)
+        self._pool_set.free_loads(failed)
+        self._scheduler.mark_failed(failed.tiles, self.frame)
         for tex in np.unique(failed.tex).tolist():
             vt = self._by_id.get(tex)
             if vt is not None:
                 vt.mark_failed(failed.tiles[failed.tex == tex])
         st.failed += len(failed)
-        self.totals["failed"] += len(failed)
+        self._totals["failed"] += len(failed)
         log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
 
     def _apply_uploaded(self, up: Uploaded, st: FrameStats) -> None:
         loads = up.loads
         if not len(loads):
             return
-        self.pool_set.mark_resident(loads, self.frame)
-        self.tables.set_resident(loads.tiles, loads.cache_slot)
-        self.scheduler.mark_resident(loads.tiles)
+        self._pool_set.mark_resident(loads, self.frame)
+        self._tables.set_resident(loads.tiles, loads.cache_slot)
+        self._scheduler.mark_resident(loads.tiles)
         st.uploads, st.upload_bytes, st.uploaded = len(loads), up.nbytes, up
         st.latency_frames = up.latency_frames
-        self.latencies.extend(up.latency_frames.tolist())
-        self.totals["uploads"] += len(loads)
-        self.totals["upload_bytes"] += up.nbytes
+        self._latencies.extend(up.latency_frames.tolist())
+        self._totals["uploads"] += len(loads)
+        self._totals["upload_bytes"] += up.nbytes
 
     def _dispatch(self, ids: np.ndarray, prefetch: np.ndarray, st: FrameStats) -> int:
         """Reserve cache slots for this frame's requests (evicting LRU tiles) and start their loads.
@@ -415,61 +428,61 @@ class Streamer:
         pressure: endless re-uploads)."""
         if ids.size == 0:
             return 0
-        assert self.uploader is not None
-        tex = self.space.tex[ids].astype(np.int64)
-        pool_of = self.pool_set.of_tex[tex]
+        assert self._uploader is not None
+        tex = self._space.tex[ids].astype(np.int64)
+        pool_of = self._pool_set.of_tex[tex]
         keep = np.ones(ids.size, bool)
         slots = np.full(ids.size, -1, np.int64)
         for p in np.unique(pool_of).tolist():
-            pool = self.pool_set.by_index[p]
+            pool = self._pool_set.by_index[p]
             assert pool is not None
             m = np.flatnonzero(pool_of == p)
             pre = m[prefetch[m]]
-            allowed = max(0, pool.free_count - self.pool_set.reserve(pool) - int(m.size - pre.size))
+            allowed = max(0, pool.free_count - self._pool_set.reserve(pool) - int(m.size - pre.size))
             keep[pre[allowed:]] = False
             m = m[keep[m]]
-            alloc = pool.allocate(self.frame, ids[m], tex[m], self.space.level[ids[m]])
+            alloc = pool.allocate(self.frame, ids[m], tex[m], self._space.level[ids[m]])
             self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, st)
             slots[m] = alloc.slots
         go = keep & (slots >= 0)
-        n = self.uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
-        for ev in self.pool_set.keep_free(self.frame):  # slots past their gate for the coming frames
+        n = self._uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
+        for ev in self._pool_set.keep_free(self.frame):  # slots past their gate for the coming frames
             self._evicted(ev.evicted_tiles, self.frame - ev.evicted_last_used, st)
-        self.totals["requested"] += n
+        self._totals["requested"] += n
         return n
 
     def _evicted(self, tiles: np.ndarray, age: np.ndarray, st: FrameStats) -> None:
         if tiles.size:
-            self.tables.set_absent(tiles)
+            self._tables.set_absent(tiles)
             st.evicted += int(tiles.size)
             st.evicted_tiles = np.concatenate([st.evicted_tiles, tiles])
             st.evicted_age = np.concatenate([st.evicted_age, age])
-            self.totals["evicted"] += int(tiles.size)
+            self._totals["evicted"] += int(tiles.size)
 
     def _loading(self, ids: np.ndarray) -> np.ndarray:
-        return self.uploader.load_of[ids] >= 0 if self.uploader is not None else np.zeros(ids.size, bool)
+        return self._uploader.load_of[ids] >= 0 if self._uploader is not None else np.zeros(ids.size, bool)
 
     def pressure(self, wanted: Wanted | None = None) -> dict[str, tuple[int, int]]:
         """Per pool: (working set, slots) of `wanted` (default this frame's): the wanted tiles plus their
         parents (trilinear samples both), pinned levels excluded, against the unpinned slots."""
-        return self.pool_set.pressure(self.space, self.tables, self.wanted if wanted is None else wanted)
+        return self._pool_set.pressure(self._space, self._tables, self._wanted if wanted is None else wanted)
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
-        assert self.pages.entries >= self.space.used, "the page-table buffer does not hold every texture"
-        self.pages.bind(VT_PAGES_BINDING)
-        self.feedback.bind()
+        assert self._pages.entries >= self._space.used, "the page-table buffer does not hold every texture"
+        self._pages.bind(VT_PAGES_BINDING)
+        self._feedback.bind()
 
     # ---- convenience --------------------------------------------------------------------------
     def make_all_resident(self, vt: VirtualTexture) -> None:
         """Load every tile of `vt` now (blocking), pinned: the all-resident reference. BudgetError if
         it cannot fit (nothing changes then); TileCorruptError for a bad tile (nothing loaded)."""
         self._check_open()
-        ids = self.space.tile_ids(vt.id)
-        resident = self.tables.is_resident(ids)
+        ids = self._space.tile_ids(vt.id)
+        resident = self._tables.is_resident(ids)
         have, ids = ids[resident], ids[~resident]
-        assert self.uploader is not None
-        self.pool_set.free_loads(self.uploader.cancel(ids))
+        assert self._uploader is not None
+        self._pool_set.free_loads(self._uploader.cancel(ids))
         pool = vt.pool
         others = pool.evictable_mask(self.frame) & (pool.tex != vt.id)
         if ids.size > pool.free_count + int(np.count_nonzero(others)):
@@ -478,7 +491,7 @@ class Streamer:
                 f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache; the "
                 f"{pool.name} pool holds {pool.capacity} slots (raise --budget-mb)"
             )
-        held = self.tables.own[have].astype(np.int64)
+        held = self._tables.own[have].astype(np.int64)
         newly = held[~pool.pinned[held]]
         pool.pin(newly)  # so that making room evicts none of this texture's tiles
         try:
@@ -488,10 +501,58 @@ class Streamer:
             pool.unpin(newly)
             raise
 
+    # ---- introspection: explicit hooks for tools, benchmarks and tests -------------------------
+    @property
+    def tile_capacity(self) -> int:
+        """Size of the tile-id space (ids of every open texture are below it; it grows on `open`)."""
+        return self._space.capacity
+
+    @property
+    def sampled_pages(self) -> Wanted:
+        """The newest feedback's pages before the mip bias (what the draws sample); a new object each
+        time new feedback arrives."""
+        return self._sampled
+
+    def inject_feedback(self, tile_ids: np.ndarray) -> bool:
+        """Add page ids to this frame's feedback as if the coming draw had written them (drive the
+        streamer without drawing). False when this frame records no feedback."""
+        self._check_open()
+        return self._feedback.inject(tile_ids)
+
+    def validate(self) -> None:
+        """Check the streamer's invariants (tools and tests; costs a GPU readback): the page tables on
+        the GPU equal the CPU's, every texture's table and every pool are consistent, and the engine's
+        memory is within the budget. Raises EngineError naming the first broken one."""
+        self._check_open()
+        used = self._space.used
+        if used and self._pages.buffer is not None:
+            gpu = np.frombuffer(self._pages.buffer.read(size=used * 4), np.uint32)
+            bad = np.flatnonzero(gpu != self._tables.entry[:used])
+            if bad.size:
+                raise EngineError(
+                    f"page table on the GPU differs from the CPU's at {bad.size} entries, first id {bad[0]}"
+                )
+        try:
+            for vt in self.textures:
+                vt.table.validate()
+            for pool in self.pools.values():
+                pool.check()
+        except AssertionError as exc:
+            raise EngineError(f"streamer state is inconsistent: {exc}") from None
+        if self.budget.usage > self.budget.budget:
+            raise EngineError(f"engine memory {self.budget.usage} exceeds the budget {self.budget.budget}")
+
+    def io_status(self) -> IOStatus:
+        """The I/O threads and the staging ring now."""
+        up = self._uploader
+        if up is None:
+            return IOStatus(self.config.io_threads, 0, 0, self.config.native, None)
+        return IOStatus(up.io.thread_count, up.io.stuck_count, up.io.pending, up.native is not None, up.ring.stats())
+
     @property
     def busy(self) -> bool:
         """True while loads are queued, being read or waiting to upload."""
-        return bool(self.scheduler.queued_count or (self.uploader is not None and self.uploader.busy))
+        return bool(self._scheduler.queued_count or (self._uploader is not None and self._uploader.busy))
 
     def memory_summary(self) -> str:
         """A readable table of what the engine holds on the GPU, per pool and per texture."""
@@ -501,12 +562,12 @@ class Streamer:
 
     def network(self) -> NetworkSummary:
         """Requests, bytes, latency and cache figures of the textures read by URL (zeros without any)."""
-        remote = self.uploader.remote_stats() if self.uploader is not None else []
+        remote = self._uploader.remote_stats() if self._uploader is not None else []
         return summarize(remote, self._closed_network)
 
-    def stats(self) -> dict:
-        """Telemetry of the latest update() plus running totals (plain dict, stable keys)."""
-        return stats_dict(self)
+    def stats(self) -> StreamerStats:
+        """The latest `update()` and the streamer as a whole (`StreamerStats`; `.as_dict()` for export)."""
+        return streamer_stats(self)
 
     # ---- lifetime -----------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -536,20 +597,20 @@ class Streamer:
         self._check_thread()
         if self._context_released:
             self._closed = True
-            if self.uploader is not None:
-                self.uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
+            if self._uploader is not None:
+                self._uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
             raise EngineError("the streamer's GL context was released before the streamer")
         self._closed = True
-        if self.uploader is not None:
-            self.uploader.release()
+        if self._uploader is not None:
+            self._uploader.release()
             self.budget.release("staging-ring")
         for vt in self.textures:
             vt.closed = True
             vt.reader.close()
-        self.pool_set.release()
+        self._pool_set.release()
         self.textures.clear()
-        self.pages.release()
-        self.feedback.release()
+        self._pages.release()
+        self._feedback.release()
         self.budget.release("feedback")
 
     def __del__(self) -> None:

@@ -65,7 +65,7 @@ class VirtualTexture:
         self.streamer, self.id, self.reader, self.pool, self.tiles = streamer, tex_id, reader, pool, tiles
         self.header: PackHeader = reader.header
         self.path = reader.path
-        self.table = TexturePages(streamer.tables, tex_id)
+        self.table = TexturePages(streamer._tables, tex_id)  # made by its streamer, on its tables
         self.lod_bias = 0.0
         self._failed = np.zeros(tiles.stop - tiles.start, bool)  # tiles whose load failed at least once
         self.failed_loads = 0  # load attempts that failed (a tile retried and failing again counts again)

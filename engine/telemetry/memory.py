@@ -78,14 +78,14 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
             "page_table_bytes": int(nbytes),
         })  # fmt: skip
     claimed.add("page-tables")
-    ring = streamer.uploader.ring if streamer.uploader is not None else None
+    rs_now = streamer.io_status().ring
     other: dict[str, Any] = {}
     if page_total > page_shares:
         other["page-tables"] = {"bytes": page_total - page_shares,
                                 "detail": "page-table buffer room beyond the open textures"}  # fmt: skip
     if "staging-ring" in breakdown:
         claimed.add("staging-ring")
-        rs = ring.stats() if ring is not None else None
+        rs = rs_now
         other["staging-ring"] = {
             "bytes": breakdown["staging-ring"],
             "detail": (f"{rs.slot_count} slots x {rs.slot_bytes} B, "
@@ -94,7 +94,7 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
         }  # fmt: skip
     if "feedback" in breakdown:
         claimed.add("feedback")
-        fb = streamer.feedback
+        fb = streamer._feedback  # the streamer's own memory report: a friend of its internals
         other["feedback"] = {
             "bytes": breakdown["feedback"],
             "detail": f"{fb.depth} buffers x {fb.nbytes_each} B (screen / {fb.stride})",

@@ -128,15 +128,15 @@ class _RefetchTracker:
 
     def check(self, streamer: Streamer) -> int:
         """Mark this frame's uploads seen; returns how many had been seen before."""
-        space = streamer.space
+        capacity = streamer.tile_capacity
         live = {vt.id: (vt.tiles.start, vt.tiles.stop) for vt in streamer.textures}
         for tex, rng in list(self._ranges.items()):
             if live.get(tex) != rng:
                 self._seen[rng[0] : rng[1]] = False
                 del self._ranges[tex]
         self._ranges.update(live)
-        if self._seen.size < space.capacity:
-            self._seen = np.concatenate([self._seen, np.zeros(space.capacity - self._seen.size, bool)])
+        if self._seen.size < capacity:
+            self._seen = np.concatenate([self._seen, np.zeros(capacity - self._seen.size, bool)])
         up = streamer.last.uploaded
         if up is None or not len(up.loads):
             return 0
@@ -221,7 +221,7 @@ class Telemetry:
         self._latency_hist = np.zeros(_LATENCY_BINS, np.int64)
         self._latency_max = -1
         # cumulative counters now: per-frame figures are differences from these
-        base = self.streamer.stats()
+        base = self.streamer.stats().as_dict()
         self._prev_totals = self._totals(base)
         self._prev_stalls = int(base.get("ring_stalls", 0))
         self._prev_dropped = int(base.get("feedback_dropped", 0))
@@ -240,7 +240,7 @@ class Telemetry:
 
     def record(self, update_ms: float | None = None) -> dict[str, Any]:
         """Record the frame the latest `streamer.update()` produced; returns its record (`FRAME_SCHEMA`)."""
-        s = self.streamer.stats()
+        s = self.streamer.stats().as_dict()
         if self.dt is not None:
             dt = self.dt
             self._time += dt

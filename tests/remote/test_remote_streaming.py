@@ -135,10 +135,10 @@ def test_server_killed_mid_stream_then_back(
             s.update()
             renderer.draw(vt, VIEW)
             assert time.perf_counter() - t0 < 0.5
-            offline_seen |= s.stats()["net_offline"]
+            offline_seen |= s.stats().net_offline
             time.sleep(0.01)
         stats = s.stats()
-        assert stats["totals"]["failed"] > 0 and stats["net_failed_requests"] > 0 and offline_seen
+        assert stats.totals.failed > 0 and stats.net_failed_requests > 0 and offline_seen
         fallback = renderer.read()
         assert psnr(fallback, expect) > 15.0  # coarse levels on screen, not garbage or black
         nginx.start()
@@ -204,5 +204,5 @@ def test_corrupt_byte_served_while_streaming(
             renderer.draw(vt, VIEW)
             time.sleep(0.002)
         stats = s.stats()
-        assert stats["corrupt_tiles"] == 1 and stats["totals"]["failed"] >= 1
-        assert stats["resident_tiles"] > 10 and not stats["net_offline"]
+        assert stats.corrupt_tiles == 1 and stats.totals.failed >= 1
+        assert stats.resident_tiles > 10 and not stats.net_offline

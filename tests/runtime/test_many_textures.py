@@ -175,9 +175,7 @@ def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
         ref.update()
         expected = grid.draw(textures)
         # the GPU's page tables hold every texture's entries (the reference samples through them too)
-        used = ref.space.used
-        gpu = np.frombuffer(ref.pages.buffer.read(size=used * 4), np.uint32)
-        assert np.array_equal(gpu, ref.tables.entry[:used])
+        ref.validate()
     assert not (expected == 0).all(axis=-1).any(), "the reference has black pixels: a cell did not draw"
     # independent of the engine: each cell's mean colour is its own texture's, computed by numpy from the
     # source (the mean survives filtering; aliasing and BC error move it by < 6 levels here, while a
@@ -194,7 +192,7 @@ def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
             s.update()
             frame = grid.draw(textures)
             assert not (frame == 0).all(axis=-1).any(), "a texture drew black"
-        assert s.stats()["missing_pages"] == 0 and not s.busy
+        assert s.stats().missing_pages == 0 and not s.busy
     scores = [
         psnr(
             frame[y * CELL : (y + 1) * CELL, x * CELL : (x + 1) * CELL],

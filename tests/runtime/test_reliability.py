@@ -206,12 +206,12 @@ def test_a_hung_read_is_given_up_and_blocks_nothing(
                 s.update()
                 renderer.draw(colour, view)
                 other.draw(checker, view)
-                if hung.is_set() and s.stats()["totals"]["failed"] and not s.busy and s.last.missing_pages == 0:
+                if hung.is_set() and s.stats().totals.failed and not s.busy and s.last.missing_pages == 0:
                     break
                 time.sleep(0.005)
             assert hung.is_set()
-            assert s.stats()["totals"]["failed"] > 0  # the hung batch's loads, given up
-            assert s.uploader.io.stuck_count == 1
+            assert s.stats().totals.failed > 0  # the hung batch's loads, given up
+            assert s.io_status().stuck_threads == 1
             got_checker = other.read()
             got_colour = renderer.read()
         finally:
@@ -241,7 +241,7 @@ def test_reads_nobody_wants_any_more_are_cancelled(
         for i in range(40):  # a pan across the whole texture, a new place every frame
             s.update()
             renderer.draw(vt, View(0.1 + 0.8 * (i % 20) / 19, 0.1 + 0.8 * (i // 20), 1.0))
-        assert s.stats()["totals"]["cancelled"] > 0
+        assert s.stats().totals.cancelled > 0
         final = View(0.5, 0.5, 1.0)
         frames = 0
         while frames < 400 and not (frames > 4 and s.last.missing_pages == 0 and not s.busy):
@@ -249,7 +249,7 @@ def test_reads_nobody_wants_any_more_are_cancelled(
             renderer.draw(vt, final)
             frames += 1
             time.sleep(0.002)
-        assert s.last.missing_pages == 0 and s.uploader.io.pending == 0
+        assert s.last.missing_pages == 0 and s.io_status().pending_batches == 0
         # The pan asked for ~20 batches (~0.6 s of reads, 300 frames of 2 ms): settled well before.
         assert frames <= 100, f"{frames} frames to settle: stale reads were not skipped"
 
@@ -317,7 +317,7 @@ def test_closing_a_texture_or_its_reader_mid_stream_corrupts_nothing(
         b.close()  # same as s.close(b)
         assert b.closed and b not in s.textures
         frame = frames(s, renderer, a, view, 30)
-        assert s.stats()["corrupt_tiles"] == 0
+        assert s.stats().corrupt_tiles == 0
     assert psnr(frame, reference(gl_ctx, packs["colour"], view)) >= CONVERGED_DB
 
 

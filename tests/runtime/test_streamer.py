@@ -175,13 +175,13 @@ def test_budget_far_below_demand(gl_ctx: moderngl.Context, packs: Packs) -> None
             assert demand * vt.header.tile_raw_size > 4 * s.budget.budget
             history = []
             for _frame, st in run(s, renderer, vt, view, 48):
-                assert st["vram_bytes"] <= st["budget_bytes"], st["vram_breakdown"]
+                assert st.vram_bytes <= st.budget_bytes, st.vram_breakdown
                 history.append(st)
-            assert max(h["mip_bias"] for h in history) > 0
+            assert max(h.mip_bias for h in history) > 0
             tail = history[-8:]
-            assert all(h["missing_pages"] == 0 for h in tail), [h["missing_pages"] for h in tail]
-            assert sum(h["uploads"] for h in tail) == 0, "still re-uploading after settling"
-            assert s.stats()["vram_peak_bytes"] <= s.budget.budget
+            assert all(h.missing_pages == 0 for h in tail), [h.missing_pages for h in tail]
+            assert sum(h.uploads for h in tail) == 0, "still re-uploading after settling"
+            assert s.stats().vram_peak_bytes <= s.budget.budget
             for pool in s.pools.values():
                 pool.check()
     finally:
@@ -208,8 +208,7 @@ def test_two_formats_share_one_budget(gl_ctx: moderngl.Context, packs: Packs) ->
                 assert not black(a).any() and not black(b).any()
             assert st.missing_pages == 0
             assert colour.table.resident_count > 21 and normals.table.resident_count > 5  # beyond pinned
-            used = s.space.used  # the GPU's page tables hold both textures' entries as the CPU has them
-            assert np.array_equal(np.frombuffer(s.pages.buffer.read(size=used * 4), np.uint32), s.tables.entry[:used])
+            s.validate()  # the GPU's page tables hold both textures' entries as the CPU has them
     finally:
         first.release()
         second.release()
@@ -235,7 +234,7 @@ def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, rende
         vt.table.validate()
         scores = []
         for frame, st in run(s, renderer, vt, final, FRAMES):
-            assert st["vram_bytes"] <= st["budget_bytes"] == int(3.5 * 2**20)
+            assert st.vram_bytes <= st.budget_bytes == int(3.5 * 2**20)
             assert not black(frame).any()
             scores.append(psnr(frame, ref))
         assert min(scores) >= FLOOR_DB
@@ -255,18 +254,18 @@ def test_close_while_streaming_returns_every_staging_slot(gl_ctx: moderngl.Conte
     first, second = PlaneRenderer(gl_ctx, SIZE), PlaneRenderer(gl_ctx, SIZE)
     try:
         with Streamer(gl_ctx, config(32.0, upload_tiles_per_frame=2)) as s:
-            s.scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up READY
+            s._scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up READY
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             for _ in range(60):  # feedback arrives when the GPU's fences signal: a few frames on real drivers
                 s.update()
                 first.draw(colour, view_c)
                 second.draw(normals, view_n)
-                if s.uploader.states(normals.id)[LoadState.READY]:
+                if s._uploader.states(normals.id)[LoadState.READY]:
                     break
-            assert s.uploader.states(normals.id)[LoadState.READY], "no backlog to test"
+            assert s._uploader.states(normals.id)[LoadState.READY], "no backlog to test"
             s.close(normals)
             assert psnr(last_frame(s, first, colour, view_c, 60), ref_c) >= CONVERGED_DB
-            rs = s.uploader.ring.stats()
+            rs = s._uploader.ring.stats()
             assert not s.busy and rs.held == 0, rs
             again = s.open(packs.normals)
             assert again.id == normals.id
@@ -298,8 +297,8 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
             assert not black(frame).any()
             assert psnr(frame, ref) >= FLOOR_DB
         st = s.stats()
-        assert st["corrupt_tiles"] == 1  # one bad tile, counted once...
-        assert st["totals"]["failed"] >= 2 and vt.failed_loads == st["totals"]["failed"]  # ...tried again
+        assert st.corrupt_tiles == 1  # one bad tile, counted once...
+        assert st.totals.failed >= 2 and vt.failed_loads == st.totals.failed  # ...tried again
         assert not vt.table.is_resident(np.array([0]), np.array([tx]), np.array([ty]))[0]
         assert vt.table.resident_levels(np.array([0]), np.array([tx]), np.array([ty]))[0] >= 1  # an ancestor
     assert psnr(frame, ref, ~region) >= CONVERGED_DB  # every other tile streamed
@@ -340,10 +339,10 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_ctx: moderngl
                 ages.extend(st.evicted_age.tolist())
                 renderer.draw(vt, view)
                 gl_ctx.finish()
-                ids = np.unique(s.feedback.read_current()).astype(np.int64)  # every fragment's page
-                parents = s.space.parent[ids].astype(np.int64)
+                ids = np.unique(s._feedback.read_current()).astype(np.int64)  # every fragment's page
+                parents = s._space.parent[ids].astype(np.int64)
                 ids = np.concatenate([ids, parents[parents >= 0]])  # trilinear samples the next level
-                slots = s.tables.sample_slot(ids)
+                slots = s._tables.sample_slot(ids)
                 sampled[slots[slots >= 0]] = s.frame
                 assert s.budget.usage <= s.budget.budget
             pool.check()
@@ -373,7 +372,7 @@ def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, pack
                                                   renderer: PlaneRenderer) -> None:  # fmt: skip
     with Streamer(gl_ctx, config(ring_mb=1)) as s:
         vt = s.open(packs.colour)
-        ring = s.uploader.ring
+        ring = s._uploader.ring
         HeldFence.held = True
         ring.fence_factory = lambda: HeldFence(s.gl.fence())
         acquire = ring.acquire
