@@ -225,3 +225,5 @@ class StreamerConfig:
                 raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
         if not isinstance(self.remote, RemoteConfig):
             raise TypeError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
+        if not isinstance(self.budget, BudgetConfig):
+            raise TypeError(f"budget must be a BudgetConfig, got {type(self.budget).__name__}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "EngineError",
     "PackFormatError",
+    "PackNotFoundError",
     "TileCorruptError",
     "SourceError",
     "ShaderError",
@@ -19,6 +20,10 @@ class EngineError(Exception):
 
 class PackFormatError(EngineError):
     """A pack file is malformed: bad magic, unsupported version, a field out of range."""
+
+
+class PackNotFoundError(PackFormatError, FileNotFoundError):
+    """A pack path names no file (a `FileNotFoundError` too, so `except FileNotFoundError` works)."""
 
 
 class TileCorruptError(EngineError):

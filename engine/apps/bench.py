@@ -23,8 +23,11 @@ import numpy as np
 from ..config import BakeConfig
 from ..pack.format import Supercompression, TexelFormat
 
-# The repository's sample photographs (a checkout, or the current folder for an installed package).
-ASSET_DIRS = (Path(__file__).resolve().parent.parent / "assets", Path.cwd() / "assets")
+# The sample photographs: shipped in the package (texstream.sample_images is the repository's assets/).
+ASSET_DIRS = (
+    Path(__file__).resolve().parent.parent / "sample_images",  # an installed package
+    Path(__file__).resolve().parents[2] / "assets",  # a checkout (editable install)
+)
 
 
 def _photo_source(size: int, folder: Path) -> Path:
@@ -33,7 +36,7 @@ def _photo_source(size: int, folder: Path) -> Path:
 
     photo = next((d / "astronaut.png" for d in ASSET_DIRS if (d / "astronaut.png").exists()), None)
     if photo is None:
-        raise FileNotFoundError("assets/astronaut.png (run the bench from the repository folder)")
+        raise FileNotFoundError("astronaut.png: the package's sample images are missing (reinstall texstream)")
     img = pyvips.Image.new_from_file(str(photo))
     if img.bands == 3:
         img = img.bandjoin(255)

@@ -23,7 +23,10 @@ import numpy as np
 from ..bake.encoders import BC7_QUALITIES, ENCODERS, Encoder
 from ..pack.format import TexelFormat
 
-ASSET_DIRS = (Path(__file__).resolve().parent.parent / "assets", Path.cwd() / "assets")
+ASSET_DIRS = (
+    Path(__file__).resolve().parent.parent / "sample_images",  # an installed package
+    Path(__file__).resolve().parents[2] / "assets",  # a checkout (editable install)
+)
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png")
 SLOT = 136
 SPEED_SIDES = (72, 136, 264, 512)

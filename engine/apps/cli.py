@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import __version__
 from ..config import BakeConfig
 from ..errors import EngineError
 from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
@@ -203,7 +204,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     try:
         view = View.parse(args.view)
-        w, h = (int(v) for v in args.size.lower().split("x"))
+        w, h = _frame_size(args.size)
         if not (1 <= w <= 16384 and 1 <= h <= 16384):
             raise ValueError(f"size {args.size!r} must be within 1..16384 a side")
     except ValueError as exc:
@@ -229,9 +230,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import DemoConfig, run
 
     try:
-        w, h = (int(v) for v in args.size.lower().split("x"))
-    except ValueError:
-        raise UsageError(f"--size must be WxH, got {args.size!r}") from None
+        w, h = _frame_size(args.size)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.frames < 1:
         raise UsageError(f"--frames must be >= 1, got {args.frames}")
     if args.budget_mb <= 0:
@@ -242,6 +243,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                      overlay=not args.no_overlay)  # fmt: skip
     run(cfg)
     return 0
+
+
+def _frame_size(text: str) -> tuple[int, int]:
+    """'WxH' as two integers; ValueError naming the option otherwise."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--size must be WxH in pixels (e.g. 1280x720), got {text!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _positive_float(text: str) -> float:
@@ -264,6 +273,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="texstream", description="Stream huge block-compressed textures into a VRAM budget.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    p.add_argument("--version", action="version", version=f"texstream {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("bake", help="bake an image into a tile pack")
@@ -344,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")
     s.add_argument("--json", default=None, help="also write the results to this JSON file")
     s.set_defaults(func=cmd_bench)
+    for command in sub.choices.values():  # global options are accepted after the command too
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 
@@ -388,6 +400,8 @@ def _describe_error(exc: BaseException) -> tuple[str, int]:
     """One line and an exit code: usage (2) for bad arguments or values, data (1) for the rest."""
     if isinstance(exc, UsageError | ValueError):  # ValueErrors from the engine name the bad value
         return str(exc), EXIT_USAGE
+    if isinstance(exc, EngineError):  # already one line naming the file (a missing pack too)
+        return str(exc), EXIT_DATA
     if isinstance(exc, FileNotFoundError):
         return f"{exc.filename or exc}: file not found", EXIT_DATA
     if isinstance(exc, OSError):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from ..errors import EngineError, PackFormatError, TileCorruptError
+from ..errors import EngineError, PackFormatError, PackNotFoundError, TileCorruptError
 from ..remote import RemoteError, RemoteFile, is_remote, open_remote
 from . import codec
 from .format import (
@@ -126,13 +126,13 @@ class PackReader:
         try:
             _check_regular(self.path, os.stat(self.path).st_mode)
         except FileNotFoundError:
-            raise PackFormatError(f"pack {self.path} does not exist") from None
+            raise PackNotFoundError(f"pack {self.path} does not exist") from None
         except OSError as exc:
             raise PackFormatError(f"cannot open pack {self.path}: {exc.strerror}") from None
         try:  # O_NONBLOCK: should the path have become a FIFO since the stat, open does not wait
             self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            raise PackFormatError(f"pack {self.path} does not exist") from None
+            raise PackNotFoundError(f"pack {self.path} does not exist") from None
         except IsADirectoryError:
             raise PackFormatError(f"pack {self.path} is a folder, not a file") from None
         except OSError as exc:

@@ -278,12 +278,16 @@ def _alive(pid: int) -> bool:
 
 def create_temp(path: Path) -> tuple[int, Path]:
     """Open a new temporary file ``.<name>.<pid>.<random>.tmp`` beside `path` (after removing those
-    of dead writers of `path`); returns its descriptor and path. EngineError if the folder is missing."""
+    of dead writers of `path`); returns its descriptor and path. EngineError (naming `path`) if the
+    folder is missing or not writable."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise EngineError(f"output folder {folder} does not exist")
     remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    except OSError as exc:  # name the output the user gave, not the hidden temporary file
+        raise EngineError(f"cannot write {path}: {exc.strerror or exc}") from None
     return fd, Path(tmp)
 
 

@@ -67,6 +67,10 @@ __all__ = ["FrameStats", "Streamer", "VirtualTexture"]
 log = logging.getLogger(__name__)
 
 
+NO_UPDATE_BINDS = 30  # draws without an update() ...
+NO_UPDATE_SECONDS = 2.0  # ... over this long: the program forgot to call update()
+
+
 @dataclass(frozen=True)
 class IOStatus:
     """`Streamer.io_status()`: the reader threads and the staging ring."""
@@ -124,6 +128,9 @@ class Streamer:
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
+        # draws without update(): the textures would stay at their pinned levels, so say why once
+        self._binds_since_update, self._last_update = 0, time.monotonic()
+        self._warned_no_update = False
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
@@ -323,6 +330,7 @@ class Streamer:
     def update(self) -> FrameStats:
         """Once a frame, before drawing with the virtual textures."""
         self._check_open()
+        self._binds_since_update, self._last_update = 0, time.monotonic()
         t0, c0 = time.perf_counter(), time.thread_time()
         self.frame += 1
         frame = self.frame
@@ -469,6 +477,7 @@ class Streamer:
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
+        self._note_bind()
         assert self._pages.entries >= self._space.used, "the page-table buffer does not hold every texture"
         self._pages.bind(VT_PAGES_BINDING)
         self._feedback.bind()
@@ -500,6 +509,20 @@ class Streamer:
         except BaseException:
             pool.unpin(newly)
             raise
+
+    def _note_bind(self) -> None:
+        self._binds_since_update += 1
+        if self._warned_no_update or self._binds_since_update < NO_UPDATE_BINDS:
+            return
+        if time.monotonic() - self._last_update < NO_UPDATE_SECONDS:
+            return
+        self._warned_no_update = True
+        message = (
+            f"virtual textures were drawn {self._binds_since_update} times over {NO_UPDATE_SECONDS:g} s without "
+            "Streamer.update(): nothing streams and they stay blurred; call streamer.update() once per frame"
+        )
+        log.warning("%s", message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     # ---- introspection: explicit hooks for tools, benchmarks and tests -------------------------
     @property
@@ -556,6 +579,7 @@ class Streamer:
 
     def memory_summary(self) -> str:
         """A readable table of what the engine holds on the GPU, per pool and per texture."""
+        self._check_open()
         from ..telemetry.memory import memory_summary
 
         return memory_summary(self)
