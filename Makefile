@@ -1,4 +1,5 @@
-# make demo / make test: each creates .venv on first use and reuses it afterwards.
+# make demo / make test: each creates .venv on first use and reuses it afterwards. Generated assets go
+# to the same cache folder as `texstream demo` run by hand: $TEXSTREAM_CACHE, else ~/.cache/texstream.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,13 +14,13 @@ $(STAMP): pyproject.toml setup.py engine/native/_native.c
 	touch $(STAMP)
 
 demo: $(STAMP)
-	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream demo
+	$(VENV)/bin/texstream demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q --timeout=900 tests
 
 bench: $(STAMP)
-	TEXSTREAM_CACHE=$(CURDIR)/.cache $(VENV)/bin/texstream bench
+	$(VENV)/bin/texstream bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine tests demos

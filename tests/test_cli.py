@@ -207,3 +207,21 @@ def test_bake_picks_the_format_and_warns_once_when_alpha_is_dropped(tmp_path: Pa
     ]
     with PackReader(tmp_path / "forced.tpk") as r:
         assert r.header.texel_format.name == "BC1" and r.metadata["format_auto"] is False and r.metadata["alpha"]
+
+
+def test_version_and_module_entry() -> None:
+    import texstream
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"texstream {texstream.__version__}"
+
+
+def test_global_options_after_the_command(small_pack: Path) -> None:
+    proc = run_cli("info", str(small_pack), "-v")
+    assert proc.returncode == 0 and "texstream pack" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["render", "x.tpk", "--out", "x.png"], ["demo"]])
+def test_bad_frame_size_names_the_option(command: list[str]) -> None:
+    proc = run_cli(*command, "--size", "banana")
+    assert proc.returncode == 2 and "--size must be WxH" in proc.stderr and "invalid literal" not in proc.stderr

@@ -1,0 +1,85 @@
+"""Misuse caught with one clear error: draws without update(), wrong configuration types, use after
+release(), a missing pack."""
+
+# ruff: noqa: F811 (the `packs` fixture, imported, is a parameter here)
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import moderngl
+import pytest
+
+from texstream import (
+    BudgetConfig,
+    EngineError,
+    PackFormatError,
+    PackNotFoundError,
+    Streamer,
+    StreamerConfig,
+    StreamerStats,
+    program,
+)
+from texstream.runtime import streamer as streamer_module
+
+from .test_streamer import packs  # noqa: F401
+
+pytestmark = pytest.mark.gl
+
+
+def test_draws_without_update_warn_once_naming_the_fix(
+    gl_ctx: moderngl.Context,
+    packs,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
+    prog = program(gl_ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+        vt = s.open(packs.colour)
+        with pytest.warns(
+            RuntimeWarning, match=r"without Streamer\.update\(\).*call streamer\.update\(\) once per frame"
+        ):
+            for _ in range(streamer_module.NO_UPDATE_BINDS + 1):
+                vt.bind(prog, "u_vt")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once only
+            for _ in range(100):
+                vt.bind(prog, "u_vt")
+    prog.release()
+
+
+def test_updates_between_draws_never_warn(gl_ctx: moderngl.Context, packs) -> None:
+    prog = program(gl_ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+        vt = s.open(packs.colour)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(3 * streamer_module.NO_UPDATE_BINDS):
+                s.update()
+                vt.bind(prog, "u_vt")
+        assert isinstance(s.stats(), StreamerStats) and s.stats().as_dict()["totals"]["uploads"] >= 0
+    prog.release()
+
+
+def test_wrong_config_types_name_the_expected_class(gl_ctx: moderngl.Context) -> None:
+    with pytest.raises(TypeError, match="config must be a StreamerConfig, got BudgetConfig"):
+        Streamer(gl_ctx, BudgetConfig())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="budget must be a BudgetConfig, got StreamerConfig"):
+        StreamerConfig(budget=StreamerConfig())  # type: ignore[arg-type]
+
+
+def test_use_after_release_is_an_engine_error(gl_ctx: moderngl.Context, packs) -> None:
+    s = Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32)))
+    s.open(packs.colour)
+    s.release()
+    for call in (lambda: s.set_budget(64), s.memory_summary, s.update, lambda: s.open(packs.colour), s.validate):
+        with pytest.raises(EngineError, match="released"):
+            call()
+
+
+def test_missing_pack_is_file_not_found(gl_ctx: moderngl.Context, tmp_path: Path) -> None:
+    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+        with pytest.raises(FileNotFoundError, match="does not exist") as err:
+            s.open(tmp_path / "missing.tpk")
+    assert isinstance(err.value, PackNotFoundError) and isinstance(err.value, PackFormatError)
