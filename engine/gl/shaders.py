@@ -327,7 +327,31 @@ def preprocess(
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[Path | str] = (),
 ) -> ShaderSource:
-    """Resolve includes in a source string (has a newline) or a shader file (a name); see the module doc."""
+    """Resolve ``#include`` directives and add ``#line`` markers, so compiler errors name the file.
+
+    Parameters
+    ----------
+    source_or_name : str
+        GLSL source (any string with a newline) or a shader file name: looked up in
+        `include_dirs`, then among the shaders shipped with texstream (``vt.glsl`` and friends).
+    name : str, optional
+        The name a source string is reported under in errors.
+    defines : mapping, optional
+        ``#define NAME value`` lines inserted after ``#version``.
+    include_dirs : sequence of path-like, optional
+        Folders searched for includes before the shipped shaders; ``#include "texstream/vt.glsl"``
+        always finds texstream's own.
+
+    Returns
+    -------
+    ShaderSource
+        The resolved text and its line map.
+
+    Raises
+    ------
+    ShaderError
+        A missing file or include, or an include cycle (the message names file and line).
+    """
     top = _top_file(source_or_name, name, include_dirs)
     return _Preprocessor(include_dirs, defines).run(top)
 
@@ -380,9 +404,33 @@ def program(
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[Path | str] = (),
 ) -> moderngl.Program:
-    """Preprocess each stage (file name or source string) and link them into a moderngl Program.
+    """Preprocess each stage and link them into a moderngl program: use this (not ``ctx.program``)
+    for shaders that ``#include "texstream/vt.glsl"``.
 
-    Raises `ShaderCompileError` (a `ShaderError`) naming file:line and quoting the source line.
+    Parameters
+    ----------
+    ctx : moderngl.Context
+        The context to compile in.
+    vertex, fragment, geometry, tess_control, tess_evaluation : str
+        Each stage as a file name or a source string (see `preprocess`); only `vertex` is required.
+    varyings : sequence of str, optional
+        Transform-feedback outputs, as for ``ctx.program``.
+    fragment_outputs : mapping of str to int, optional
+        Fragment output locations, as for ``ctx.program``.
+    defines : mapping, optional
+        ``#define`` lines added to every stage.
+    include_dirs : sequence of path-like, optional
+        Folders searched for files and includes before the shipped shaders.
+
+    Returns
+    -------
+    moderngl.Program
+
+    Raises
+    ------
+    ShaderError
+        A stage failed to preprocess, compile or link; the message names file:line and quotes the
+        source line (`ShaderCompileError`).
     """
     stages = {
         "vertex": vertex,

@@ -83,13 +83,37 @@ class IOStatus:
 
 
 class Streamer:
-    """Streams tiles of any number of packs into one VRAM budget. Render thread only.
+    """Streams tiles of any number of packs into one VRAM budget.
 
-    Args:
-        ctx: the moderngl context the textures are drawn with.
-        config: streaming configuration (default `StreamerConfig()`).
-        read_hook: called on an I/O thread before each batch of tile reads; for fault injection in
-            tests (it may sleep, block or raise), None in programs.
+    Every method belongs to the thread that made the streamer (the one its GL context is current on);
+    reads, decompression and checksums run on the streamer's own I/O threads.
+
+    Parameters
+    ----------
+    ctx : moderngl.Context
+        The context the textures are drawn with (OpenGL 4.3 or later with buffer storage).
+    config : StreamerConfig, optional
+        Streaming configuration; default ``StreamerConfig()``.
+    read_hook : callable, optional
+        Called on an I/O thread before each batch of tile reads, with the batch: fault injection
+        in tests (it may sleep, block or raise). Leave it None in programs.
+
+    Raises
+    ------
+    TypeError
+        `config` is not a `StreamerConfig`.
+    GLError
+        The context lacks a GL feature the engine needs.
+
+    Examples
+    --------
+    >>> streamer = texstream.Streamer(ctx)                     # doctest: +SKIP
+    >>> terrain = streamer.open("terrain.tpk")                 # doctest: +SKIP
+    >>> while running:                                         # doctest: +SKIP
+    ...     streamer.update()
+    ...     terrain.bind(prog, "u_terrain")
+    ...     draw()
+    >>> streamer.release()                                     # doctest: +SKIP
     """
 
     _closed = True  # until __init__ has made everything release() frees
@@ -135,8 +159,33 @@ class Streamer:
 
     # ---- textures -----------------------------------------------------------------------------
     def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
-        """Open a pack (a path, or a URL: http(s)://, or any fsspec filesystem such as s3://); its
-        coarsest `pinned_levels` levels are loaded now (blocking, once)."""
+        """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A pack file, or a URL: ``http(s)://`` (range requests) or any filesystem fsspec knows
+            (``s3://``, ``gs://``, ... with its backend installed), read through the disk cache of
+            `StreamerConfig.remote`.
+
+        Returns
+        -------
+        VirtualTexture
+            The texture to bind in shaders (``vt.bind(program, name)``).
+
+        Raises
+        ------
+        PackNotFoundError
+            No file at `path` (also a `FileNotFoundError`).
+        PackFormatError
+            The file is not a valid pack.
+        RemoteError
+            The URL cannot be reached or read.
+        BudgetError
+            The budget cannot hold the texture's pinned levels and page table.
+        EngineError
+            Too many textures open, or the streamer is released.
+        """
         self._check_open()
         reader = PackReader(path, self.config.remote)
         vt: VirtualTexture | None = None
@@ -174,7 +223,14 @@ class Streamer:
         return vt
 
     def close(self, vt: VirtualTexture) -> None:
-        """Forget a texture: its loads cancelled, its slots freed (after frames in flight)."""
+        """Stop streaming a texture: its loads are cancelled and its cache slots freed once the
+        frames in flight no longer sample them. Closing a texture twice does nothing.
+
+        Parameters
+        ----------
+        vt : VirtualTexture
+            A texture this streamer opened.
+        """
         self._check_thread()
         if vt not in self.textures:
             return
@@ -255,7 +311,16 @@ class Streamer:
         return ring
 
     def set_feedback_size(self, size: tuple[int, int]) -> None:
-        """Size the feedback buffers for draws of `size` pixels (they grow by themselves with the viewport)."""
+        """Size the feedback buffers for draws of `size` pixels.
+
+        They follow the viewport by themselves; call this when drawing into framebuffers larger
+        than the viewport seen at construction.
+
+        Parameters
+        ----------
+        size : tuple of int
+            Width and height in pixels of the largest draw that samples virtual textures.
+        """
         old = self._feedback
         self.budget.release("feedback")
         try:
@@ -311,7 +376,23 @@ class Streamer:
 
     # ---- budget -------------------------------------------------------------------------------
     def set_budget(self, megabytes: float) -> None:
-        """Change the VRAM budget at run time; pools shrink or grow (survivors copied on the GPU)."""
+        """Change the VRAM budget at run time; the cache pools shrink or grow (the tiles that stay
+        are copied on the GPU).
+
+        Parameters
+        ----------
+        megabytes : float
+            The new budget in MiB (finite, positive).
+
+        Raises
+        ------
+        ValueError
+            Not a finite positive number.
+        BudgetError
+            Too small for what must stay resident (pinned levels, page tables, staging ring).
+        EngineError
+            The streamer is released.
+        """
         self._check_open()
         if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or not math.isfinite(megabytes):
             raise ValueError(f"budget must be a finite number of MiB, got {megabytes!r}")
@@ -328,7 +409,23 @@ class Streamer:
 
     # ---- the frame ----------------------------------------------------------------------------
     def update(self) -> FrameStats:
-        """Once a frame, before drawing with the virtual textures."""
+        """Advance one frame: read the newest GPU feedback, decide what to load and evict, issue
+        the finished reads' uploads and update the page tables.
+
+        Call it once per frame on the GL thread, before the draws that sample virtual textures. It
+        never waits for I/O.
+
+        Returns
+        -------
+        FrameStats
+            What this frame did (also `Streamer.last`); `stats()` adds the running totals.
+
+        Raises
+        ------
+        EngineError
+            An I/O thread failed unexpectedly (once; its batch is retried), or the streamer is
+            released.
+        """
         self._check_open()
         self._binds_since_update, self._last_update = 0, time.monotonic()
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -484,8 +581,20 @@ class Streamer:
 
     # ---- convenience --------------------------------------------------------------------------
     def make_all_resident(self, vt: VirtualTexture) -> None:
-        """Load every tile of `vt` now (blocking), pinned: the all-resident reference. BudgetError if
-        it cannot fit (nothing changes then); TileCorruptError for a bad tile (nothing loaded)."""
+        """Load every tile of `vt` now (blocking) and pin it: the all-resident reference image.
+
+        Parameters
+        ----------
+        vt : VirtualTexture
+            A texture this streamer opened.
+
+        Raises
+        ------
+        BudgetError
+            The whole texture does not fit the budget (nothing changes).
+        TileCorruptError
+            A tile is damaged (nothing stays loaded or pinned).
+        """
         self._check_open()
         ids = self._space.tile_ids(vt.id)
         resident = self._tables.is_resident(ids)
@@ -578,7 +687,13 @@ class Streamer:
         return bool(self._scheduler.queued_count or (self._uploader is not None and self._uploader.busy))
 
     def memory_summary(self) -> str:
-        """A readable table of what the engine holds on the GPU, per pool and per texture."""
+        """What the engine holds on the GPU, per pool and per texture, as a readable table.
+
+        Returns
+        -------
+        str
+            Several lines, with totals against the budget.
+        """
         self._check_open()
         from ..telemetry.memory import memory_summary
 
@@ -613,9 +728,18 @@ class Streamer:
             )
 
     def release(self) -> None:
-        """Stop the I/O threads and free every GL object the engine made (idempotent). Reads still
-        in progress get `config.shutdown_wait_s` seconds; a read that hangs longer is abandoned (its
-        thread ends when the read returns, and the staging buffer stays mapped until the process ends)."""
+        """Stop the I/O threads and free every GL object the engine made; calling it again does
+        nothing. Also runs on ``with Streamer(...) as s:`` exit.
+
+        Reads in progress get `StreamerConfig.shutdown_wait_s` seconds; a read that hangs longer is
+        abandoned (its thread ends when the read returns, and the staging buffer stays mapped until
+        then).
+
+        Raises
+        ------
+        EngineError
+            The GL context was released before the streamer (the threads are stopped anyway).
+        """
         if self._closed:
             return
         self._check_thread()

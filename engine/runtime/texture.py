@@ -59,7 +59,26 @@ def max_anisotropy(border: int) -> int:
 
 
 class VirtualTexture:
-    """One open pack: its tile ids, its page table, its cache pool, and the uniforms `vt_sample` reads."""
+    """One open pack, made by `Streamer.open`: bind it in a shader that declares it with
+    ``VT_DECLARE(name)`` and samples it with ``vt_sample(name, uv)`` (``#include "texstream/vt.glsl"``).
+
+    Attributes
+    ----------
+    id : int
+        The texture's number in its streamer (0..255).
+    path : pathlib.Path or str
+        Where the pack was opened from (a URL stays a string).
+    header : PackHeader
+        The pack's geometry and format (size, levels, tile size, texel format).
+    reader : PackReader
+        The pack's reader (owned by the texture; closed with it).
+    lod_bias : float
+        Added to the level the shader samples (positive: blurrier, fewer tiles). Default 0.
+    failed_loads : int
+        Load attempts that failed (a tile retried and failing again counts again).
+    closed : bool
+        True once the texture or its streamer is closed.
+    """
 
     def __init__(self, streamer: Streamer, tex_id: int, reader: PackReader, pool: CachePool, tiles: TileRange) -> None:
         self.streamer, self.id, self.reader, self.pool, self.tiles = streamer, tex_id, reader, pool, tiles
@@ -82,12 +101,26 @@ class VirtualTexture:
         self.failed_loads += int(np.size(tile_ids))
 
     def close(self) -> None:
-        """Stop streaming this texture and free its cache slots (`Streamer.close(self)`)."""
+        """Stop streaming this texture and free its cache slots (same as ``streamer.close(self)``)."""
         self.streamer.close(self)
 
     def bind(self, program: moderngl.Program, name: str) -> None:
-        """Bind this texture's pool, the shared page tables and feedback, and set the
-        `VT_DECLARE(name)` uniforms of `program`."""
+        """Bind this texture for the next draws with `program`: its cache pool (a texture unit from
+        8 up), the shared page tables (SSBO 6) and feedback buffer (SSBO 7), and the uniforms that
+        ``VT_DECLARE(name)`` declares.
+
+        Parameters
+        ----------
+        program : moderngl.Program
+            A program built with `texstream.program` whose shaders declare ``VT_DECLARE(name)``.
+        name : str
+            The name given to ``VT_DECLARE`` in the shader.
+
+        Raises
+        ------
+        EngineError
+            The texture is closed, or the program does not use ``VT_DECLARE(name)``.
+        """
         if self.closed:
             raise EngineError(f"virtual texture {self.path} is closed")
         h, pool = self.header, self.pool
