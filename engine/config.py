@@ -1,4 +1,4 @@
-"""Configuration: frozen, keyword-only dataclasses with commented defaults. The CLI builds them."""
+"""Configuration: frozen, keyword-only dataclasses; each field is documented in its class docstring. The CLI builds them."""
 
 from __future__ import annotations
 
@@ -25,25 +25,48 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class BakeConfig:
-    """How a source becomes a pack."""
+    """How a source becomes a pack.
 
-    # None: chosen per source (`format_for`): bc1 for opaque colour, bc7 when the source has real alpha.
-    # Else bc1 opaque colour; bc3/bc7 alpha; bc4 one channel; bc5 normals; rgba8 uncompressed.
+    Attributes
+    ----------
+    texel_format : TexelFormat | None
+        None: chosen per source (`format_for`): bc1 for opaque colour, bc7 when the source has real alpha. Else
+        bc1 opaque colour; bc3/bc7 alpha; bc4 one channel; bc5 normals; rgba8 uncompressed.
+    srgb : bool | None
+        None: sRGB for colour formats (bc1/bc3/bc7/rgba8), linear for bc4/bc5
+    tile_size : int
+        content texels a side: 64, 128 or 256
+    border : int
+        texels copied from neighbours on each side; multiple of 4
+    address_mode : AddressMode
+        what filtering sees past the image edge
+    supercompression : Supercompression
+        none, zstd or lz4, per tile
+    zstd_level : int
+        1..19; 3 is zstd's own default and bakes fast
+    bc7_quality : str
+        fast | normal | slow: ispc-texcomp's ultrafast | veryfast | basic profiles (alpha_* ones for slots with
+        alpha); one core: 11 | 1.2 | 0.25 MPixel/s at 39.9 | 43.8 | 44.4 dB PSNR on assets/astronaut.png
+    jobs : int
+        worker processes; 0: every core
+    progress : bool
+        tqdm progress bar on stderr
+    cluster : str | None
+        None: bands run in local worker processes. "local:N": a Dask LocalCluster of N worker processes started
+        for the bake; else a Dask scheduler's address ("tcp://host:8786", "host:8786") whose workers run the
+        bands (they need texstream installed and the source on storage they can read).
+    """
+
     texel_format: TexelFormat | None = None
-    srgb: bool | None = None  # None: sRGB for colour formats (bc1/bc3/bc7/rgba8), linear for bc4/bc5
-    tile_size: int = 128  # content texels a side: 64, 128 or 256
-    border: int = 4  # texels copied from neighbours on each side; multiple of 4
-    address_mode: AddressMode = AddressMode.CLAMP  # what filtering sees past the image edge
-    supercompression: Supercompression = Supercompression.ZSTD  # none, zstd or lz4, per tile
-    zstd_level: int = 3  # 1..19; 3 is zstd's own default and bakes fast
-    # fast | normal | slow: ispc-texcomp's ultrafast | veryfast | basic profiles (alpha_* ones for slots with
-    # alpha); one core: 11 | 1.2 | 0.25 MPixel/s at 39.9 | 43.8 | 44.4 dB PSNR on assets/astronaut.png
+    srgb: bool | None = None
+    tile_size: int = 128
+    border: int = 4
+    address_mode: AddressMode = AddressMode.CLAMP
+    supercompression: Supercompression = Supercompression.ZSTD
+    zstd_level: int = 3
     bc7_quality: str = "normal"
-    jobs: int = 0  # worker processes; 0: every core
-    progress: bool = True  # tqdm progress bar on stderr
-    # None: bands run in local worker processes. "local:N": a Dask LocalCluster of N worker processes
-    # started for the bake; else a Dask scheduler's address ("tcp://host:8786", "host:8786") whose
-    # workers run the bands (they need texstream installed and the source on storage they can read).
+    jobs: int = 0
+    progress: bool = True
     cluster: str | None = None
 
     def __post_init__(self) -> None:
@@ -108,15 +131,33 @@ def _check_cluster_address(cluster: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class BudgetConfig:
-    """The engine's VRAM budget."""
+    """The engine's VRAM budget.
 
-    budget_mb: float | None = None  # None: auto, the driver's free memory less `headroom`
-    headroom: float = 0.10  # fraction of the driver's free memory left to everything else
-    fallback_mb: float = 256.0  # auto budget when the driver reports no memory figure (llvmpipe, most non-NVIDIA)
-    high_water: float = 0.95  # wanted/available slot ratio above which the feedback mip bias rises
-    low_water: float = 0.75  # ratio below which the bias falls again
-    bias_step: float = 0.25  # bias change per update() while outside the water marks
-    max_bias: float = 6.0  # never coarser than this many levels above what the screen wants
+    Attributes
+    ----------
+    budget_mb : float | None
+        None: auto, the driver's free memory less `headroom`
+    headroom : float
+        fraction of the driver's free memory left to everything else
+    fallback_mb : float
+        auto budget when the driver reports no memory figure (llvmpipe, most non-NVIDIA)
+    high_water : float
+        wanted/available slot ratio above which the feedback mip bias rises
+    low_water : float
+        ratio below which the bias falls again
+    bias_step : float
+        bias change per update() while outside the water marks
+    max_bias : float
+        never coarser than this many levels above what the screen wants
+    """
+
+    budget_mb: float | None = None
+    headroom: float = 0.10
+    fallback_mb: float = 256.0
+    high_water: float = 0.95
+    low_water: float = 0.75
+    bias_step: float = 0.25
+    max_bias: float = 6.0
 
     def __post_init__(self) -> None:
         if self.budget_mb is not None and not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
@@ -133,22 +174,47 @@ class BudgetConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RemoteConfig:
-    """How packs named by a URL (http(s)://, or any fsspec filesystem such as s3://) are read."""
+    """How packs named by a URL (http(s)://, or any fsspec filesystem such as s3://) are read.
 
-    # Fetched ranges are kept on disk, shared by every remote pack: $TEXSTREAM_CACHE/remote by default
-    # (see `texstream.assets.cache_dir`). The size bounds the cache file; 0 turns the cache off.
+    Attributes
+    ----------
+    cache_dir : str | None
+        Fetched ranges are kept on disk, shared by every remote pack: $TEXSTREAM_CACHE/remote by default (see
+        `texstream.assets.cache_dir`). The size bounds the cache file; 0 turns the cache off.
+    cache_mb : float
+    block_kb : int
+        fetch and cache granularity: a request covers whole blocks of the pack
+    max_requests : int
+        requests in flight at once, per pack
+    max_request_kb : int
+        adjacent blocks are fetched with one request up to this size
+    connect_timeout_s : float
+    read_timeout_s : float
+        between bytes of a response
+    request_deadline_s : float
+        one range, retries included (below StreamerConfig.read_timeout_s)
+    retries : int
+        a failed request is tried again this many times, with doubling backoff
+    backoff_s : float
+        the first retry's wait (jittered)
+    offline_s : float
+        after a range failed every retry, requests fail at once for this long
+    storage_options : dict
+        passed to fsspec (credentials, endpoints)
+    """
+
     cache_dir: str | None = None
     cache_mb: float = 1024.0
-    block_kb: int = 64  # fetch and cache granularity: a request covers whole blocks of the pack
-    max_requests: int = 8  # requests in flight at once, per pack
-    max_request_kb: int = 4096  # adjacent blocks are fetched with one request up to this size
+    block_kb: int = 64
+    max_requests: int = 8
+    max_request_kb: int = 4096
     connect_timeout_s: float = 3.0
-    read_timeout_s: float = 5.0  # between bytes of a response
-    request_deadline_s: float = 8.0  # one range, retries included (below StreamerConfig.read_timeout_s)
-    retries: int = 2  # a failed request is tried again this many times, with doubling backoff
-    backoff_s: float = 0.1  # the first retry's wait (jittered)
-    offline_s: float = 1.0  # after a range failed every retry, requests fail at once for this long
-    storage_options: dict = field(default_factory=dict)  # passed to fsspec (credentials, endpoints)
+    read_timeout_s: float = 5.0
+    request_deadline_s: float = 8.0
+    retries: int = 2
+    backoff_s: float = 0.1
+    offline_s: float = 1.0
+    storage_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         finite = {
@@ -187,24 +253,59 @@ class RemoteConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StreamerConfig:
-    """Runtime streaming behaviour."""
+    """Runtime streaming behaviour.
+
+    Attributes
+    ----------
+    budget : BudgetConfig
+    ring_mb : int
+        persistent-mapped staging ring ("pinned" upload memory)
+    io_threads : int
+        pread + checksum + decompress workers
+    frames_in_flight : int
+        a tile is evicted only this many frames after its last use
+    upload_bytes_per_frame : int
+        upload cap per update(), bytes
+    upload_tiles_per_frame : int
+        upload cap per update(), tiles (and requests issued per update)
+    feedback_divisor : int
+        feedback buffer is the framebuffer size / this
+    cancel_after_frames : int
+        a queued request not wanted again for this long is dropped
+    prefetch : bool
+        also request neighbours and the next finer level of what is wanted
+    pinned_levels : int
+        each texture's coarsest levels stay resident (never evicted)
+    retry_frames : int
+        a failed tile is retried after this many frames (doubling each time)
+    debug_gl : bool
+        glGetError after every raw GL call, GLError naming the call
+    read_timeout_s : float
+        a tile read hanging this long is given up (failed, retried later)
+    shutdown_wait_s : float
+        release() waits this long for reads in progress, then abandons them
+    native : bool
+        compiled I/O and upload loops when built (texstream.native); False: pure Python
+    remote : RemoteConfig
+        packs opened by URL
+    """
 
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    ring_mb: int = 64  # persistent-mapped staging ring ("pinned" upload memory)
-    io_threads: int = 4  # pread + checksum + decompress workers
-    frames_in_flight: int = 3  # a tile is evicted only this many frames after its last use
-    upload_bytes_per_frame: int = 32 << 20  # upload cap per update(), bytes
-    upload_tiles_per_frame: int = 512  # upload cap per update(), tiles (and requests issued per update)
-    feedback_divisor: int = 8  # feedback buffer is the framebuffer size / this
-    cancel_after_frames: int = 8  # a queued request not wanted again for this long is dropped
-    prefetch: bool = True  # also request neighbours and the next finer level of what is wanted
-    pinned_levels: int = 2  # each texture's coarsest levels stay resident (never evicted)
-    retry_frames: int = 60  # a failed tile is retried after this many frames (doubling each time)
-    debug_gl: bool = False  # glGetError after every raw GL call, GLError naming the call
-    read_timeout_s: float = 10.0  # a tile read hanging this long is given up (failed, retried later)
-    shutdown_wait_s: float = 2.0  # release() waits this long for reads in progress, then abandons them
-    native: bool = True  # compiled I/O and upload loops when built (texstream.native); False: pure Python
-    remote: RemoteConfig = field(default_factory=RemoteConfig)  # packs opened by URL
+    ring_mb: int = 64
+    io_threads: int = 4
+    frames_in_flight: int = 3
+    upload_bytes_per_frame: int = 32 << 20
+    upload_tiles_per_frame: int = 512
+    feedback_divisor: int = 8
+    cancel_after_frames: int = 8
+    prefetch: bool = True
+    pinned_levels: int = 2
+    retry_frames: int = 60
+    debug_gl: bool = False
+    read_timeout_s: float = 10.0
+    shutdown_wait_s: float = 2.0
+    native: bool = True
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
 
     def __post_init__(self) -> None:
         checks = {
