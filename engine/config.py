@@ -1,4 +1,4 @@
-"""Configuration: frozen, keyword-only dataclasses; each field is documented in its class docstring. The CLI builds them."""
+"""Configuration: frozen, keyword-only dataclasses, each field documented in its class docstring."""
 
 from __future__ import annotations
 
