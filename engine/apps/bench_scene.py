@@ -60,6 +60,7 @@ from ..runtime.feedback_reduce import Wanted
 from ..runtime.streamer import Streamer
 from ..scene.paths import CameraPath, Pose, named_path
 from ..telemetry import Telemetry
+from ..testing.images import psnr
 from .bench_naive import naive_comparison
 from .scene_rig import DT, FPS, FULL, QUICK, Mode, Packs, SceneRig
 
@@ -123,13 +124,6 @@ def _pack_info(path: Path) -> dict:
         return {"file": path.name, "size": [h.width, h.height], "format": h.texel_format.name.lower(),
                 "srgb": bool(h.srgb), "tile": h.tile_size, "levels": h.level_count, "tiles": h.tile_count,
                 "all_resident_bytes": h.tile_count * h.tile_raw_size}  # fmt: skip
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR in dB of the RGB channels of two uint8 RGBA images (99 when identical)."""
-    d = a[..., :3].astype(np.float64) - b[..., :3].astype(np.float64)
-    mse = float(np.mean(d * d))
-    return 99.0 if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
 
 
 def _pool_working_set(streamer: Streamer, wanted: Wanted) -> dict[str, int]:

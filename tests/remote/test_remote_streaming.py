@@ -26,8 +26,9 @@ from texstream.remote.nginx import LocalNginx
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import Telemetry, validate_frame
+from texstream.testing import psnr
 
-from ..runtime.test_streamer import CONVERGED_DB, psnr
+from ..runtime.test_streamer import CONVERGED_DB
 
 pytestmark = pytest.mark.gl
 

@@ -23,6 +23,7 @@ from texstream.gl.shaders import program
 from texstream.pack.format import TexelFormat
 from texstream.runtime.streamer import Streamer, VirtualTexture
 from texstream.runtime.texture import FIRST_UNIT, MAX_POOLS
+from texstream.testing import psnr
 
 pytestmark = pytest.mark.gl
 
@@ -150,12 +151,6 @@ def grid(gl_ctx: moderngl.Context) -> Iterator[Grid]:
     g = Grid(gl_ctx)
     yield g
     g.release()
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    d = a.astype(np.float64) - b.astype(np.float64)
-    mse = float(np.mean(d * d))
-    return 99.0 if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
 
 
 def config() -> StreamerConfig:

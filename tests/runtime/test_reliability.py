@@ -31,8 +31,9 @@ from texstream.pack.reader import PackReader
 from texstream.runtime.io_workers import ReadBatch
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
+from texstream.testing import psnr
 
-from .test_streamer import CONVERGED_DB, SIZE, colour_image, last_frame, psnr, reference
+from .test_streamer import CONVERGED_DB, SIZE, colour_image, last_frame, reference
 
 pytestmark = pytest.mark.gl
 

@@ -32,6 +32,7 @@ from texstream.runtime.staging import SlotState
 from texstream.runtime.streamer import Streamer
 from texstream.runtime.uploader import LoadState
 from texstream.scene.camera import View
+from texstream.testing import psnr
 
 pytestmark = pytest.mark.gl
 
@@ -42,15 +43,6 @@ FRAMES = 24
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """PSNR in dB of the RGB channels of two uint8 images (over `mask` pixels when given)."""
-    d = a[..., :3].astype(np.float64) - b[..., :3].astype(np.float64)
-    if mask is not None:
-        d = d[mask]
-    mse = float(np.mean(d * d))
-    return 99.0 if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
-
-
 def black(img: np.ndarray) -> np.ndarray:
     """Mask of pure black pixels (the clear colour; never a texel of the test images)."""
     return (img[..., :3] == 0).all(axis=-1)
