@@ -56,6 +56,7 @@ def stats_dict(s: Streamer) -> dict[str, Any]:
     p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
     ring = s.uploader.ring if s.uploader is not None else None
     net = s.network()
+    working_set, stream_cache = _working_set_bytes(s)
     return {
         **{k: getattr(st, k) for k in _FRAME_KEYS},
         "vram_bytes": s.budget.usage,
@@ -65,6 +66,8 @@ def stats_dict(s: Streamer) -> dict[str, Any]:
         "vram_breakdown": s.budget.breakdown(),
         "mip_bias": s.budget.bias,
         "resident_tiles": int(s.tables.resident_count.sum()),
+        "working_set_bytes": working_set,
+        "stream_cache_bytes": stream_cache,
         "corrupt_tiles": sum(vt.corrupt_tiles for vt in s.textures),
         "latency_p50_frames": p50,
         "latency_p95_frames": p95,
@@ -88,3 +91,17 @@ def stats_dict(s: Streamer) -> dict[str, Any]:
         "cache_bytes": net.cache_bytes,
         "cache_capacity_bytes": net.cache_capacity_bytes,
     }
+
+
+def _working_set_bytes(s: Streamer) -> tuple[int, int]:
+    """GPU bytes of the newest feedback's pages at full detail (no mip bias) with their parents, and
+    of the cache slots streamed tiles can use; coarsest pinned levels excluded from both. The
+    pressure the mip bias answers: the budget holds the view's detail while the first fits the second."""
+    need = room = 0
+    if s.textures:
+        pressure = s.pressure(s.sampled)
+        for pool in s.pools.values():
+            tiles, slots = pressure[pool.name]
+            need += tiles * pool.geometry.slot_bytes
+            room += slots * pool.geometry.slot_bytes
+    return need, room
