@@ -181,3 +181,20 @@ def test_gallery_runs_headless_and_reuses_its_textures(tmp_path: Path) -> None:
 def test_gallery_config_rejects_bad_values(kwargs: dict, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         DemoConfig(scene="gallery", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--objects", "0"], "gallery objects"),
+        (["--objects", "300"], "within 1..256"),
+        (["--texture-size", "3000"], "power of two"),
+        (["pack.tpk"], "bakes its own textures"),
+    ],
+)
+def test_gallery_bad_arguments_are_one_line(tmp_path: Path, args: list[str], words: str) -> None:
+    cmd = [sys.executable, "-m", "texstream", "demo", "gallery", *args, "--headless", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("texstream demo: ") and words in lines[0], proc.stderr
