@@ -214,8 +214,16 @@ def cmd_render(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
     out = Path(args.out)
     ctx = headless_context()
-    result = render(ctx, args.pack, view=view, size=(w, h), frames=args.frames, budget_mb=args.budget_mb,
-                    all_resident=args.all_resident, telemetry=args.telemetry)  # fmt: skip
+    result = render(
+        ctx,
+        args.pack,
+        view=view,
+        size=(w, h),
+        frames=args.frames,
+        budget_mb=args.budget_mb,
+        all_resident=args.all_resident,
+        telemetry=args.telemetry,
+    )
     write_image(result.frames[-1], out)
     last = result.telemetry[-1]
     print(f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
@@ -238,10 +246,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
     if args.seconds is not None and not (0 < args.seconds < float("inf")):
         raise UsageError(f"--seconds must be a positive number, got {args.seconds}")
-    cfg = DemoConfig(scene=scene, packs=tuple(packs), size=(w, h), budget_mb=args.budget_mb, headless=args.headless,
-                     frames=args.frames, seconds=args.seconds, out=Path(args.out) if args.out else None,
-                     telemetry=Path(args.telemetry) if args.telemetry else None,
-                     overlay=not args.no_overlay, objects=args.objects, texture_size=args.texture_size)  # fmt: skip
+    cfg = DemoConfig(
+        scene=scene,
+        packs=tuple(packs),
+        size=(w, h),
+        budget_mb=args.budget_mb,
+        headless=args.headless,
+        frames=args.frames,
+        seconds=args.seconds,
+        out=Path(args.out) if args.out else None,
+        telemetry=Path(args.telemetry) if args.telemetry else None,
+        overlay=not args.no_overlay,
+        objects=args.objects,
+        texture_size=args.texture_size,
+    )
     run(cfg)
     return 0
 
