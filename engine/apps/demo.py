@@ -485,10 +485,12 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
             continue
         demo.frame(pose, ctx.screen, size)
         hint = control.hint(now)
-        if hint and demo.show_overlay and demo.overlay is not None:
-            lines = hint.count("\n") + 1
-            y = size[1] - 12 - lines * demo.overlay.font.line_height
-            demo.overlay.draw_text(hint, size, (12, max(0, y)), background=HINT_BACKGROUND)
+        if hint and demo.show_overlay and demo.overlay is not None:  # bottom right: the HUD is top left
+            font = demo.overlay.font
+            lines = hint.split("\n")
+            x = size[0] - 12 - math.ceil(max(font.measure(line) for line in lines))
+            y = size[1] - 12 - len(lines) * font.line_height
+            demo.overlay.draw_text(hint, size, (max(0, x), max(0, y)), background=HINT_BACKGROUND)
         if screenshot:
             screenshot = False
             w, h = size
