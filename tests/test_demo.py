@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from texstream.apps.demo import DemoConfig
+from texstream.apps.demo import DemoConfig, FlightControl
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
 from texstream.pack.format import TexelFormat
+from texstream.scene.paths import flythrough
 from texstream.scene.terrain import sky_clear_colour
 from texstream.telemetry import Overlay, validate_frame, validate_summary
 
@@ -178,7 +179,9 @@ def test_headless_cli_writes_frames_telemetry_and_summary(
         assert r["vram_bytes"] <= r["vram_peak_bytes"] <= budget
         assert r["failed"] == 0
     assert [r["frame"] for r in records] == list(range(records[0]["frame"], records[0]["frame"] + 60))
-    assert records[-1]["time_s"] == pytest.approx(1.0)  # the fixed 60 fps clock
+    # the 60 frames are spread over the whole 30-second flight: the frame clock is the flight's
+    assert records[-1]["time_s"] == pytest.approx(30.0)
+    assert [r["dt_s"] for r in records] == pytest.approx([0.5] * 60)
     assert records[-1]["total_uploads"] > 0  # it streamed
 
     summary = json.loads((out / "summary.json").read_text())
@@ -191,7 +194,14 @@ def test_headless_cli_writes_frames_telemetry_and_summary(
     held = check_memory_summary(proc.stdout, budget)
     assert held == summary["vram_final_bytes"]  # the table is taken after the summary, nothing in between
     assert "terrain.tpk" in proc.stdout and "normals.tpk" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == f"wrote 60 frames, telemetry and summary to {out}"
+    report = json.loads((out / "run.json").read_text())
+    assert report["scene"] == "terrain" and report["frames"] == 60 and report["flight_seconds"] == 30.0
+    assert report["textures"] == 2 and report["texels"] == 2 * 1024 * 1024
+    assert report["budget_bytes"] == budget and report["vram_peak_bytes"] == summary["vram_peak_bytes"]
+    assert report["update_ms_p50"] <= report["update_ms_p95"] <= report["update_ms_p99"]
+    assert report["resident_tiles"] == records[-1]["resident_tiles"]
+    assert "update() p50" in proc.stdout and "terrain: 2 textures" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == f"wrote 60 frames, telemetry, summary and run report to {out}"
 
 
 # ---- 2. the frames show a scene, and the overlay only touches its panel --------------------------
@@ -202,6 +212,10 @@ def test_frames_are_not_garbage(headless_run: tuple[subprocess.CompletedProcess,
     for img in (first, last):
         assert img.std() > 10 and len(np.unique(img.reshape(-1, 3), axis=0)) > 200
     assert np.abs(first - last).mean() > 2  # the camera moves
+    # spread over the whole flight, every third of the run shows another view
+    thirds = [load(out / f"frame_{i:04d}.png") for i in (0, 20, 40, 59)]
+    diffs = [np.abs(a - b).mean() for i, a in enumerate(thirds) for b in thirds[i + 1 :]]
+    assert min(diffs) > 2, diffs
 
     _, plain = overlay_pair  # no HUD: the whole picture is scene
     img = load(plain / f"frame_{OVERLAY_FRAMES - 1:04d}.png")
@@ -348,6 +362,8 @@ def test_no_display_runs_headless(packs: tuple[Path, Path], egl: None, tmp_path:
         (["--size", "99999x100"], 2, "frame size 99999x100"),
         (["--frames", "0"], 2, "--frames"),
         (["--frames", "x"], 2, "--frames"),
+        (["--seconds", "0"], 2, "--seconds"),
+        (["--seconds", "nan"], 2, "--seconds"),
         (["--budget-mb", "0"], 2, "--budget-mb"),
         (["--budget-mb", "inf"], 2, "budget"),
         (["--budget-mb", "0.5"], 1, "budget"),  # too small even for the feedback buffers
@@ -381,8 +397,55 @@ def test_broken_display_is_one_line(packs: tuple[Path, Path], tmp_path: Path) ->
 @pytest.mark.parametrize(
     "kwargs",
     [{"size": (0, 10)}, {"size": (10, 16385)}, {"size": (1.5, 10)}, {"budget_mb": float("nan")},
-     {"budget_mb": -1.0}, {"frames": 0}],
+     {"budget_mb": -1.0}, {"frames": 0}, {"seconds": 0.0}, {"seconds": float("inf")}, {"scene": "moon"}],
 )  # fmt: skip
 def test_demo_config_rejects_bad_values(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         DemoConfig(**kwargs)
+
+
+# ---- 6. who flies the window's camera ------------------------------------------------------------------
+STILL = np.zeros(3)
+
+
+def test_flight_plays_first_and_says_how_to_take_over() -> None:
+    path = flythrough(4096, 4096, seconds=30.0)
+    control = FlightControl(path, now=100.0)
+    assert control.playing
+    pose = control.pose(112.0, 0.016, STILL, None)
+    np.testing.assert_allclose(pose.eye, path.pose(12.0).eye)
+    hint = control.hint(112.0)
+    assert hint is not None and "12 / 30 s" in hint and "Space" in hint and "ignored" in hint
+
+
+@pytest.mark.parametrize(
+    ("move", "look"),
+    [(np.array([1.0, 0.0, 0.0]), None), (np.array([0.0, 0.0, 1.0]), None), (STILL, (0.0, 0.0))],
+)
+def test_keys_or_mouse_during_the_flight_take_the_camera(move: np.ndarray, look: tuple | None) -> None:
+    path = flythrough(4096, 4096, seconds=30.0)
+    control = FlightControl(path, now=0.0)
+    before = control.pose(5.0, 0.016, STILL, None)
+    after = control.pose(5.1, 0.1, move, look)
+    assert not control.playing
+    # the camera continues from where the flight was, moved by the input only (no jump along the path)
+    assert np.linalg.norm(after.eye - before.eye) <= 120.0 * 0.1 + 1e-6
+    if np.any(move):
+        assert np.linalg.norm(after.eye - before.eye) > 1.0
+    later = control.pose(9.0, 0.016, STILL, None)
+    np.testing.assert_allclose(later.eye, after.eye)  # the flight does not resume by itself
+    hint = control.hint(9.0)
+    assert hint is not None and "WASD" in hint and "replay" in hint
+    assert control.hint(60.0) is None  # the controls hint fades after a while
+
+
+def test_space_hands_over_and_replays() -> None:
+    path = flythrough(4096, 4096, seconds=30.0)
+    control = FlightControl(path, now=0.0)
+    control.toggle(3.0)
+    assert not control.playing
+    control.toggle(10.0)  # replay from the start
+    assert control.playing
+    np.testing.assert_allclose(control.pose(10.0, 0.016, STILL, None).eye, path.pose(0.0).eye)
+    control.pose(41.0, 0.016, STILL, None)  # past the end: the camera is the user's
+    assert not control.playing

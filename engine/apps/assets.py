@@ -1,4 +1,5 @@
-"""Built-in assets: the default procedural demo texture, baked on first use into a cache folder.
+"""Built-in assets: the default procedural demo textures and the gallery's, baked on first use into a
+cache folder and reused afterwards.
 
 The cache folder is $TEXSTREAM_CACHE, else $XDG_CACHE_HOME/texstream, else ~/.cache/texstream.
 `make demo` points it at the repository's git-ignored .cache/.
@@ -7,7 +8,11 @@ The cache folder is $TEXSTREAM_CACHE, else $XDG_CACHE_HOME/texstream, else ~/.ca
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 from ..config import BakeConfig, cache_dir
@@ -55,3 +60,64 @@ def ensure_asset(recipe: AssetRecipe = DEFAULT_TERRAIN, progress: bool = True, f
         log.warning("baking %s (first use; cached in %s)", recipe.filename, folder)
         bake_procedural(path, recipe.size, recipe.pattern, recipe.seed, recipe.bake_config(progress=progress))
     return path
+
+
+# The gallery's textures: one per object, each its own pattern and seed (terrain, its normal map read
+# as colour, the labelled checker), all BC1 with 128-texel tiles, so they share one cache pool.
+GALLERY_PATTERNS = ("terrain", "checker", "normals")
+GALLERY_SEED = 1000
+GALLERY_FOLDER = "gallery"
+
+
+def gallery_recipes(count: int, size: int) -> list[AssetRecipe]:
+    """The recipes of a gallery of `count` objects with `size`^2 textures."""
+    return [
+        AssetRecipe(
+            name=f"gallery{i:03d}",
+            pattern=GALLERY_PATTERNS[i % len(GALLERY_PATTERNS)],
+            size=size,
+            seed=GALLERY_SEED + i,
+            texel_format=TexelFormat.BC1,
+        )
+        for i in range(count)
+    ]
+
+
+def _bake_recipe(recipe: AssetRecipe, path: Path) -> None:
+    from ..bake.pipeline import bake_procedural
+
+    bake_procedural(path, recipe.size, recipe.pattern, recipe.seed, recipe.bake_config(progress=False, jobs=1))
+
+
+def ensure_gallery(
+    count: int, size: int, progress: bool = True, folder: Path | None = None, jobs: int = 0
+) -> list[Path]:
+    """Paths of the gallery's packs, baking those the cache lacks (one texture per process, `jobs`
+    processes, default every core: many small bakes keep every core busier than one at a time)."""
+    folder = (folder or cache_dir()) / GALLERY_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    recipes = gallery_recipes(count, size)
+    paths = [folder / r.filename for r in recipes]
+    todo = [(r, p) for r, p in zip(recipes, paths, strict=True) if not p.exists()]
+    if not todo:
+        return paths
+    log.warning("baking %d gallery textures of %d^2 (first use; cached in %s)", len(todo), size, folder)
+    workers = min(len(todo), jobs or os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_bake_recipe, r, p) for r, p in todo]
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()  # a failed bake ends the run with its error
+                if progress:
+                    count_done = len(futures) - len(pending)
+                    print(f"\rbaking gallery textures: {count_done}/{len(futures)}", end="", file=sys.stderr)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the bakes not started yet; each bake writes atomically
+            raise
+        finally:
+            if progress:
+                print(file=sys.stderr)
+    return paths

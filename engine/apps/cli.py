@@ -200,7 +200,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from ..gl.context import headless_context
     from ..pack.extract import write_image
     from ..scene.camera import View
-    from .render import render, write_telemetry
+    from .render import render
 
     try:
         view = View.parse(args.view)
@@ -215,11 +215,17 @@ def cmd_render(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
     out = Path(args.out)
     ctx = headless_context()
-    result = render(ctx, args.pack, view=view, size=(w, h), frames=args.frames, budget_mb=args.budget_mb,
-                    all_resident=args.all_resident)  # fmt: skip
+    result = render(
+        ctx,
+        args.pack,
+        view=view,
+        size=(w, h),
+        frames=args.frames,
+        budget_mb=args.budget_mb,
+        all_resident=args.all_resident,
+        telemetry=args.telemetry,
+    )
     write_image(result.frames[-1], out)
-    if args.telemetry:
-        write_telemetry(result.telemetry, Path(args.telemetry))
     last = result.telemetry[-1]
     print(f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
           f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB")  # fmt: skip
@@ -227,8 +233,10 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import DemoConfig, run
+    from .demo import SCENES, DemoConfig, run
 
+    packs = list(args.packs)
+    scene = packs.pop(0) if packs and packs[0] in SCENES else "terrain"  # a pack named so: ./gallery
     try:
         w, h = _frame_size(args.size)
     except ValueError as exc:
@@ -237,10 +245,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--frames must be >= 1, got {args.frames}")
     if args.budget_mb <= 0:
         raise UsageError(f"--budget-mb must be positive, got {args.budget_mb}")
-    cfg = DemoConfig(packs=tuple(args.packs), size=(w, h), budget_mb=args.budget_mb, headless=args.headless,
-                     frames=args.frames, out=Path(args.out) if args.out else None,
-                     telemetry=Path(args.telemetry) if args.telemetry else None,
-                     overlay=not args.no_overlay)  # fmt: skip
+    if args.seconds is not None and not (0 < args.seconds < float("inf")):
+        raise UsageError(f"--seconds must be a positive number, got {args.seconds}")
+    cfg = DemoConfig(
+        scene=scene,
+        packs=tuple(packs),
+        size=(w, h),
+        budget_mb=args.budget_mb,
+        headless=args.headless,
+        frames=args.frames,
+        seconds=args.seconds,
+        out=Path(args.out) if args.out else None,
+        telemetry=Path(args.telemetry) if args.telemetry else None,
+        overlay=not args.no_overlay,
+        objects=args.objects,
+        texture_size=args.texture_size,
+    )
     run(cfg)
     return 0
 
@@ -317,13 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
     s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
     s.add_argument("--all-resident", action="store_true", help="load every tile first (the reference image)")
-    s.add_argument("--telemetry", default=None, help="per-frame JSONL telemetry output")
+    s.add_argument("--telemetry", default=None, help="per-frame telemetry output: .jsonl, or .csv for CSV")
     s.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("demo", help="terrain flythrough streaming huge textures in a small budget")
-    s.add_argument("packs", nargs="*", help="albedo pack, then an optional BC5 normal map (default: built-in terrain)")
+    s = sub.add_parser("demo", help="fly over huge textures streamed in a small budget (terrain or gallery)")
+    s.add_argument(
+        "packs",
+        nargs="*",
+        help="the scene, terrain (default) or gallery; then, for the terrain, an albedo pack and an optional "
+        "BC5 normal map (default: the built-in terrain)",
+    )
     s.add_argument("--headless", action="store_true", help="render through EGL to PNG frames (default without display)")
     s.add_argument("--frames", type=int, default=60, help="headless frame count (default 60)")
+    s.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="headless: seconds of the flight the frames are spread over (default: the whole flight, 30 s)",
+    )
+    s.add_argument("--objects", type=int, default=128, help="gallery: objects, each its own texture (default 128)")
+    s.add_argument(
+        "--texture-size", type=int, default=4096, help="gallery: texels a side of each texture (default 4096)"
+    )
     s.add_argument("--out", default=None, help="headless output folder (default: the cache's demo-frames/)")
     s.add_argument("--size", default="1280x720", help="window or frame size WxH (default 1280x720)")
     s.add_argument("--budget-mb", type=float, default=192.0, help="VRAM budget (default 192 MiB)")

@@ -1,23 +1,34 @@
-"""`texstream demo`: a terrain flythrough streaming huge textures inside a small VRAM budget.
+"""`texstream demo`: huge textures streamed inside a small VRAM budget, in one of two scenes.
 
-With a display, a GLFW window: mouse look (hold the right button) and WASD (Q/E down/up, Shift
-faster), Space replays the scripted flythrough, H toggles the overlay, M colours by resident mip
-level, R colours by residency (green: wanted level resident, yellow: one level coarser, red: more),
-F freezes feedback, + / - raise or lower the budget by 25 %, P writes a screenshot, Esc quits.
+terrain  (default) a flight low over a 32768^2 terrain colour map and its normal map (or the packs
+         given on the command line).
+gallery  a field of canvases (128 by default), each with its own procedural texture (4096^2 by
+         default; baked once into the cache), all streaming through one budget.
 
-Without a display (or with --headless) it renders the scripted flythrough through EGL and writes PNG
-frames, the per-frame telemetry (JSONL) and the run summary (JSON) into --out.
+With a display, a GLFW window: the scripted flight plays first (the screen says so); Space, the
+movement keys or the right mouse button hand the camera over: mouse look (hold the right button)
+and WASD (Q/E down/up, Shift faster); Space replays the flight, H toggles the overlay, M colours by
+resident mip level, R colours by residency (green: wanted level resident, yellow: one level coarser,
+red: more), F freezes feedback, + / - raise or lower the budget by 25 %, P writes a screenshot, Esc
+quits.
+
+Without a display (or with --headless) it renders the flight through EGL: `--frames` frames spread
+evenly over `--seconds` of it (default: the whole flight), and writes the PNG frames, the per-frame
+telemetry (JSONL), the run summary (JSON) and the run report (`run.json`: update() percentiles,
+frame rate, VRAM against the budget, texels streamed) into --out; the report is printed too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import moderngl
 import numpy as np
@@ -27,29 +38,42 @@ from ..errors import EngineError
 from ..pack.extract import write_image
 from ..pack.format import TexelFormat
 from ..runtime.streamer import Streamer, VirtualTexture
+from ..runtime.tiles import MAX_TEXTURES
+from ..scene.gallery import GalleryLayout, GalleryScene, gallery_flight
 from ..scene.paths import DEMO_WAYPOINTS, FLYTHROUGH_WAYPOINTS, CameraPath, Pose, flythrough
 from ..scene.terrain import TerrainScene, sky_clear_colour
 from ..telemetry import Overlay, Telemetry, memory_summary
-from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset
+from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset, ensure_gallery
 
 log = logging.getLogger(__name__)
 
 FPS = 60.0
 MAX_SIZE = 16384  # a side: GL_MAX_RENDERBUFFER_SIZE / GL_MAX_VIEWPORT_DIMS on common drivers
+SCENES = ("terrain", "gallery")
+FLIGHT_SECONDS = 30.0
+GALLERY_OBJECTS = 128
+GALLERY_TEXTURE_SIZE = 4096  # 128 of them: 2.1 Gtexel, 1.6 GiB of BC1 tiles; about 1.5 minutes to bake on 2 cores
+MIN_GALLERY_TEXTURE, MAX_GALLERY_TEXTURE = 256, 16384
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
-    packs: tuple[str, ...] = ()  # empty: the built-in terrain colour + normal map
+    scene: str = "terrain"
+    packs: tuple[str, ...] = ()  # terrain: empty means the built-in terrain colour + normal map
     size: tuple[int, int] = (1280, 720)
     budget_mb: float = 192.0  # far below the 512 MiB + 256 MiB the two default textures would need
     headless: bool = False
     frames: int = 60  # headless frame count
+    seconds: float | None = None  # headless: flight time the frames are spread over; None: the whole flight
     out: Path | None = None  # headless output folder
     telemetry: Path | None = None
     overlay: bool = True
+    objects: int = GALLERY_OBJECTS  # gallery: canvases, each with its own texture
+    texture_size: int = GALLERY_TEXTURE_SIZE  # gallery: texels a side of each texture
 
     def __post_init__(self) -> None:  # ValueError: the CLI prints it as one line (exit 2)
+        if self.scene not in SCENES:
+            raise ValueError(f"unknown scene {self.scene!r} (choose from {', '.join(SCENES)})")
         w, h = self.size
         if not (isinstance(w, int) and isinstance(h, int) and 1 <= w <= MAX_SIZE and 1 <= h <= MAX_SIZE):
             raise ValueError(f"frame size {w}x{h} must be within 1..{MAX_SIZE} a side")
@@ -57,6 +81,19 @@ class DemoConfig:
             raise ValueError(f"budget must be a positive number of MiB, got {self.budget_mb!r}")
         if self.frames < 1:
             raise ValueError(f"frames must be >= 1, got {self.frames!r}")
+        if self.seconds is not None and not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
+        if self.scene == "gallery":
+            if self.packs:
+                raise ValueError("the gallery bakes its own textures: give it no packs (see --objects, --texture-size)")
+            if not (isinstance(self.objects, int) and 1 <= self.objects <= MAX_TEXTURES):
+                raise ValueError(f"gallery objects must be within 1..{MAX_TEXTURES}, got {self.objects!r}")
+            t = self.texture_size
+            if not (isinstance(t, int) and MIN_GALLERY_TEXTURE <= t <= MAX_GALLERY_TEXTURE and t & (t - 1) == 0):
+                raise ValueError(
+                    f"gallery texture size must be a power of two within {MIN_GALLERY_TEXTURE}..{MAX_GALLERY_TEXTURE}, "
+                    f"got {t!r}"
+                )
 
 
 def has_display() -> bool:
@@ -84,27 +121,42 @@ class Demo:
 
     def __init__(self, ctx: moderngl.Context, cfg: DemoConfig, progress: bool = True) -> None:
         self.ctx, self.cfg = ctx, cfg
+        gallery = (
+            ensure_gallery(cfg.objects, cfg.texture_size, progress) if cfg.scene == "gallery" else []
+        )  # baked before the streamer holds any GPU memory
         self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=cfg.budget_mb)))
+        self.overlay: Overlay | None = None
         try:
-            self.albedo, self.normals = open_textures(self.streamer, cfg.packs, progress)
-            self.scene = TerrainScene(ctx, self.albedo, self.normals)
-            self.telemetry = Telemetry(self.streamer, dt=None if not cfg.headless else 1.0 / FPS)
+            self.scene: TerrainScene | GalleryScene
+            if cfg.scene == "gallery":
+                layout = GalleryLayout(cfg.objects)
+                self.scene = GalleryScene(ctx, [self.streamer.open(p) for p in gallery], layout)
+                self.path: CameraPath = gallery_flight(layout, FLIGHT_SECONDS)
+            else:
+                albedo, normals = open_textures(self.streamer, cfg.packs, progress)
+                self.scene = TerrainScene(ctx, albedo, normals)
+                w, h = self.scene.size
+                # The built-in terrain gets a path over its land; other packs the generic one.
+                waypoints = DEMO_WAYPOINTS if not cfg.packs else FLYTHROUGH_WAYPOINTS
+                self.path = flythrough(w, h, altitude=90.0, seconds=FLIGHT_SECONDS, waypoints=waypoints)
+            # Headless, the frame clock is the flight's: the frames are spread over the flight.
+            self.flight_seconds = cfg.seconds or self.path.duration
+            self.frame_dt = self.flight_seconds / cfg.frames if cfg.headless else None
+            self.telemetry = Telemetry(self.streamer, dt=self.frame_dt)
             if cfg.telemetry and Path(cfg.telemetry).suffix.lower() == ".csv":
                 self.telemetry.write_csv(cfg.telemetry)
             elif cfg.telemetry:
                 self.telemetry.write_jsonl(cfg.telemetry)
-            self.overlay = Overlay(ctx) if cfg.overlay else None
+            # The overlay also writes the window's flight hints, so it exists even when hidden.
+            self.overlay = Overlay(ctx) if cfg.overlay or not cfg.headless else None
         except BaseException:
             self.streamer.release()
             raise
-        w, h = self.scene.size
-        # The built-in terrain gets a path over its land; other packs the generic one.
-        waypoints = DEMO_WAYPOINTS if not cfg.packs else FLYTHROUGH_WAYPOINTS
-        self.path: CameraPath = flythrough(w, h, altitude=90.0, seconds=30.0, waypoints=waypoints)
         self.show_overlay = cfg.overlay
 
-    def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> None:
-        self.telemetry.update()
+    def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> dict[str, Any]:
+        """Update the streamer, draw the scene (and the overlay); returns the frame's telemetry record."""
+        record = self.telemetry.update()
         fbo.viewport = (0, 0, fb_size[0], fb_size[1])  # the window's may have been resized since
         fbo.use()
         fbo.clear(*sky_clear_colour(), 1.0)
@@ -113,6 +165,7 @@ class Demo:
         self.telemetry.gpu_end()
         if self.overlay is not None and self.show_overlay:
             self.overlay.draw(self.telemetry, fb_size)
+        return record
 
     def close(self) -> str:
         """Release everything; returns the memory summary taken just before."""
@@ -125,13 +178,85 @@ class Demo:
         return summary
 
 
+@dataclass(frozen=True)
+class RunReport:
+    """What a headless run measured, for `run.json` and the printed report."""
+
+    scene: str
+    frames: int
+    size: str
+    flight_seconds: float
+    textures: int
+    texels: int  # level 0 of every open texture
+    all_resident_bytes: int  # cache bytes of every tile of every texture
+    budget_bytes: int
+    fps: float  # frames per second of the render loop (update, draw, read back; PNG writing excluded)
+    update_ms_p50: float
+    update_ms_p95: float
+    update_ms_p99: float
+    gpu_ms_p50: float | None
+    vram_peak_bytes: int
+    working_set_peak_bytes: int
+    stream_cache_bytes: int
+    max_mip_bias: float
+    resident_tiles: int
+    uploads: int
+
+    def lines(self) -> list[str]:
+        mib = 2**20
+        gpu = f", GPU p50 {self.gpu_ms_p50:.2f} ms" if self.gpu_ms_p50 is not None else ""
+        return [
+            f"{self.scene}: {self.textures} textures, {self.texels / 1e9:.2f} Gtexel in all "
+            f"({self.all_resident_bytes / 2**30:.2f} GiB of tiles if all resident) in a "
+            f"{self.budget_bytes / mib:.1f} MiB budget",
+            f"{self.frames} frames at {self.size} over {self.flight_seconds:g} s of flight: {self.fps:.1f} fps "
+            "(update + draw + read back; PNG writing excluded)",
+            f"update() p50 {self.update_ms_p50:.2f} ms, p95 {self.update_ms_p95:.2f} ms, "
+            f"p99 {self.update_ms_p99:.2f} ms{gpu}",
+            f"VRAM peak {self.vram_peak_bytes / mib:.1f} of {self.budget_bytes / mib:.1f} MiB; working set peak "
+            f"{self.working_set_peak_bytes / mib:.1f} MiB against {self.stream_cache_bytes / mib:.1f} MiB of cache; "
+            f"mip bias max {self.max_mip_bias:.2f}",
+            f"resident tiles at the end {self.resident_tiles}, uploads {self.uploads}",
+        ]
+
+
+def run_report(demo: Demo, records: list[dict[str, Any]], loop_seconds: float) -> RunReport:
+    st = demo.streamer
+    headers = [vt.header for vt in st.textures]
+    upd = np.array([r["update_ms"] for r in records])
+    gpu = np.array([r["gpu_ms"] for r in records if r["gpu_ms"] is not None])
+    p50, p95, p99 = (float(v) for v in np.percentile(upd, [50, 95, 99]))
+    last = records[-1]
+    return RunReport(
+        scene=demo.cfg.scene,
+        frames=len(records),
+        size="{}x{}".format(*demo.cfg.size),
+        flight_seconds=demo.flight_seconds,
+        textures=len(headers),
+        texels=sum(h.width * h.height for h in headers),
+        all_resident_bytes=sum(h.tile_count * h.tile_raw_size for h in headers),
+        budget_bytes=int(last["budget_bytes"]),
+        fps=len(records) / loop_seconds if loop_seconds > 0 else 0.0,
+        update_ms_p50=p50,
+        update_ms_p95=p95,
+        update_ms_p99=p99,
+        gpu_ms_p50=float(np.percentile(gpu, 50)) if gpu.size else None,
+        vram_peak_bytes=int(last["vram_peak_bytes"]),
+        working_set_peak_bytes=max(int(r["working_set_bytes"]) for r in records),
+        stream_cache_bytes=int(last["stream_cache_bytes"]),
+        max_mip_bias=max(float(r["mip_bias"]) for r in records),
+        resident_tiles=int(last["resident_tiles"]),
+        uploads=sum(int(r["uploads"]) for r in records),
+    )
+
+
 def run_headless(cfg: DemoConfig) -> dict:
     from ..gl.context import headless_context
 
     out = cfg.out or cache_dir() / "demo-frames"
     out.mkdir(parents=True, exist_ok=True)
     telemetry = cfg.telemetry or out / "telemetry.jsonl"
-    cfg = DemoConfig(**{**cfg.__dict__, "telemetry": telemetry})
+    cfg = DemoConfig(**{**cfg.__dict__, "telemetry": telemetry, "headless": True})
     ctx = headless_context()
     try:
         demo = Demo(ctx, cfg, progress=sys.stderr.isatty())
@@ -139,11 +264,17 @@ def run_headless(cfg: DemoConfig) -> dict:
         try:
             color = ctx.renderbuffer(cfg.size, 4)
             fbo = ctx.framebuffer(color_attachments=[color])
+            records, loop_seconds = [], 0.0
+            assert demo.frame_dt is not None
             for i in range(cfg.frames):
-                demo.frame(demo.path.pose(i / FPS), fbo, cfg.size)
-                img = np.frombuffer(fbo.read(components=4, alignment=1), np.uint8)
+                t0 = time.perf_counter()
+                records.append(demo.frame(demo.path.pose(i * demo.frame_dt), fbo, cfg.size))
+                img = np.frombuffer(fbo.read(components=4, alignment=1), np.uint8)  # waits for the frame
+                loop_seconds += time.perf_counter() - t0
                 write_image(img.reshape(cfg.size[1], cfg.size[0], 4)[::-1], out / f"frame_{i:04d}.png", "RGB")
             summary = demo.telemetry.write_summary(out / "summary.json")
+            report = run_report(demo, records, loop_seconds)
+            (out / "run.json").write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
         finally:
             for obj in (fbo, color):
                 if obj is not None:
@@ -152,7 +283,8 @@ def run_headless(cfg: DemoConfig) -> dict:
     finally:
         ctx.release()
     print(mem)
-    print(f"wrote {cfg.frames} frames, telemetry and summary to {out}")
+    print("\n".join(report.lines()))
+    print(f"wrote {cfg.frames} frames, telemetry, summary and run report to {out}")
     return summary
 
 
@@ -177,6 +309,9 @@ class FlyCamera:
         d = pose.target - pose.eye
         d = d / np.linalg.norm(d)
         return cls(*pose.eye.tolist(), yaw=math.atan2(d[1], d[0]), pitch=-math.asin(max(-1.0, min(1.0, d[2]))))
+
+
+HINT_BACKGROUND = (12, 14, 18, 200)
 
 
 def run_window(cfg: DemoConfig) -> None:  # pragma: no cover - exercised under Xvfb by the tests
@@ -214,16 +349,97 @@ def run_window(cfg: DemoConfig) -> None:  # pragma: no cover - exercised under X
         glfw.terminate()
 
 
+# Movement keys: (GLFW key name, direction in the camera's frame: forward, right, up)
+MOVE_KEYS = (
+    ("KEY_W", (1, 0, 0)),
+    ("KEY_S", (-1, 0, 0)),
+    ("KEY_D", (0, 1, 0)),
+    ("KEY_A", (0, -1, 0)),
+    ("KEY_Q", (0, 0, 1)),
+    ("KEY_E", (0, 0, -1)),
+)
+HINT_SECONDS = 8.0  # the controls stay on screen this long after the user takes the camera
+
+
+class FlightControl:
+    """Who moves the camera: the scripted flight, or the user.
+
+    The flight plays first. Space, a movement key or the right mouse button (look) during it hands
+    the camera over where it is; Space replays the flight from its start. When the flight ends the
+    camera is the user's. `hint()` is the line the window shows about it.
+    """
+
+    def __init__(self, path: CameraPath, now: float) -> None:
+        self.path = path
+        self.cam = FlyCamera.from_pose(path.pose(0.0))
+        self._started: float | None = now
+        self._handed_over: float | None = None
+
+    @property
+    def playing(self) -> bool:
+        return self._started is not None
+
+    def toggle(self, now: float) -> None:
+        """Space: hand over the camera while the flight plays, else replay it from the start."""
+        if self.playing:
+            self.take_over(now)
+        else:
+            self._started = now
+
+    def take_over(self, now: float) -> None:
+        self._started = None
+        self._handed_over = now
+
+    def pose(
+        self, now: float, dt: float, move: np.ndarray, look: tuple[float, float] | None, fast: bool = False
+    ) -> Pose:
+        """The camera of this frame. `move`: (forward, right, up) from the keys held; `look`: the mouse
+        movement in pixels while the right button is held (None when it is not)."""
+        if self.playing and (np.any(move) or look is not None):
+            self.take_over(now)
+        if self._started is not None:
+            t = now - self._started
+            pose = self.path.pose(t)
+            self.cam = FlyCamera.from_pose(pose)
+            if t > self.path.duration:
+                self.take_over(now)
+            return pose
+        cam = self.cam
+        if look is not None:
+            cam.yaw += look[0] * 0.003
+            cam.pitch = max(-1.5, min(1.5, cam.pitch - look[1] * 0.003))
+        speed = (600.0 if fast else 120.0) * dt
+        right = np.array([-math.sin(cam.yaw), math.cos(cam.yaw), 0.0])
+        step = move[0] * cam.forward() + move[1] * right + move[2] * np.array([0.0, 0.0, -1.0])
+        cam.x, cam.y, cam.z = (np.array([cam.x, cam.y, cam.z]) + step * speed).tolist()
+        cam.z = min(cam.z, -2.0)  # above the ground
+        return cam.pose()
+
+    def hint(self, now: float) -> str | None:
+        if self._started is not None:
+            t = min(now - self._started, self.path.duration)
+            return (
+                f"scripted flight {t:.0f} / {self.path.duration:.0f} s: keys and mouse are ignored while it plays\n"
+                "Space, WASD or the right mouse button: take the camera"
+            )
+        if self._handed_over is not None and now - self._handed_over < HINT_SECONDS:
+            return (
+                "your camera: WASD move, Q/E up/down, Shift faster, right mouse button: look\n"
+                "Space: replay the flight, H: hide the overlay"
+            )
+        return None
+
+
 def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfig) -> None:  # noqa: ANN001
-    cam = FlyCamera.from_pose(demo.path.pose(0.0))
-    replay_from: float | None = time.perf_counter()
+    control = FlightControl(demo.path, time.perf_counter())
     last = time.perf_counter()
     mouse: tuple[float, float] | None = None
     frames_left = int(os.environ.get("TEXSTREAM_DEMO_FRAMES", "0")) or None  # tests: run N frames and quit
     screenshot = False
+    move_keys = [(getattr(glfw, name), np.array(vec, float)) for name, vec in MOVE_KEYS]
 
     def on_key(win, key, scancode, action, mods) -> None:  # noqa: ANN001
-        nonlocal replay_from, screenshot
+        nonlocal screenshot
         if action != glfw.PRESS:
             return
         if key == glfw.KEY_ESCAPE:
@@ -246,44 +462,35 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
         elif key == glfw.KEY_P:  # taken after the next draw: the back buffer is undefined after a swap
             screenshot = True
         elif key == glfw.KEY_SPACE:
-            replay_from = time.perf_counter() if replay_from is None else None
+            control.toggle(time.perf_counter())
 
     glfw.set_key_callback(window, on_key)
     while not glfw.window_should_close(window):
         now = time.perf_counter()
         dt, last = now - last, now
         glfw.poll_events()
-        if replay_from is not None:
-            t = now - replay_from
-            pose = demo.path.pose(t)
-            cam = FlyCamera.from_pose(pose)
-            if t > demo.path.duration:
-                replay_from = None
+        look = None
+        if glfw.get_mouse_button(window, glfw.MOUSE_BUTTON_RIGHT) == glfw.PRESS:
+            mx, my = glfw.get_cursor_pos(window)
+            look = (mx - mouse[0], my - mouse[1]) if mouse is not None else (0.0, 0.0)
+            mouse = (mx, my)
         else:
-            if glfw.get_mouse_button(window, glfw.MOUSE_BUTTON_RIGHT) == glfw.PRESS:
-                mx, my = glfw.get_cursor_pos(window)
-                if mouse is not None:
-                    cam.yaw += (mx - mouse[0]) * 0.003
-                    cam.pitch = max(-1.5, min(1.5, cam.pitch - (my - mouse[1]) * 0.003))
-                mouse = (mx, my)
-            else:
-                mouse = None
-            speed = (600.0 if glfw.get_key(window, glfw.KEY_LEFT_SHIFT) == glfw.PRESS else 120.0) * dt
-            fwd = cam.forward()
-            right = np.array([-math.sin(cam.yaw), math.cos(cam.yaw), 0.0])
-            move = np.zeros(3)
-            for key, vec in ((glfw.KEY_W, fwd), (glfw.KEY_S, -fwd), (glfw.KEY_D, right), (glfw.KEY_A, -right),
-                             (glfw.KEY_Q, np.array([0, 0, 1.0])), (glfw.KEY_E, np.array([0, 0, -1.0]))):  # fmt: skip
-                if glfw.get_key(window, key) == glfw.PRESS:
-                    move += vec
-            cam.x, cam.y, cam.z = (np.array([cam.x, cam.y, cam.z]) + move * speed).tolist()
-            cam.z = min(cam.z, -2.0)
-            pose = cam.pose()
+            mouse = None
+        move = sum((vec for key, vec in move_keys if glfw.get_key(window, key) == glfw.PRESS), np.zeros(3))
+        fast = glfw.get_key(window, glfw.KEY_LEFT_SHIFT) == glfw.PRESS
+        pose = control.pose(now, dt, move, look, fast)
         size = glfw.get_framebuffer_size(window)
         if size[0] < 1 or size[1] < 1:  # minimised: nothing to draw into
             glfw.wait_events_timeout(0.1)
             continue
         demo.frame(pose, ctx.screen, size)
+        hint = control.hint(now)
+        if hint and demo.show_overlay and demo.overlay is not None:  # bottom right: the HUD is top left
+            font = demo.overlay.font
+            lines = hint.split("\n")
+            x = size[0] - 12 - math.ceil(max(font.measure(line) for line in lines))
+            y = size[1] - 12 - len(lines) * font.line_height
+            demo.overlay.draw_text(hint, size, (max(0, x), max(0, y)), background=HINT_BACKGROUND)
         if screenshot:
             screenshot = False
             w, h = size

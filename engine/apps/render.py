@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from ..config import BudgetConfig, StreamerConfig
 from ..gl.shaders import program as load_program
 from ..runtime.streamer import Streamer, VirtualTexture
 from ..scene.camera import View, plane_mvp
+from ..telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,10 @@ class PlaneRenderer:
 @dataclass
 class RenderResult:
     frames: list[np.ndarray]
-    telemetry: list[dict] = field(default_factory=list)
+    telemetry: list[dict] = field(default_factory=list)  # one frame record a frame (FRAME_SCHEMA)
+
+
+FPS = 60.0  # the frame clock of the telemetry's rates
 
 
 def render(
@@ -75,31 +78,32 @@ def render(
     all_resident: bool = False,
     keep_frames: bool = False,
     config: StreamerConfig | None = None,
+    telemetry: str | Path | None = None,
 ) -> RenderResult:
-    """Render `frames` frames of `pack` seen through `view`; returns the last (or every) frame."""
+    """Render `frames` frames of `pack` seen through `view`; returns the last (or every) frame and the
+    frames' telemetry records, also written to `telemetry` (JSON lines, or CSV for a .csv name) if given."""
     cfg = config or StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb))
     out = RenderResult(frames=[])
-    with Streamer(ctx, cfg) as streamer:
+    with Streamer(ctx, cfg) as streamer, Telemetry(streamer, dt=1.0 / FPS) as recorder:
         vt = streamer.open(pack)
         if all_resident:
             streamer.make_all_resident(vt)
+        if telemetry is not None and Path(telemetry).suffix.lower() == ".csv":
+            recorder.write_csv(telemetry)
+        elif telemetry is not None:
+            recorder.write_jsonl(telemetry)
         renderer = PlaneRenderer(ctx, size)
         throttle = streamer.gl.throttle(2)  # frames in flight, as a swap chain would allow
         try:
             for i in range(frames):
-                streamer.update()
+                out.telemetry.append(recorder.update())
+                recorder.gpu_begin()
                 renderer.draw(vt, view)
+                recorder.gpu_end()
                 throttle.frame_done()
-                out.telemetry.append(streamer.stats().as_dict())
                 if keep_frames or i == frames - 1:
                     out.frames.append(renderer.read())
         finally:
             throttle.release()
             renderer.release()
     return out
-
-
-def write_telemetry(lines: list[dict], path: Path) -> None:
-    with path.open("w") as f:
-        for line in lines:
-            f.write(json.dumps(line, sort_keys=True) + "\n")

@@ -88,6 +88,9 @@ class StreamerStats:
         Levels the budget controller coarsens the feedback by (0: full detail).
     resident_tiles, corrupt_tiles : int
         Tiles in the cache; distinct tiles whose load failed (every open texture).
+    working_set_bytes, stream_cache_bytes : int
+        GPU bytes of the newest feedback's pages at full detail with their parents (pinned levels
+        excluded), and of the cache slots streamed tiles can use: the pressure the mip bias answers.
     latency_p50_frames, latency_p95_frames, latency_p99_frames : float
         Frames from request to residency of the latest 4096 uploads.
     ring_occupancy : float
@@ -129,6 +132,8 @@ class StreamerStats:
     vram_breakdown: dict[str, int]
     mip_bias: float
     resident_tiles: int
+    working_set_bytes: int
+    stream_cache_bytes: int
     corrupt_tiles: int
     latency_p50_frames: float
     latency_p95_frames: float
@@ -164,6 +169,7 @@ def streamer_stats(s: Streamer) -> StreamerStats:
     p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
     ring = s._uploader.ring if s._uploader is not None else None
     net = s.network()
+    working_set, stream_cache = _working_set_bytes(s)
     return StreamerStats(
         **{k: getattr(st, k) for k in _FRAME_KEYS},
         vram_bytes=s.budget.usage,
@@ -173,6 +179,8 @@ def streamer_stats(s: Streamer) -> StreamerStats:
         vram_breakdown=s.budget.breakdown(),
         mip_bias=s.budget.bias,
         resident_tiles=int(s._tables.resident_count.sum()),
+        working_set_bytes=working_set,
+        stream_cache_bytes=stream_cache,
         corrupt_tiles=sum(vt.corrupt_tiles for vt in s.textures),
         latency_p50_frames=p50,
         latency_p95_frames=p95,
@@ -196,3 +204,17 @@ def streamer_stats(s: Streamer) -> StreamerStats:
         cache_bytes=net.cache_bytes,
         cache_capacity_bytes=net.cache_capacity_bytes,
     )
+
+
+def _working_set_bytes(s: Streamer) -> tuple[int, int]:
+    """GPU bytes of the newest feedback's pages at full detail (no mip bias) with their parents, and
+    of the cache slots streamed tiles can use; coarsest pinned levels excluded from both. The
+    pressure the mip bias answers: the budget holds the view's detail while the first fits the second."""
+    need = room = 0
+    if s.textures:
+        pressure = s.pressure(s.sampled_pages)
+        for pool in s.pools.values():
+            tiles, slots = pressure[pool.name]
+            need += tiles * pool.geometry.slot_bytes
+            room += slots * pool.geometry.slot_bytes
+    return need, room

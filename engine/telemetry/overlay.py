@@ -9,7 +9,9 @@
     overlay.release()
 
 Contents: engine VRAM used / budget as a bar with a coloured segment per cache pool (plus page
-tables, staging ring and feedback), peak marker, mip bias and headroom; tiles resident / wanted /
+tables, staging ring and feedback), peak marker; the working set the view wants at full detail
+against the cache slots it must fit in (the pools take the whole budget up front, so this bar, not
+the VRAM one, shows budget pressure); mip bias and headroom; tiles resident / wanted /
 missing / in flight / queued and uploads this frame; an upload MB/s graph; latency p50/p95/p99,
 staging-ring occupancy and stalls, feedback age, evictions/s, re-fetches and corrupt tiles; CPU
 ``update()`` and GPU frame time graphs; one residency minimap per virtual texture (the level each
@@ -72,6 +74,7 @@ GRAPH_BG: Colour = (255, 255, 255, 18)
 CPU_COLOUR: Colour = (90, 170, 255, 220)
 GPU_COLOUR: Colour = (255, 140, 60, 255)
 UPLOAD_COLOUR: Colour = (90, 220, 140, 220)
+WORKING_SET_COLOUR: Colour = (110, 200, 255, 230)
 POOL_COLOURS: tuple[Colour, ...] = (
     (64, 190, 170, 255), (90, 150, 250, 255), (240, 120, 180, 255), (170, 220, 80, 255),
     (250, 160, 80, 255), (180, 130, 250, 255),
@@ -364,7 +367,9 @@ class Overlay:
         gap = max(2.0, round(lh * 0.25))
         dts = tel.history("dt_s")[-30:]
         fps = 1.0 / float(dts.mean()) if dts.size and dts.mean() > 0 else 0.0
-        b.text("texstream", x0, y, ACCENT)
+        x = b.text("texstream", x0, y, ACCENT) + ch
+        count = len(st.textures)
+        b.text(f"{count} texture{'s' if count != 1 else ''}", x, y, DIM)
         right = f"frame {f['frame']}  {fps:5.1f} fps"
         b.text(right, x0 + cw - self.font.measure(right), y, DIM)
         y += lh + gap
@@ -397,6 +402,7 @@ class Overlay:
             b.text(label, self._swatch(b, x, y, colour), y, DIM)
             x += w
         y += lh
+        y = self._working_set(b, f, x0, y, cw, bar_h, gap)
         bias = f["mip_bias"]
         self._pairs(b, [("mip bias", f"{bias:.2f}", WARN if bias > 0 else TEXT),
                         ("headroom", _mib(f["headroom_bytes"]), TEXT),
@@ -476,6 +482,21 @@ class Overlay:
         if self.max_minimaps and st.textures:
             y = self._minimaps(b, st, x0, y, cw)
         return y
+
+    def _working_set(
+        self, b: _Batch, f: dict[str, Any], x0: float, y: float, cw: float, bar_h: float, gap: float
+    ) -> float:
+        """What the view wants at full detail against the cache it must fit in. The VRAM bar is full from
+        the first frame (the pools take the whole budget up front); this bar shows the pressure."""
+        need, room = f["working_set_bytes"], f["stream_cache_bytes"]
+        frac = need / room if room else 0.0
+        colour = BAD if frac > 1.0 else WARN if frac > 0.85 else WORKING_SET_COLOUR
+        self._pairs(b, [("working set", f"{_mib(need)} / cache {_mib(room)} ({frac:.0%})", colour)], x0, y)
+        y += self.font.line_height
+        b.rect(x0, y, x0 + cw, y + bar_h, GRAPH_BG, BACK)
+        if frac > 0:
+            b.rect(x0, y, x0 + cw * min(1.0, frac), y + bar_h, colour)
+        return y + bar_h + gap
 
     def _vram_groups(self, breakdown: dict[str, int], st: Streamer) -> list[tuple[str, int, Colour]]:
         pools = sorted(p.name for p in st.pools.values())

@@ -66,6 +66,11 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("wanted_pages", "integer", "pages", "Distinct pages the newest feedback asked for (after the mip bias)."),
     _f("missing_pages", "integer", "pages", "Wanted pages not resident at their wanted level."),
     _f("resident_tiles", "integer", "tiles", "Tiles resident in the cache, every open texture."),
+    _f("working_set_bytes", "integer", "bytes", "GPU bytes of the tiles the newest feedback wants at full detail "
+       "(before the mip bias), with their parents (trilinear samples both); coarsest pinned levels excluded."),
+    _f("stream_cache_bytes", "integer", "bytes", "GPU bytes of the cache slots streamed tiles can use (every pool, "
+       "less the slots pinned for coarsest levels). `working_set_bytes` above this is budget pressure: the mip "
+       "bias rises."),
     _f("in_flight", "integer", "tiles", "Loads being read by the I/O threads."),
     _f("queued", "integer", "tiles", "Requests waiting in the scheduler (the I/O queue depth)."),
     _f("evicted", "integer", "tiles", "Tiles evicted this frame."),

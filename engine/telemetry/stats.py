@@ -293,6 +293,8 @@ class Telemetry:
             "wanted_pages": int(self._get(s, "wanted_pages", 0)),
             "missing_pages": int(self._get(s, "missing_pages", 0)),
             "resident_tiles": int(self._get(s, "resident_tiles", 0)),
+            "working_set_bytes": int(self._get(s, "working_set_bytes", 0)),
+            "stream_cache_bytes": int(self._get(s, "stream_cache_bytes", 0)),
             "in_flight": int(self._get(s, "in_flight", 0)),
             "queued": int(self._get(s, "queued", 0)),
             "evicted": int(evicted),

@@ -227,3 +227,44 @@ def test_frames_stream_to_csv(gl_ctx: moderngl.Context, packs: Packs, renderer: 
         assert json.loads(row["vram_breakdown"]) == frame["vram_breakdown"]
         assert (row["gpu_ms"] == "") == (frame["gpu_ms"] is None)
     assert tel._csv_file is None, "release() closed the file"  # noqa: SLF001
+
+
+def test_working_set_is_the_wanted_tiles_and_their_parents(
+    gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+) -> None:
+    """A 1:1 top view of the 256 x 256 texels around the centre of a 1024^2 pack (64-texel tiles)
+    wants 4 x 4 level-0 tiles; their parents are 2 x 2 tiles of level 1; levels 3 and 4 are pinned.
+    So the working set is 20 slots, whatever the budget; the stream cache is every unpinned slot."""
+    view = View(0.5, 0.5, 1.0)
+    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+        vt = streamer.open(packs.medium)
+        frames = []
+        for _ in range(8):
+            frames.append(tel.update())
+            renderer.draw(vt, view)
+        (pool,) = streamer.pools.values()
+        slot = pool.geometry.slot_bytes
+        levels = vt.header.level_table[-streamer.config.pinned_levels :]
+        pinned = int((levels["tiles_x"].astype(int) * levels["tiles_y"]).sum())  # the coarsest levels stay
+    assert frames[0]["working_set_bytes"] == 0  # no feedback read yet
+    assert frames[-1]["working_set_bytes"] == 20 * slot
+    assert frames[-1]["stream_cache_bytes"] == (pool.capacity - pinned) * slot
+    assert frames[-1]["stream_cache_bytes"] < frames[-1]["vram_breakdown"][pool.name]
+
+
+def test_working_set_above_the_cache_raises_the_bias(gl_ctx: moderngl.Context, packs: Packs) -> None:
+    """A minified oblique view of the whole texture through a budget whose cache is smaller than it:
+    the working set reads above the cache, and that is when the mip bias rises."""
+    renderer = PlaneRenderer(gl_ctx, (640, 640))
+    try:
+        with Streamer(gl_ctx, streamer_config(3.0, ring_mb=1)) as streamer, Telemetry(streamer, dt=DT) as tel:
+            vt = streamer.open(packs.medium)
+            frames = []
+            for _ in range(30):
+                frames.append(tel.update())
+                renderer.draw(vt, View(0.5, 0.5, 1.2, 50.0))
+    finally:
+        renderer.release()
+    over = [f for f in frames if f["working_set_bytes"] > f["stream_cache_bytes"]]
+    assert over, [(f["working_set_bytes"], f["stream_cache_bytes"]) for f in frames]
+    assert max(f["mip_bias"] for f in frames) > 0
