@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint docs clean
 
 $(STAMP): pyproject.toml setup.py engine/native/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,cluster]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,cluster,docs,demos]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -22,8 +22,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/texstream bench
 
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine tests demos
 
 clean:
-	rm -rf $(VENV) .cache build *.egg-info
+	rm -rf $(VENV) .cache build site *.egg-info
