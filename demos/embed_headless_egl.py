@@ -16,10 +16,9 @@ from pathlib import Path
 import moderngl
 from PIL import Image
 
-from texstream import BakeConfig, BudgetConfig, Streamer, StreamerConfig
+from texstream import BakeConfig, BudgetConfig, Streamer, StreamerConfig, program
 from texstream.bake import bake_procedural
 from texstream.config import cache_dir
-from texstream.gl.shaders import program
 
 # A triangle that covers the screen; `texstream/common.glsl` makes it from gl_VertexID alone.
 VERTEX = """#version 450 core

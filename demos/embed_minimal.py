@@ -10,10 +10,7 @@ import glfw
 import moderngl
 import numpy as np
 
-from texstream.config import BudgetConfig, StreamerConfig
-from texstream.gl.shaders import program
-from texstream.runtime.streamer import Streamer
-from texstream.telemetry import Overlay, Telemetry
+from texstream import BudgetConfig, Overlay, Streamer, StreamerConfig, Telemetry, program
 
 VS = """#version 450 core
 uniform float u_angle;

@@ -18,10 +18,9 @@ import moderngl
 import moderngl_window as mglw
 from PIL import Image
 
-from texstream import BakeConfig, BudgetConfig, Streamer, StreamerConfig
+from texstream import BakeConfig, BudgetConfig, Streamer, StreamerConfig, program
 from texstream.bake import bake_procedural
 from texstream.config import cache_dir
-from texstream.gl.shaders import program
 
 VERTEX = """#version 450 core
 #include "texstream/common.glsl"

@@ -166,6 +166,8 @@ class BudgetConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.bias_step == 0:
+            raise ValueError("bias_step must be > 0 (the mip bias could never rise under pressure)")
         if not 0.0 <= self.headroom < 1.0:
             raise ValueError(f"headroom must be in [0, 1), got {self.headroom!r}")
         if not 0.0 < self.low_water < self.high_water <= 1.0:
@@ -180,7 +182,7 @@ class RemoteConfig:
     ----------
     cache_dir : str | None
         Fetched ranges are kept on disk, shared by every remote pack: $TEXSTREAM_CACHE/remote by default (see
-        `texstream.assets.cache_dir`). The size bounds the cache file; 0 turns the cache off.
+        `texstream.cache_dir`). The size bounds the cache file; 0 turns the cache off.
     cache_mb : float
     block_kb : int
         fetch and cache granularity: a request covers whole blocks of the pack

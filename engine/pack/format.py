@@ -90,7 +90,17 @@ LEVEL_DTYPE = np.dtype([("width", "<u4"), ("height", "<u4"), ("tiles_x", "<u4"),
 assert INDEX_DTYPE.itemsize == INDEX_ENTRY_SIZE and LEVEL_DTYPE.itemsize == LEVEL_ENTRY_SIZE
 
 
-class TexelFormat(enum.IntEnum):
+class NamedIntEnum(enum.IntEnum):
+    """An IntEnum that also accepts a member's name in any case (``"zstd"``, ``"BC7"``), as configs do."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> object:
+        if isinstance(value, str):
+            return cls.__members__.get(value.upper())
+        return None
+
+
+class TexelFormat(NamedIntEnum):
     """How the texels of a tile are encoded."""
 
     RGBA8 = 0
@@ -129,7 +139,7 @@ class TexelFormat(enum.IntEnum):
             ) from None
 
 
-class AddressMode(enum.IntEnum):
+class AddressMode(NamedIntEnum):
     """What lies past the edge of the image: its edge texels (clamp) or its other side (wrap)."""
 
     CLAMP = 0
@@ -143,7 +153,7 @@ class AddressMode(enum.IntEnum):
             raise ValueError(f"unknown address mode {name!r} (choose clamp or wrap)") from None
 
 
-class Supercompression(enum.IntEnum):
+class Supercompression(NamedIntEnum):
     """Lossless compression applied on top of the texel encoding, per tile."""
 
     NONE = 0

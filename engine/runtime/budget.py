@@ -46,9 +46,12 @@ def _as_int(value: object, what: str) -> int:
 class BudgetManager:
     """Budget, allocation registry and feedback mip-bias controller.
 
-    Args:
-        config: the budget configuration.
-        driver_free_bytes: free GPU memory the driver reports, or None when it reports nothing.
+    Parameters
+    ----------
+    config
+        The budget configuration.
+    driver_free_bytes
+        Free GPU memory the driver reports, or None when it reports nothing.
     """
 
     def __init__(self, config: BudgetConfig, driver_free_bytes: int | None = None) -> None:

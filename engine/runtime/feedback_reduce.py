@@ -89,9 +89,12 @@ class FeedbackReducer:
     def reduce(self, raw: np.ndarray, bias: float = 0.0) -> FeedbackResult:
         """Unique wanted pages with coverage counts, coarsened by floor(bias) levels.
 
-        Args:
-            raw: feedback entries (uint32 tile ids), any shape.
-            bias: feedback mip bias in levels (>= 0).
+        Parameters
+        ----------
+        raw
+            Feedback entries (uint32 tile ids), any shape.
+        bias
+            Feedback mip bias in levels (>= 0).
         """
         ids = np.asarray(raw)
         if not np.issubdtype(ids.dtype, np.integer):

@@ -388,16 +388,24 @@ class _Reader:
 class IOWorkers:
     """A pool of reader threads with one job queue and one completion queue.
 
-    Args:
-        threads: how many threads read at once.
-        ring: the staging ring's memory (uint8, one row of `stride` bytes per slot) the threads write.
-        stride: bytes between ring slots.
-        state: the uploader's per-slot load-state bytes; a tile whose byte equals `skip_state` when
-            its read would start is skipped.
-        skip_state: the cancelled state's value.
-        native: the compiled helper, or None for the pure-Python loop.
-        read_hook: called on the I/O thread before each batch is read (fault injection in tests:
-            it may sleep, block or raise).
+    Parameters
+    ----------
+    threads
+        How many threads read at once.
+    ring
+        The staging ring's memory (uint8, one row of `stride` bytes per slot) the threads write.
+    stride
+        Bytes between ring slots.
+    state
+        The uploader's per-slot load-state bytes; a tile whose byte equals `skip_state` when
+        its read would start is skipped.
+    skip_state
+        The cancelled state's value.
+    native
+        The compiled helper, or None for the pure-Python loop.
+    read_hook
+        Called on the I/O thread before each batch is read (fault injection in tests:
+        it may sleep, block or raise).
     """
 
     def __init__(

@@ -50,8 +50,10 @@ ENTRY_BYTES = 4
 class PageTables:
     """Entries of every page of every texture, updated incrementally in batches. Render thread only.
 
-    Args:
-        space: the tile id space (its listeners grow these arrays with it).
+    Parameters
+    ----------
+    space
+        The tile id space (its listeners grow these arrays with it).
     """
 
     def __init__(self, space: TileSpace) -> None:

@@ -158,15 +158,24 @@ class ResizeResult:
 class CachePool:
     """One format's GL texture array of tile slots plus their bookkeeping. Render thread only.
 
-    Args:
-        gl: the context's raw GL layer (creates and copies the texture array).
-        budget: the VRAM budget; the array's bytes are reserved under `name` before it is made.
-        key: (texel format, sRGB, slot size).
-        index: the pool's number; it samples from texture unit ``first_unit + index``.
-        geometry: slot size, bytes and cells per layer.
-        capacity: slots, a multiple of ``geometry.cells``.
-        frames_in_flight: eviction delay and overwrite delay in frames.
-        first_unit: the first texture unit the engine's pools use.
+    Parameters
+    ----------
+    gl
+        The context's raw GL layer (creates and copies the texture array).
+    budget
+        The VRAM budget; the array's bytes are reserved under `name` before it is made.
+    key
+        (texel format, sRGB, slot size).
+    index
+        The pool's number; it samples from texture unit ``first_unit + index``.
+    geometry
+        Slot size, bytes and cells per layer.
+    capacity
+        Slots, a multiple of ``geometry.cells``.
+    frames_in_flight
+        Eviction delay and overwrite delay in frames.
+    first_unit
+        The first texture unit the engine's pools use.
     """
 
     def __init__(

@@ -95,11 +95,16 @@ class SchedulerStats:
 class RequestScheduler:
     """Turns wanted pages into an ordered, capped list of tile loads. Render thread only.
 
-    Args:
-        config: streaming configuration (caps, cancel delay, prefetch, retry back-off).
-        space: the tile id space.
-        tables: the page tables (residency).
-        loading: mask of the given tile ids that have a load in flight (the uploader's answer).
+    Parameters
+    ----------
+    config
+        Streaming configuration (caps, cancel delay, prefetch, retry back-off).
+    space
+        The tile id space.
+    tables
+        The page tables (residency).
+    loading
+        Mask of the given tile ids that have a load in flight (the uploader's answer).
     """
 
     def __init__(

@@ -78,14 +78,21 @@ class RingStats:
 class StagingRing:
     """Fixed slots in one pixel-unpack buffer, reused only after the GPU finished reading them.
 
-    Args:
-        ctx: the moderngl context (used for the fallback buffer).
-        gl: the context's `GLExt`.
-        size_bytes: total ring size; it holds ``size_bytes // stride`` slots (at least one).
-        slot_bytes: capacity of a slot (one tile's raw bytes); the stride rounds it up to 256.
-        persistent: True forces persistent mapping (GLError without buffer storage), False forces
-            the orphaning fallback, None picks persistent when the context has buffer storage.
-        fence_factory: makes the fence of a batch; default ``gl.fence`` (tests inject fakes).
+    Parameters
+    ----------
+    ctx
+        The moderngl context (used for the fallback buffer).
+    gl
+        The context's `GLExt`.
+    size_bytes
+        Total ring size; it holds ``size_bytes // stride`` slots (at least one).
+    slot_bytes
+        Capacity of a slot (one tile's raw bytes); the stride rounds it up to 256.
+    persistent
+        True forces persistent mapping (GLError without buffer storage), False forces
+        the orphaning fallback, None picks persistent when the context has buffer storage.
+    fence_factory
+        Makes the fence of a batch; default ``gl.fence`` (tests inject fakes).
     """
 
     def __init__(

@@ -147,13 +147,19 @@ class _Source:
 class Uploader:
     """Tile loads from pack to cache slot (see the module docstring). Render thread only.
 
-    Args:
+    Parameters
+    ----------
         ctx, gl: the context and its raw GL layer.
-        space: the tile id space (its listeners grow the tile -> load map).
-        config: streaming configuration (I/O threads, caps, native helper).
-        ring_bytes: staging-ring size; slot_bytes: largest tile.
-        fence_factory: the ring's fences (tests inject fakes).
-        read_hook: called on the I/O thread before each batch (fault injection; see `IOWorkers`).
+    space
+        The tile id space (its listeners grow the tile -> load map).
+    config
+        Streaming configuration (I/O threads, caps, native helper).
+    ring_bytes
+        Staging-ring size; slot_bytes: largest tile.
+    fence_factory
+        The ring's fences (tests inject fakes).
+    read_hook
+        Called on the I/O thread before each batch (fault injection; see `IOWorkers`).
     """
 
     def __init__(

@@ -80,10 +80,14 @@ class GlyphQuads:
 class GlyphAtlas:
     """The glyphs of `CHARSET` in one coverage image, plus per-character metrics as lookup tables.
 
-    Args:
-        font: a Pillow font (FreeType or bitmap).
-        name: how logs and `describe` call the font.
-        charset: the characters to rasterize; ``?`` is always included.
+    Parameters
+    ----------
+    font
+        A Pillow font (FreeType or bitmap).
+    name
+        How logs and `describe` call the font.
+    charset
+        The characters to rasterize; ``?`` is always included.
     """
 
     def __init__(self, font: PilFont, name: str = "", charset: str = CHARSET) -> None:

@@ -200,17 +200,28 @@ def _mib(n: float) -> str:
 class Overlay:
     """Draws a `Telemetry`'s HUD over the bound framebuffer (render thread only).
 
-    Args:
-        ctx: the moderngl context to draw with.
-        font_size: text height in pixels (the font is scalable; see `load_font`).
-        corner: where the panel sits: "top-left", "top-right", "bottom-left" or "bottom-right".
-        margin: pixels between the panel and the framebuffer's edges.
-        minimap_pages: a minimap shows at most this many pages a side (larger textures are sampled).
-        minimap_size: displayed size of a minimap's longer side, pixels.
-        minimap_every: the minimaps are refreshed every this many `draw` calls.
-        max_minimaps: minimaps shown at most (the rest are counted).
-        texture_units: units for the font atlas and the minimap atlas.
-        gl: the context's `GLExt` (for reading the GL state it restores); made on first use if None.
+    Parameters
+    ----------
+    ctx
+        The moderngl context to draw with.
+    font_size
+        Text height in pixels (the font is scalable; see `load_font`).
+    corner
+        Where the panel sits: "top-left", "top-right", "bottom-left" or "bottom-right".
+    margin
+        Pixels between the panel and the framebuffer's edges.
+    minimap_pages
+        A minimap shows at most this many pages a side (larger textures are sampled).
+    minimap_size
+        Displayed size of a minimap's longer side, pixels.
+    minimap_every
+        The minimaps are refreshed every this many `draw` calls.
+    max_minimaps
+        Minimaps shown at most (the rest are counted).
+    texture_units
+        Units for the font atlas and the minimap atlas.
+    gl
+        The context's `GLExt` (for reading the GL state it restores); made on first use if None.
     """
 
     def __init__(

@@ -161,13 +161,20 @@ def csv_row(frame: dict[str, Any]) -> list[str]:
 class Telemetry:
     """Records one frame of a `Streamer` per `update()` (or `record()`); see the module docstring.
 
-    Args:
-        streamer: the streamer to observe (render thread only, like the streamer itself).
-        history: samples kept per graph series (`HISTORY_SERIES`).
-        dt: fixed frame-clock step in seconds (deterministic rates); None: real time.
-        clock: real-time source in seconds when `dt` is None (default ``time.perf_counter``).
-        rate_window_s: upload MB/s and evictions/s are averaged over this much frame-clock time.
-        timer_depth: GPU timer queries in rotation (results are read up to depth - 1 frames late).
+    Parameters
+    ----------
+    streamer
+        The streamer to observe (render thread only, like the streamer itself).
+    history
+        Samples kept per graph series (`HISTORY_SERIES`).
+    dt
+        Fixed frame-clock step in seconds (deterministic rates); None: real time.
+    clock
+        Real-time source in seconds when `dt` is None (default ``time.perf_counter``).
+    rate_window_s
+        Upload MB/s and evictions/s are averaged over this much frame-clock time.
+    timer_depth
+        GPU timer queries in rotation (results are read up to depth - 1 frames late).
     """
 
     def __init__(
