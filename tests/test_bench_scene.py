@@ -41,7 +41,7 @@ REQUIRED_PATH_FIELDS = {
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory, gl_ctx: object) -> tuple[dict, Path, str]:
+def bench(tmp_path_factory: pytest.TempPathFactory, gl_context: object) -> tuple[dict, Path, str]:
     """(result JSON, telemetry JSONL path, stdout) of one quick run."""
     folder = tmp_path_factory.mktemp("bench-scene")
     out, tel = folder / "scene.json", folder / "scene.jsonl"

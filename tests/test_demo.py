@@ -2,7 +2,7 @@
 the fallback without a display, and one-line errors for bad arguments.
 
 Every demo runs in a subprocess (it makes its own GL context; in this process that would steal the
-session's `gl_ctx`). The packs are small procedural ones baked once per module.
+session's `gl_context`). The packs are small procedural ones baked once per module.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def egl(gl_ctx: object) -> None:
-    """Skips (through conftest's gl_ctx) where there is no headless OpenGL 4.5 context."""
+def egl(gl_context: object) -> None:
+    """Skips (through conftest's gl_context) where there is no headless OpenGL 4.5 context."""
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         assert (site / page).is_file(), page
 
 
-def test_getting_started_program_runs(gl_ctx: object, tmp_path: Path) -> None:
+def test_getting_started_program_runs(gl_context: object, tmp_path: Path) -> None:
     """The page's complete program, as printed, in a folder holding terrain.tpk."""
     (block,) = TESTED_BLOCK.findall((ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8"))
     (tmp_path / "program.py").write_text(block, encoding="utf-8")

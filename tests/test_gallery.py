@@ -66,7 +66,7 @@ def test_recipes_give_each_object_its_own_texture() -> None:
 
 # ---- each object samples its own texture ---------------------------------------------------------
 @pytest.mark.gl
-def test_each_object_shows_its_own_texture(gl_ctx: moderngl.Context, tmp_path: Path) -> None:
+def test_each_object_shows_its_own_texture(gl_context: moderngl.Context, tmp_path: Path) -> None:
     """Twelve flat-coloured textures in two cache pools (BC1 and RGBA8): seen from above, each canvas
     shows its own texture's colour, so no instance reads another's page table, size or cache."""
     count = 12
@@ -82,13 +82,13 @@ def test_each_object_shows_its_own_texture(gl_ctx: moderngl.Context, tmp_path: P
     layout = GalleryLayout(count)
     size = (480, 240)
     cfg = StreamerConfig(budget=BudgetConfig(budget_mb=24), io_threads=2, ring_mb=2)
-    with Streamer(gl_ctx, cfg) as streamer:
+    with Streamer(gl_context, cfg) as streamer:
         textures = [streamer.open(p) for p in paths]
         assert len(streamer.pools) == 2
-        scene = GalleryScene(gl_ctx, textures, layout)
+        scene = GalleryScene(gl_context, textures, layout)
         scene.fog_distance = 1e9  # colours exactly as sampled
-        color = gl_ctx.renderbuffer(size, 4)
-        fbo = gl_ctx.framebuffer(color_attachments=[color])
+        color = gl_context.renderbuffer(size, 4)
+        fbo = gl_context.framebuffer(color_attachments=[color])
         try:
             w, h = layout.extent
             pose = Pose(np.array([w / 2, h / 2, -max(w, h) * 0.75]), np.array([w / 2, h / 2 + 1e-3, 0.0]))
@@ -107,8 +107,8 @@ def test_each_object_shows_its_own_texture(gl_ctx: moderngl.Context, tmp_path: P
                 assert np.abs(got - colours[i]).max() <= 6, f"object {i}: {got.mean(0)} instead of {colours[i]}"
         finally:
             scene.release()
-            if gl_ctx.fbo is fbo:
-                gl_ctx.detect_framebuffer(0).use()
+            if gl_context.fbo is fbo:
+                gl_context.detect_framebuffer(0).use()
             fbo.release()
             color.release()
 
@@ -122,7 +122,7 @@ def gallery_cli(cache: Path, out: Path, *args: str) -> subprocess.CompletedProce
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.usefixtures("gl_ctx")  # skips (or fails, where GL is required) without headless GL
+@pytest.mark.usefixtures("gl_context")  # skips (or fails, where GL is required) without headless GL
 def test_gallery_runs_headless_and_reuses_its_textures(tmp_path: Path) -> None:
     cache, out = tmp_path / "cache", tmp_path / "out"
     frames = 10

@@ -13,9 +13,9 @@ from texstream.apps.bench_soak import make_soak_packs, run_soak
 pytestmark = pytest.mark.gl
 
 
-def test_short_soak_holds_every_invariant(gl_ctx: moderngl.Context, tmp_path: Path) -> None:
+def test_short_soak_holds_every_invariant(gl_context: moderngl.Context, tmp_path: Path) -> None:
     packs = make_soak_packs(tmp_path, quick=True)
-    report = run_soak(gl_ctx, packs, frames=3000, window=750, size=(128, 128), seed=3)
+    report = run_soak(gl_context, packs, frames=3000, window=750, size=(128, 128), seed=3)
     assert report.opened > 3 and report.closed > 0 and report.budget_changes > 0, "the soak exercised nothing"
     assert report.gl_objects_left == {}
     assert report.budget_violations == 0

@@ -62,13 +62,13 @@ class CtxProxy:
 
 
 @pytest.fixture(scope="module")
-def gl(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx)
+def gl(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context)
 
 
 @pytest.fixture(scope="module")
-def gl_debug(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx, debug=True)
+def gl_debug(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context, debug=True)
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def cells(*layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @pytestmark_gl
 @pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
 def test_upload_unbinds_the_unpack_buffer_so_moderngl_writes_still_work(
-    gl_ctx: moderngl.Context, gl: GLExt, bc1_array, use_native: bool
+    gl_context: moderngl.Context, gl: GLExt, bc1_array, use_native: bool
 ) -> None:
     native = load_native() if use_native else None
     if use_native and native is None:
@@ -186,7 +186,7 @@ def test_upload_unbinds_the_unpack_buffer_so_moderngl_writes_still_work(
         assert gl.get_integer(GL_PIXEL_UNPACK_BUFFER_BINDING) == 0
         # moderngl's own client-memory upload reads from the pointer, not from a stale PBO
         pixels = np.arange(8 * 8 * 4, dtype=np.uint8).tobytes()
-        t = gl_ctx.texture((8, 8), 4)
+        t = gl_context.texture((8, 8), 4)
         t.write(pixels)
         assert t.read() == pixels
         t.release()
@@ -252,10 +252,10 @@ def test_copy_layers_between_arrays(gl: GLExt) -> None:
 
 
 @pytestmark_gl
-def test_fence_polls_without_blocking(gl_ctx: moderngl.Context, gl: GLExt) -> None:
+def test_fence_polls_without_blocking(gl_context: moderngl.Context, gl: GLExt) -> None:
     fence = gl.fence()
     assert isinstance(fence.signalled(), bool)  # a poll, whatever the answer
-    gl_ctx.finish()
+    gl_context.finish()
     assert fence.signalled() and fence.released  # deleted as soon as it signalled
     assert fence.signalled()  # the answer is cached
     fence.release()
@@ -267,11 +267,11 @@ def test_fence_polls_without_blocking(gl_ctx: moderngl.Context, gl: GLExt) -> No
 
 
 @pytestmark_gl
-def test_timer_measures_gpu_time(gl_ctx: moderngl.Context, gl: GLExt) -> None:
-    target = gl_ctx.texture((64, 64), 4)
-    fbo = gl_ctx.framebuffer(color_attachments=[target])
+def test_timer_measures_gpu_time(gl_context: moderngl.Context, gl: GLExt) -> None:
+    target = gl_context.texture((64, 64), 4)
+    fbo = gl_context.framebuffer(color_attachments=[target])
     timer = gl.timer(depth=3)
-    previous = gl_ctx.fbo or gl_ctx.detect_framebuffer(0)
+    previous = gl_context.fbo or gl_context.detect_framebuffer(0)
     try:
         for _ in range(2):
             assert timer.begin()
@@ -282,7 +282,7 @@ def test_timer_measures_gpu_time(gl_ctx: moderngl.Context, gl: GLExt) -> None:
             timer.begin()
             timer.begin()
         timer.end()
-        gl_ctx.finish()
+        gl_context.finish()
         ms = timer.poll()
         assert ms is not None and ms >= 0.0
     finally:
@@ -351,18 +351,18 @@ def test_debug_mode_rejects_calls_from_other_threads(gl_debug: GLExt) -> None:
 
 
 @pytestmark_gl
-def test_missing_core_features_are_named(gl_ctx: moderngl.Context) -> None:
+def test_missing_core_features_are_named(gl_context: moderngl.Context) -> None:
     with pytest.raises(GLError, match="GL_ARB_texture_storage") as info:
-        GLExt(CtxProxy(gl_ctx, 330, drop=("GL_ARB_texture_storage", "GL_ARB_copy_image")))  # type: ignore[arg-type]
+        GLExt(CtxProxy(gl_context, 330, drop=("GL_ARB_texture_storage", "GL_ARB_copy_image")))  # type: ignore[arg-type]
     assert "GL_ARB_copy_image" in str(info.value)
     with pytest.raises(GLError, match="3.3"):
-        GLExt(CtxProxy(gl_ctx, 320))  # type: ignore[arg-type]
+        GLExt(CtxProxy(gl_context, 320))  # type: ignore[arg-type]
 
 
 @pytestmark_gl
-def test_missing_optional_features_fail_only_when_used(gl_ctx: moderngl.Context) -> None:
+def test_missing_optional_features_fail_only_when_used(gl_context: moderngl.Context) -> None:
     drop = ("GL_ARB_buffer_storage", "GL_EXT_texture_compression_s3tc")
-    gl = GLExt(CtxProxy(gl_ctx, 430, drop=drop))  # type: ignore[arg-type]
+    gl = GLExt(CtxProxy(gl_context, 430, drop=drop))  # type: ignore[arg-type]
     assert not gl.has_buffer_storage and not gl.has(Feature.S3TC) and not gl.has(Feature.S3TC_SRGB)
     assert gl.has(Feature.BPTC) and gl.supports_format(gl_format(TexelFormat.BC7))
     with pytest.raises(GLError, match="GL_ARB_buffer_storage"):
@@ -448,9 +448,9 @@ def test_views_taken_every_frame_cost_no_memory_for_good(gl: GLExt, caplog: pyte
 
 
 @pytestmark_gl
-def test_loader_falls_back_to_egl_get_proc_address(gl_ctx: moderngl.Context) -> None:
+def test_loader_falls_back_to_egl_get_proc_address(gl_context: moderngl.Context) -> None:
     """A context whose own loader is unreachable still gets its functions through libEGL."""
-    proxy = CtxProxy(gl_ctx, gl_ctx.version_code)
+    proxy = CtxProxy(gl_context, gl_context.version_code)
     proxy.mglo = None  # type: ignore[attr-defined]  # hides moderngl's glcontext loader
     gl = GLExt(proxy)  # type: ignore[arg-type]
     blocks = encode(TexelFormat.BC4, make_image(8, 3))

@@ -155,9 +155,9 @@ def test_source_map_handles_unknown_ids() -> None:
 
 # ---- compiling (GL) ---------------------------------------------------------------------------
 @pytest.mark.gl
-def test_program_compiles_user_strings_with_includes(gl_ctx: moderngl.Context) -> None:
+def test_program_compiles_user_strings_with_includes(gl_context: moderngl.Context) -> None:
     prog = shaders.program(
-        gl_ctx,
+        gl_context,
         vertex=user('#include "inc_a.glsl"\n#include "texstream/common.glsl"').replace(
             MAIN, "void main() { gl_Position = ts_fullscreen_position(gl_VertexID) * inc_a(1.0); }\n"
         ),
@@ -169,9 +169,9 @@ def test_program_compiles_user_strings_with_includes(gl_ctx: moderngl.Context) -
 
 
 @pytest.mark.gl
-def test_semantic_error_in_an_include_names_its_file_and_line(gl_ctx: moderngl.Context) -> None:
+def test_semantic_error_in_an_include_names_its_file_and_line(gl_context: moderngl.Context) -> None:
     with pytest.raises(ShaderCompileError) as info:
-        shaders.program(gl_ctx, vertex=user('#include "broken_inc.glsl"'), include_dirs=[DATA])
+        shaders.program(gl_context, vertex=user('#include "broken_inc.glsl"'), include_dirs=[DATA])
     err = info.value
     assert isinstance(err, ShaderError) and err.stage == "vertex"
     first = str(err).splitlines()
@@ -181,39 +181,39 @@ def test_semantic_error_in_an_include_names_its_file_and_line(gl_ctx: moderngl.C
 
 
 @pytest.mark.gl
-def test_syntax_error_in_an_include_names_its_file_and_line(gl_ctx: moderngl.Context) -> None:
+def test_syntax_error_in_an_include_names_its_file_and_line(gl_context: moderngl.Context) -> None:
     with pytest.raises(ShaderCompileError) as info:
-        shaders.program(gl_ctx, vertex=user('#include "syntax_inc.glsl"'), include_dirs=[DATA])
+        shaders.program(gl_context, vertex=user('#include "syntax_inc.glsl"'), include_dirs=[DATA])
     d = info.value.diagnostics[0]
     assert (d.file, d.line, d.source_line) == (display("syntax_inc.glsl"), 3, "float syntax_bad = 2.0 +;")
     assert f"{display('syntax_inc.glsl')}:3:" in str(info.value)
 
 
 @pytest.mark.gl
-def test_error_in_the_top_level_fragment_source(gl_ctx: moderngl.Context) -> None:
+def test_error_in_the_top_level_fragment_source(gl_context: moderngl.Context) -> None:
     fs = '#version 330\n#include "texstream/common.glsl"\nout vec4 c;\nvoid main() {\n    c = vec4(nope);\n}\n'
     with pytest.raises(ShaderCompileError) as info:
-        shaders.program(gl_ctx, vertex=user(""), fragment=fs)
+        shaders.program(gl_context, vertex=user(""), fragment=fs)
     assert info.value.stage == "fragment"
     assert str(info.value).startswith("fragment shader failed to compile: <fragment>:5:")
     assert "5 | c = vec4(nope);" in str(info.value)
 
 
 @pytest.mark.gl
-def test_link_error_is_a_shader_error(gl_ctx: moderngl.Context) -> None:
+def test_link_error_is_a_shader_error(gl_context: moderngl.Context) -> None:
     vs = "#version 330\nout vec4 v;\nvoid main() { v = vec4(1.0); gl_Position = v; }\n"
     fs = "#version 330\nin vec3 v;\nout vec4 c;\nvoid main() { c = vec4(v, 1.0); }\n"
     with pytest.raises(ShaderCompileError) as info:
-        shaders.program(gl_ctx, vertex=vs, fragment=fs)
+        shaders.program(gl_context, vertex=vs, fragment=fs)
     assert info.value.stage == "program" and "failed to link" in str(info.value)
 
 
 @pytest.mark.gl
-def test_compute_shader_errors_map_too(gl_ctx: moderngl.Context) -> None:
-    if gl_ctx.version_code < 430:
+def test_compute_shader_errors_map_too(gl_context: moderngl.Context) -> None:
+    if gl_context.version_code < 430:
         pytest.skip("compute shaders need GL 4.3")
     cs = '#version 430\n#include "texstream/common.glsl"\nlayout(local_size_x = 1) in;\n' + "void main() { x = 1; }\n"
     with pytest.raises(ShaderCompileError, match=r"<compute>:4: .*\n\s+4 \| void main\(\) \{ x = 1; \}"):
-        shaders.compute_shader(gl_ctx, cs)
-    ok = shaders.compute_shader(gl_ctx, cs.replace("x = 1;", "vec3 c = ts_srgb_to_linear(vec3(0.5));"))
+        shaders.compute_shader(gl_context, cs)
+    ok = shaders.compute_shader(gl_context, cs.replace("x = 1;", "vec3 c = ts_srgb_to_linear(vec3(0.5));"))
     ok.release()

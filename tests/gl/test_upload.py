@@ -50,13 +50,13 @@ MIN_PSNR = 45.0
 
 
 @pytest.fixture(scope="module")
-def gl(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx)
+def gl(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context)
 
 
 @pytest.fixture(scope="module")
-def sampler(gl_ctx: moderngl.Context, gl: GLExt) -> Iterator[LayerSampler]:
-    s = LayerSampler(gl_ctx, gl, SLOT)
+def sampler(gl_context: moderngl.Context, gl: GLExt) -> Iterator[LayerSampler]:
+    s = LayerSampler(gl_context, gl, SLOT)
     yield s
     s.release()
 
@@ -78,7 +78,7 @@ def check_layer(gl: GLExt, sampler: LayerSampler, tex, layer: int, fmt: TexelFor
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "orphaning"])
 @pytest.mark.parametrize(("fmt", "srgb"), CASES, ids=[f"{f.name.lower()}{'-srgb' if s else ''}" for f, s in CASES])
 def test_tiles_through_the_ring_sample_like_the_reference_decoder(
-    gl_ctx: moderngl.Context,
+    gl_context: moderngl.Context,
     gl: GLExt,
     sampler: LayerSampler,
     fmt: TexelFormat,
@@ -93,7 +93,7 @@ def test_tiles_through_the_ring_sample_like_the_reference_decoder(
     n = f.layer_bytes(SLOT)
     tiles = [encode(fmt, make_image(SLOT, seed)) for seed in (3, 4, 5)]
     assert all(len(t) == n for t in tiles)
-    ring = StagingRing(gl_ctx, gl, size_bytes=4 * n + 4096, slot_bytes=n, persistent=persistent)
+    ring = StagingRing(gl_context, gl, size_bytes=4 * n + 4096, slot_bytes=n, persistent=persistent)
     tex = gl.create_texture_array(f, SLOT, 5)
     try:
         assert ring.persistent is persistent
@@ -107,7 +107,7 @@ def test_tiles_through_the_ring_sample_like_the_reference_decoder(
         ring.submit(slots, 3 * n)
         for layer, data in zip(layers.tolist(), tiles, strict=True):
             check_layer(gl, sampler, tex, layer, fmt, srgb, data)
-        gl_ctx.finish()
+        gl_context.finish()
         assert ring.reclaim().size == 3 and ring.stats().free == ring.slot_count
     finally:
         tex.release()
@@ -115,12 +115,12 @@ def test_tiles_through_the_ring_sample_like_the_reference_decoder(
 
 
 def test_orphaning_batches_do_not_disturb_earlier_uploads(
-    gl_ctx: moderngl.Context, gl: GLExt, sampler: LayerSampler
+    gl_context: moderngl.Context, gl: GLExt, sampler: LayerSampler
 ) -> None:
     """Each fallback batch orphans the buffer; layers uploaded by earlier batches keep their data."""
     f = gl_format(TexelFormat.BC7, True)
     n = f.layer_bytes(SLOT)
-    ring = StagingRing(gl_ctx, gl, size_bytes=2 * n, slot_bytes=n, persistent=False)
+    ring = StagingRing(gl_context, gl, size_bytes=2 * n, slot_bytes=n, persistent=False)
     tex = gl.create_texture_array(f, SLOT, 6)
     tiles = [encode(TexelFormat.BC7, make_image(SLOT, seed)) for seed in range(6)]
     zero = np.zeros(1, np.int64)
@@ -132,7 +132,7 @@ def test_orphaning_batches_do_not_disturb_earlier_uploads(
                 slots = ring.acquire(1)
                 if slots.size:
                     break
-                gl_ctx.finish()
+                gl_context.finish()
             assert slots.size == 1
             ring.view(int(slots[0]))[:] = data
             ring.stage(slots, n)

@@ -44,8 +44,8 @@ def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
-    r = PlaneRenderer(gl_ctx, SIZE)
+def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
+    r = PlaneRenderer(gl_context, SIZE)
     yield r
     r.release()
 
@@ -86,7 +86,7 @@ def disk_frame(ctx: moderngl.Context, renderer: PlaneRenderer, pack: Path) -> np
 
 @pytest.mark.parametrize("native", [True, False], ids=["compiled-decode", "python-decode"])
 def test_stream_over_http_equals_disk(
-    gl_ctx: moderngl.Context,
+    gl_context: moderngl.Context,
     renderer: PlaneRenderer,
     nginx: LocalNginx,
     served: Path,
@@ -95,8 +95,8 @@ def test_stream_over_http_equals_disk(
     native: bool,
 ) -> None:
     shutil.copyfile(pack, served / "terrain.tpk")
-    expect = disk_frame(gl_ctx, renderer, pack)
-    with Streamer(gl_ctx, config(cache_folder, native)) as s:
+    expect = disk_frame(gl_context, renderer, pack)
+    with Streamer(gl_context, config(cache_folder, native)) as s:
         telemetry = Telemetry(s)
         vt = s.open(nginx.url("terrain.tpk"))
         records = converge(s, renderer, vt, telemetry)
@@ -112,7 +112,7 @@ def test_stream_over_http_equals_disk(
         telemetry.release()
     assert psnr(got, expect) >= CONVERGED_DB
     # a second run is served by the cache: few bytes over the network, a high hit rate
-    with Streamer(gl_ctx, config(cache_folder, native)) as s:
+    with Streamer(gl_context, config(cache_folder, native)) as s:
         telemetry = Telemetry(s)
         vt = s.open(nginx.url("terrain.tpk"))
         records = converge(s, renderer, vt, telemetry)
@@ -123,11 +123,11 @@ def test_stream_over_http_equals_disk(
 
 
 def test_server_killed_mid_stream_then_back(
-    gl_ctx: moderngl.Context, renderer: PlaneRenderer, nginx: LocalNginx, served: Path, pack: Path
+    gl_context: moderngl.Context, renderer: PlaneRenderer, nginx: LocalNginx, served: Path, pack: Path
 ) -> None:
     shutil.copyfile(pack, served / "terrain.tpk")
-    expect = disk_frame(gl_ctx, renderer, pack)
-    with Streamer(gl_ctx, config(None)) as s:
+    expect = disk_frame(gl_context, renderer, pack)
+    with Streamer(gl_context, config(None)) as s:
         vt = s.open(nginx.url("terrain.tpk"))  # pinned levels loaded: the fallback while the server is gone
         nginx.stop()
         offline_seen = False
@@ -155,7 +155,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
 
 
 def test_render_and_demo_from_a_url(
-    nginx: LocalNginx, served: Path, pack: Path, tmp_path: Path, gl_ctx: object
+    nginx: LocalNginx, served: Path, pack: Path, tmp_path: Path, gl_context: object
 ) -> None:
     """`render` from the URL equals `render` from disk; the headless demo streams from the URL and its
     telemetry shows the network and the disk cache filling."""
@@ -182,7 +182,12 @@ def test_render_and_demo_from_a_url(
 
 
 def test_corrupt_byte_served_while_streaming(
-    gl_ctx: moderngl.Context, renderer: PlaneRenderer, nginx: LocalNginx, served: Path, pack: Path, cache_folder: Path
+    gl_context: moderngl.Context,
+    renderer: PlaneRenderer,
+    nginx: LocalNginx,
+    served: Path,
+    pack: Path,
+    cache_folder: Path,
 ) -> None:
     """A byte flipped in one tile on the server (same size and mtime, so the same ETag): that tile
     fails its checksum and counts as corrupt, the rest of the view streams, and nothing crashes."""
@@ -198,7 +203,7 @@ def test_corrupt_byte_served_while_streaming(
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0x5A]))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with Streamer(gl_ctx, config(cache_folder)) as s:
+    with Streamer(gl_context, config(cache_folder)) as s:
         vt = s.open(nginx.url("terrain.tpk"))
         for _ in range(80):
             s.update()

@@ -147,8 +147,8 @@ class Grid:
 
 
 @pytest.fixture
-def grid(gl_ctx: moderngl.Context) -> Iterator[Grid]:
-    g = Grid(gl_ctx)
+def grid(gl_context: moderngl.Context) -> Iterator[Grid]:
+    g = Grid(gl_context)
     yield g
     g.release()
 
@@ -158,9 +158,9 @@ def config() -> StreamerConfig:
 
 
 def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
-    gl_ctx: moderngl.Context, packs: list[Path], grid: Grid
+    gl_context: moderngl.Context, packs: list[Path], grid: Grid
 ) -> None:
-    with Streamer(gl_ctx, config()) as ref:
+    with Streamer(gl_context, config()) as ref:
         textures = [ref.open(p) for p in packs]
         pools = {vt.pool.name for vt in textures}
         assert len(pools) >= 8, pools  # several texture units in play
@@ -181,7 +181,7 @@ def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
         off = float(np.abs(got - level3(i).reshape(-1, 3).mean(axis=0)).max())
         assert off <= MEAN_TOLERANCE, f"texture {i} ({packs[i].name}) is {off:.1f} levels off its source's mean"
 
-    with Streamer(gl_ctx, config()) as s:
+    with Streamer(gl_context, config()) as s:
         textures = [s.open(p) for p in packs]
         for _ in range(12):
             s.update()
@@ -200,10 +200,10 @@ def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
     assert min(scores) >= CONVERGED_DB, f"texture {worst} ({packs[worst].name}) is {scores[worst]:.1f} dB off"
 
 
-def test_the_257th_texture_is_refused_with_one_clear_error(gl_ctx: moderngl.Context, packs: list[Path]) -> None:
+def test_the_257th_texture_is_refused_with_one_clear_error(gl_context: moderngl.Context, packs: list[Path]) -> None:
     from texstream.errors import EngineError
 
-    with Streamer(gl_ctx, config()) as s:
+    with Streamer(gl_context, config()) as s:
         for p in packs:
             s.open(p)
         with pytest.raises(EngineError, match="at most 256 virtual textures"):

@@ -29,13 +29,13 @@ pytestmark = pytest.mark.gl
 
 
 def test_draws_without_update_warn_once_naming_the_fix(
-    gl_ctx: moderngl.Context,
+    gl_context: moderngl.Context,
     packs,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
-    prog = program(gl_ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
-    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+    prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         vt = s.open(packs.colour)
         with pytest.warns(
             RuntimeWarning, match=r"without Streamer\.update\(\).*call streamer\.update\(\) once per frame"
@@ -49,9 +49,9 @@ def test_draws_without_update_warn_once_naming_the_fix(
     prog.release()
 
 
-def test_updates_between_draws_never_warn(gl_ctx: moderngl.Context, packs) -> None:
-    prog = program(gl_ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
-    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+def test_updates_between_draws_never_warn(gl_context: moderngl.Context, packs) -> None:
+    prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         vt = s.open(packs.colour)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -62,15 +62,15 @@ def test_updates_between_draws_never_warn(gl_ctx: moderngl.Context, packs) -> No
     prog.release()
 
 
-def test_wrong_config_types_name_the_expected_class(gl_ctx: moderngl.Context) -> None:
+def test_wrong_config_types_name_the_expected_class(gl_context: moderngl.Context) -> None:
     with pytest.raises(TypeError, match="config must be a StreamerConfig, got BudgetConfig"):
-        Streamer(gl_ctx, BudgetConfig())  # type: ignore[arg-type]
+        Streamer(gl_context, BudgetConfig())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="budget must be a BudgetConfig, got StreamerConfig"):
         StreamerConfig(budget=StreamerConfig())  # type: ignore[arg-type]
 
 
-def test_use_after_release_is_an_engine_error(gl_ctx: moderngl.Context, packs) -> None:
-    s = Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32)))
+def test_use_after_release_is_an_engine_error(gl_context: moderngl.Context, packs) -> None:
+    s = Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32)))
     s.open(packs.colour)
     s.release()
     for call in (lambda: s.set_budget(64), s.memory_summary, s.update, lambda: s.open(packs.colour), s.validate):
@@ -78,8 +78,8 @@ def test_use_after_release_is_an_engine_error(gl_ctx: moderngl.Context, packs) -
             call()
 
 
-def test_missing_pack_is_file_not_found(gl_ctx: moderngl.Context, tmp_path: Path) -> None:
-    with Streamer(gl_ctx, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
+def test_missing_pack_is_file_not_found(gl_context: moderngl.Context, tmp_path: Path) -> None:
+    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         with pytest.raises(FileNotFoundError, match="does not exist") as err:
             s.open(tmp_path / "missing.tpk")
     assert isinstance(err.value, PackNotFoundError) and isinstance(err.value, PackFormatError)

@@ -675,10 +675,10 @@ def runs(mask: np.ndarray) -> int:
 
 
 @pytest.mark.gl
-def test_buffer_holds_the_dirty_entries_after_upload(gl_ctx) -> None:  # noqa: ANN001
+def test_buffer_holds_the_dirty_entries_after_upload(gl_context) -> None:  # noqa: ANN001
     w = World({0: (hdr(4096, 4096), 1), 5: (BIG, 2), 1: (MID, 1)})
     budget = BudgetManager(BudgetConfig(budget_mb=1))
-    buf = PageTableBuffer(gl_ctx, budget, w.space.used)
+    buf = PageTableBuffer(gl_context, budget, w.space.used)
     used = w.space.used
     try:
         assert buf.entries == PageTableBuffer.entries_for(used) >= used and buf.entries % PageTableBuffer.STEP == 0
@@ -717,10 +717,10 @@ def test_buffer_holds_the_dirty_entries_after_upload(gl_ctx) -> None:  # noqa: A
 
 
 @pytest.mark.gl
-def test_fit_grows_the_buffer_and_uploads_everything_again(gl_ctx) -> None:  # noqa: ANN001
+def test_fit_grows_the_buffer_and_uploads_everything_again(gl_context) -> None:  # noqa: ANN001
     w = World({0: (BIG, 1), 1: (MID, 1)})
     budget = BudgetManager(BudgetConfig(budget_mb=1))
-    buf = PageTableBuffer(gl_ctx, budget)
+    buf = PageTableBuffer(gl_context, budget)
     try:
         assert buf.entries == PageTableBuffer.STEP and buf.growth_bytes(100) == 0
         big = PageTableBuffer.STEP * 3 + 5

@@ -40,8 +40,8 @@ MakePool = Callable[..., CachePool]
 
 
 @pytest.fixture(scope="module")
-def gl(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx)
+def gl(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context)
 
 
 @pytest.fixture

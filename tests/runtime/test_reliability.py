@@ -62,8 +62,8 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
-    r = PlaneRenderer(gl_ctx, SIZE)
+def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
+    r = PlaneRenderer(gl_context, SIZE)
     yield r
     r.release()
 
@@ -73,16 +73,16 @@ def frames(s: Streamer, renderer: PlaneRenderer, vt, view: View, n: int) -> np.n
 
 
 # ---- leaks -----------------------------------------------------------------------------------
-def test_release_leaves_no_gl_object(gl_ctx: moderngl.Context, packs: dict[str, Path]) -> None:
-    gl = GLExt(gl_ctx)
+def test_release_leaves_no_gl_object(gl_context: moderngl.Context, packs: dict[str, Path]) -> None:
+    gl = GLExt(gl_context)
     before = gl.live_objects()
-    renderer = PlaneRenderer(gl_ctx, SIZE)
+    renderer = PlaneRenderer(gl_context, SIZE)
     renderer.release()
-    s = Streamer(gl_ctx, config())
+    s = Streamer(gl_context, config())
     a, b = s.open(packs["colour"]), s.open(packs["checker"])
     for _ in range(6):
         s.update()
-        renderer = PlaneRenderer(gl_ctx, SIZE)
+        renderer = PlaneRenderer(gl_context, SIZE)
         renderer.draw(a, View(0.5, 0.5, 1.0))
         renderer.draw(b, View(0.3, 0.3, 0.5))
         renderer.release()
@@ -96,11 +96,11 @@ def test_release_leaves_no_gl_object(gl_ctx: moderngl.Context, packs: dict[str, 
 
 
 def test_a_streamer_dropped_without_release_frees_its_gl_objects(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
-    gl = GLExt(gl_ctx)
+    gl = GLExt(gl_context)
     before = gl.live_objects()
-    s = Streamer(gl_ctx, config())
+    s = Streamer(gl_context, config())
     vt = s.open(packs["colour"])
     frames(s, renderer, vt, View(0.5, 0.5, 1.0), 4)
     with pytest.warns(ResourceWarning, match="was not released"):
@@ -110,11 +110,11 @@ def test_a_streamer_dropped_without_release_frees_its_gl_objects(
 
 
 def test_per_frame_host_memory_does_not_grow(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
     """Frames that stream nothing (converged) and frames that do: no Python allocation survives a frame
     (the feedback readback once kept two views per frame)."""
-    with Streamer(gl_ctx, config()) as s:
+    with Streamer(gl_context, config()) as s:
         vt = s.open(packs["colour"])
         views = [View(0.2 + 0.6 * (i % 7) / 6, 0.5, 1.0) for i in range(7)]
         for v in views:  # warm up: every view's tiles and every array at its final size
@@ -136,9 +136,9 @@ def test_per_frame_host_memory_does_not_grow(
 
 # ---- failures ------------------------------------------------------------------------------------
 def test_a_failed_make_all_resident_leaves_the_streamer_usable(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
-    with Streamer(gl_ctx, config(48.0)) as s:
+    with Streamer(gl_context, config(48.0)) as s:
         vt = s.open(packs["corrupt"])
         pool = vt.pool
         free, pinned = pool.free_count, pool.pinned_count
@@ -153,14 +153,14 @@ def test_a_failed_make_all_resident_leaves_the_streamer_usable(
         pool.check()
         good = s.open(packs["colour"])
         s.make_all_resident(good)  # and a good texture still goes all-resident
-    ref = reference(gl_ctx, packs["colour"], view)
+    ref = reference(gl_context, packs["colour"], view)
     assert psnr(frame, ref) >= 25.0
 
 
 def test_an_io_thread_crash_is_one_engine_error_and_release_is_clean(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
-    gl = GLExt(gl_ctx)
+    gl = GLExt(gl_context)
     before = gl.live_objects()
     crashed = threading.Event()
 
@@ -169,20 +169,20 @@ def test_an_io_thread_crash_is_one_engine_error_and_release_is_clean(
             crashed.set()
             raise RuntimeError("disk controller on fire")
 
-    s = Streamer(gl_ctx, config(retry_frames=2), read_hook=crash_once)
+    s = Streamer(gl_context, config(retry_frames=2), read_hook=crash_once)
     vt = s.open(packs["colour"])
     with pytest.raises(EngineError, match="an I/O thread failed: RuntimeError: disk controller on fire"):
         for _ in range(60):
             s.update()
             renderer.draw(vt, View(0.5, 0.5, 1.0))
     frame = frames(s, renderer, vt, View(0.5, 0.5, 1.0), 24)  # the loop goes on; the batch is retried
-    assert psnr(frame, reference(gl_ctx, packs["colour"], View(0.5, 0.5, 1.0))) >= CONVERGED_DB
+    assert psnr(frame, reference(gl_context, packs["colour"], View(0.5, 0.5, 1.0))) >= CONVERGED_DB
     s.release()
     assert gl.live_objects().minus(before) == {}
 
 
 def test_a_hung_read_is_given_up_and_blocks_nothing(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
     """One read of the colour pack never returns (until the test ends): its loads fail after the
     timeout and are retried, the other texture streams to convergence, and release() returns after
@@ -196,10 +196,10 @@ def test_a_hung_read_is_given_up_and_blocks_nothing(
             gate.wait(60)
 
     cfg = config(read_timeout_s=0.3, shutdown_wait_s=0.2, retry_frames=2)
-    s = Streamer(gl_ctx, cfg, read_hook=hang_first_colour_batch)
+    s = Streamer(gl_context, cfg, read_hook=hang_first_colour_batch)
     try:
         colour, checker = s.open(packs["colour"]), s.open(packs["checker"])
-        other = PlaneRenderer(gl_ctx, SIZE)
+        other = PlaneRenderer(gl_context, SIZE)
         view = View(0.5, 0.5, 1.0)
         try:
             deadline = time.monotonic() + 30
@@ -217,8 +217,8 @@ def test_a_hung_read_is_given_up_and_blocks_nothing(
             got_colour = renderer.read()
         finally:
             other.release()
-        assert psnr(got_checker, reference(gl_ctx, packs["checker"], view)) >= CONVERGED_DB
-        assert psnr(got_colour, reference(gl_ctx, packs["colour"], view)) >= CONVERGED_DB  # retried
+        assert psnr(got_checker, reference(gl_context, packs["checker"], view)) >= CONVERGED_DB
+        assert psnr(got_colour, reference(gl_context, packs["colour"], view)) >= CONVERGED_DB  # retried
         t0 = time.monotonic()
         s.release()
         assert time.monotonic() - t0 < 5.0  # the bounded wait, not the hung read
@@ -228,7 +228,7 @@ def test_a_hung_read_is_given_up_and_blocks_nothing(
 
 
 def test_reads_nobody_wants_any_more_are_cancelled(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
     """Slow reads (30 ms a batch, one thread) and a fast pan: reads queued for views already left are
     cancelled (the thread skips them), so the final view is not stuck behind them."""
@@ -237,7 +237,7 @@ def test_reads_nobody_wants_any_more_are_cancelled(
         time.sleep(0.03)
 
     cfg = config(64.0, io_threads=1, cancel_after_frames=3, prefetch=False)
-    with Streamer(gl_ctx, cfg, read_hook=slow) as s:
+    with Streamer(gl_context, cfg, read_hook=slow) as s:
         vt = s.open(packs["checker"])
         for i in range(40):  # a pan across the whole texture, a new place every frame
             s.update()
@@ -257,8 +257,8 @@ def test_reads_nobody_wants_any_more_are_cancelled(
 
 # ---- misuse ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, "64", None])
-def test_set_budget_rejects_nonsense(gl_ctx: moderngl.Context, value: object) -> None:
-    with Streamer(gl_ctx, config()) as s:
+def test_set_budget_rejects_nonsense(gl_context: moderngl.Context, value: object) -> None:
+    with Streamer(gl_context, config()) as s:
         with pytest.raises(ValueError, match="budget must be"):
             s.set_budget(value)  # type: ignore[arg-type]
 
@@ -269,8 +269,8 @@ def test_budget_config_rejects_nonsense(value: float) -> None:
         BudgetConfig(budget_mb=value)
 
 
-def test_calls_from_another_thread_are_refused(gl_ctx: moderngl.Context, packs: dict[str, Path]) -> None:
-    with Streamer(gl_ctx, config()) as s:
+def test_calls_from_another_thread_are_refused(gl_context: moderngl.Context, packs: dict[str, Path]) -> None:
+    with Streamer(gl_context, config()) as s:
         vt = s.open(packs["colour"])
         errors: list[BaseException] = []
 
@@ -305,10 +305,10 @@ def test_use_after_the_context_is_gone_is_one_clear_error(packs: dict[str, Path]
 
 
 def test_closing_a_texture_or_its_reader_mid_stream_corrupts_nothing(
-    gl_ctx: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: dict[str, Path], renderer: PlaneRenderer
 ) -> None:
     view = View(0.5, 0.5, 1.0)
-    with Streamer(gl_ctx, config()) as s:
+    with Streamer(gl_context, config()) as s:
         a = s.open(packs["colour"])
         b = s.open(packs["checker"])
         s.update()
@@ -319,11 +319,11 @@ def test_closing_a_texture_or_its_reader_mid_stream_corrupts_nothing(
         assert b.closed and b not in s.textures
         frame = frames(s, renderer, a, view, 30)
         assert s.stats().corrupt_tiles == 0
-    assert psnr(frame, reference(gl_ctx, packs["colour"], view)) >= CONVERGED_DB
+    assert psnr(frame, reference(gl_context, packs["colour"], view)) >= CONVERGED_DB
 
 
-def test_budget_error_is_not_confused_with_corruption(gl_ctx: moderngl.Context, packs: dict[str, Path]) -> None:
-    with Streamer(gl_ctx, config(4.0)) as s:
+def test_budget_error_is_not_confused_with_corruption(gl_context: moderngl.Context, packs: dict[str, Path]) -> None:
+    with Streamer(gl_context, config(4.0)) as s:
         vt = s.open(packs["colour"])
         with pytest.raises(BudgetError):
             s.make_all_resident(vt)

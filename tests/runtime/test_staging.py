@@ -55,8 +55,8 @@ class FenceFactory:
 
 
 @pytest.fixture(scope="module")
-def gl(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx)
+def gl(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context)
 
 
 @pytest.fixture(params=[True, False], ids=["persistent", "orphaning"])
@@ -70,8 +70,8 @@ def fences() -> FenceFactory:
 
 
 @pytest.fixture
-def ring(gl_ctx: moderngl.Context, gl: GLExt, persistent: bool, fences: FenceFactory) -> Iterator[StagingRing]:
-    r = StagingRing(gl_ctx, gl, size_bytes=3 * 1024, slot_bytes=1000, persistent=persistent, fence_factory=fences)
+def ring(gl_context: moderngl.Context, gl: GLExt, persistent: bool, fences: FenceFactory) -> Iterator[StagingRing]:
+    r = StagingRing(gl_context, gl, size_bytes=3 * 1024, slot_bytes=1000, persistent=persistent, fence_factory=fences)
     yield r
     r.release()
 
@@ -126,19 +126,19 @@ def test_view_is_the_slots_memory(ring: StagingRing) -> None:
     assert set(changed.tolist()) <= {1024, 1025, 1026, 1027}
 
 
-def test_argument_checks(gl_ctx: moderngl.Context, gl: GLExt) -> None:
+def test_argument_checks(gl_context: moderngl.Context, gl: GLExt) -> None:
     with pytest.raises(ValueError, match="slot_bytes"):
-        StagingRing(gl_ctx, gl, 4096, 0)
+        StagingRing(gl_context, gl, 4096, 0)
     with pytest.raises(ValueError, match="cannot hold one"):
-        StagingRing(gl_ctx, gl, 100, 1000)
+        StagingRing(gl_context, gl, 100, 1000)
     with pytest.raises(ValueError, match="cannot hold one"):
-        StagingRing(gl_ctx, gl, 0, 256)
-    with StagingRing(gl_ctx, gl, 4096, 257) as r:  # the stride rounds up to the slot alignment
+        StagingRing(gl_context, gl, 0, 256)
+    with StagingRing(gl_context, gl, 4096, 257) as r:  # the stride rounds up to the slot alignment
         assert (r.stride, r.slot_count, r.nbytes) == (512, 8, 4096)
 
 
-def test_auto_mode_follows_buffer_storage(gl_ctx: moderngl.Context, gl: GLExt) -> None:
-    with StagingRing(gl_ctx, gl, 4096, 256) as r:
+def test_auto_mode_follows_buffer_storage(gl_context: moderngl.Context, gl: GLExt) -> None:
+    with StagingRing(gl_context, gl, 4096, 256) as r:
         assert r.persistent is gl.has_buffer_storage
 
 
@@ -255,13 +255,13 @@ def test_abandoning_a_slot_twice_in_one_call_does_not_free_it_twice(ring: Stagin
 
 # ---- uploads through the buffer ---------------------------------------------------------------------
 def test_batches_land_in_their_layers_and_reuse_after_the_fence_keeps_them(
-    gl_ctx: moderngl.Context, gl: GLExt, persistent: bool, cells: TextureArray
+    gl_context: moderngl.Context, gl: GLExt, persistent: bool, cells: TextureArray
 ) -> None:
     """Each batch is staged, uploaded and fenced on its own; a later batch (which orphans the whole
     buffer in the fallback) and reusing the first batch's slots after its fence leave the layers
     uploaded before exactly as they were."""
     fences = FenceFactory()
-    with StagingRing(gl_ctx, gl, 4 * STRIDE, CELL_BYTES, persistent=persistent, fence_factory=fences) as ring:
+    with StagingRing(gl_context, gl, 4 * STRIDE, CELL_BYTES, persistent=persistent, fence_factory=fences) as ring:
         data = {layer: tile_bytes(layer) for layer in range(6)}
 
         def batch(layers: list[int]) -> np.ndarray:
@@ -278,7 +278,7 @@ def test_batches_land_in_their_layers_and_reuse_after_the_fence_keeps_them(
         first = batch([0, 1])
         batch([2, 3])
         assert ring.free_count == 0 and len(fences.made) == 2
-        gl_ctx.finish()  # the GPU really is done: now the fake fence may say so
+        gl_context.finish()  # the GPU really is done: now the fake fence may say so
         fences.made[0].signal = True
         assert as_set(ring.reclaim()) == as_set(first)
         assert as_set(batch([4, 5])) == as_set(first)  # the same slots, new bytes
@@ -288,12 +288,12 @@ def test_batches_land_in_their_layers_and_reuse_after_the_fence_keeps_them(
 
 
 def test_stage_copies_the_bytes_of_that_moment_in_the_fallback(
-    gl_ctx: moderngl.Context, gl: GLExt, persistent: bool, cells: TextureArray
+    gl_context: moderngl.Context, gl: GLExt, persistent: bool, cells: TextureArray
 ) -> None:
     """Orphaning: `stage` copies the slot into GL, so later writes miss the upload. Persistent: the
     coherent mapping is the buffer, so the upload reads what the slot holds when it is issued."""
     staged, later = tile_bytes(10), tile_bytes(11)
-    with StagingRing(gl_ctx, gl, 2 * STRIDE, CELL_BYTES, persistent=persistent, fence_factory=FenceFactory()) as r:
+    with StagingRing(gl_context, gl, 2 * STRIDE, CELL_BYTES, persistent=persistent, fence_factory=FenceFactory()) as r:
         s = r.acquire(1)
         write(r, int(s[0]), staged)
         r.stage(s, CELL_BYTES)
@@ -304,13 +304,13 @@ def test_stage_copies_the_bytes_of_that_moment_in_the_fallback(
 
 
 def test_threads_fill_slots_while_the_render_thread_uploads(
-    gl_ctx: moderngl.Context, gl: GLExt, persistent: bool
+    gl_context: moderngl.Context, gl: GLExt, persistent: bool
 ) -> None:
     """The render thread hands slots to four threads that write tiles into them, then stages,
     uploads and fences what they filled; real fences gate reuse. Every tile lands intact."""
     count, workers = 48, 4
     tiles = {k: tile_bytes(100 + k) for k in range(count)}
-    ring = StagingRing(gl_ctx, gl, 5 * STRIDE, CELL_BYTES, persistent=persistent)
+    ring = StagingRing(gl_context, gl, 5 * STRIDE, CELL_BYTES, persistent=persistent)
     tex = gl.create_texture_array(BC1, CELL, count)
     jobs: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
     done: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
@@ -355,7 +355,7 @@ def test_threads_fill_slots_while_the_render_thread_uploads(
         assert uploaded == count
         for key, want in tiles.items():
             assert gl.read_layer(tex, key) == want, key
-        gl_ctx.finish()
+        gl_context.finish()
         ring.reclaim()
         st = ring.stats()
         assert st.free == ring.slot_count and st.bytes_submitted == count * CELL_BYTES and st.acquired == count
@@ -369,9 +369,9 @@ def test_threads_fill_slots_while_the_render_thread_uploads(
 
 
 # ---- release ------------------------------------------------------------------------------------
-def test_release_is_idempotent_and_later_use_raises(gl_ctx: moderngl.Context, gl: GLExt, persistent: bool) -> None:
+def test_release_is_idempotent_and_later_use_raises(gl_context: moderngl.Context, gl: GLExt, persistent: bool) -> None:
     fences = FenceFactory()
-    r = StagingRing(gl_ctx, gl, 4096, 1024, persistent=persistent, fence_factory=fences)
+    r = StagingRing(gl_context, gl, 4096, 1024, persistent=persistent, fence_factory=fences)
     name = r.glo
     a = r.acquire(1)
     r.submit(a, 1024)

@@ -91,8 +91,8 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> Packs:
 
 
 @pytest.fixture
-def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
-    r = PlaneRenderer(gl_ctx, SIZE)
+def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
+    r = PlaneRenderer(gl_context, SIZE)
     yield r
     r.release()
 
@@ -124,12 +124,12 @@ VIEWS = {
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
-def test_streamed_frames_converge_and_are_never_black(gl_ctx: moderngl.Context, packs: Packs, name: str) -> None:
+def test_streamed_frames_converge_and_are_never_black(gl_context: moderngl.Context, packs: Packs, name: str) -> None:
     view = VIEWS[name]
-    ref = reference(gl_ctx, packs.colour, view)
+    ref = reference(gl_context, packs.colour, view)
     plane = ~black(ref)  # the oblique view sees the horizon: the clear colour above it is excluded
     assert plane.mean() > 0.5
-    result = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config())
+    result = render(gl_context, packs.colour, view=view, size=SIZE, frames=FRAMES, keep_frames=True, config=config())
     scores = [psnr(f, ref) for f in result.frames]
     for i, frame in enumerate(result.frames):
         assert not (black(frame) & plane).any(), f"{name}: black texels in frame {i}"
@@ -140,28 +140,28 @@ def test_streamed_frames_converge_and_are_never_black(gl_ctx: moderngl.Context, 
     assert all(t["vram_bytes"] <= t["budget_bytes"] for t in result.telemetry)
 
 
-def test_one_to_one_matches_independent_decoder(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_one_to_one_matches_independent_decoder(gl_context: moderngl.Context, packs: Packs) -> None:
     # A 1:1 top view centred on a texel corner maps each pixel onto one level-0 texel centre.
     w, h = SIZE
     x0, y0 = 1024 - w // 2 + 64, 1024 - h // 2 - 32
     view = View((x0 + w / 2) / 2048, (y0 + h / 2) / 2048, 1.0)
-    frame = render(gl_ctx, packs.colour, view=view, size=SIZE, frames=FRAMES, config=config()).frames[-1]
+    frame = render(gl_context, packs.colour, view=view, size=SIZE, frames=FRAMES, config=config()).frames[-1]
     expected = extract_level(packs.colour, 0, (x0, y0, w, h))
     score = psnr(frame, expected)
     assert score >= CONVERGED_DB, f"streamed 1:1 frame is {score:.1f} dB from texture2ddecoder's decode"
 
 
 # ---- budget ----------------------------------------------------------------------------------
-def test_budget_far_below_demand(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_budget_far_below_demand(gl_context: moderngl.Context, packs: Packs) -> None:
     """A 4096^2 texture seen minified and oblique through a 3.3 MiB budget (2 MiB of it feedback,
     0.8 MiB ring): usage never exceeds the budget, the mip bias rises, and the view settles on a
     coarser level that fits (no missing page, no re-upload churn) instead of thrashing."""
     view = View(0.5, 0.5, 0.25, 60.0, 25.0)
     cfg = config(3.3, ring_mb=1)
     size = (384, 384)
-    renderer = PlaneRenderer(gl_ctx, size)
+    renderer = PlaneRenderer(gl_context, size)
     try:
-        with Streamer(gl_ctx, cfg) as s:
+        with Streamer(gl_context, cfg) as s:
             vt = s.open(packs.big)
             demand = vt.header.tile_count
             assert demand * vt.header.tile_raw_size > 4 * s.budget.budget
@@ -180,13 +180,13 @@ def test_budget_far_below_demand(gl_ctx: moderngl.Context, packs: Packs) -> None
         renderer.release()
 
 
-def test_two_formats_share_one_budget(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_two_formats_share_one_budget(gl_context: moderngl.Context, packs: Packs) -> None:
     view_c, view_n = View(0.4, 0.6, 0.7), View(0.6, 0.4, 1.5)
-    ref_c, ref_n = reference(gl_ctx, packs.colour, view_c), reference(gl_ctx, packs.normals, view_n)
-    second = PlaneRenderer(gl_ctx, SIZE)
-    first = PlaneRenderer(gl_ctx, SIZE)
+    ref_c, ref_n = reference(gl_context, packs.colour, view_c), reference(gl_context, packs.normals, view_n)
+    second = PlaneRenderer(gl_context, SIZE)
+    first = PlaneRenderer(gl_context, SIZE)
     try:
-        with Streamer(gl_ctx, config(12.0)) as s:
+        with Streamer(gl_context, config(12.0)) as s:
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             assert colour.pool is not normals.pool and len(s.pools) == 2
             names = set(s.budget.breakdown())
@@ -208,11 +208,11 @@ def test_two_formats_share_one_budget(gl_ctx: moderngl.Context, packs: Packs) ->
     assert psnr(b, ref_n) >= CONVERGED_DB
 
 
-def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+def test_budget_shrink_at_run_time(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
     path = [View(0.2 + 0.1 * i, 0.3 + 0.05 * i, 0.6) for i in range(7)]
     final = View(0.8, 0.6, 1.0)
-    ref = reference(gl_ctx, packs.colour, final)
-    with Streamer(gl_ctx, config(24.0, ring_mb=1)) as s:
+    ref = reference(gl_context, packs.colour, final)
+    with Streamer(gl_context, config(24.0, ring_mb=1)) as s:
         vt = s.open(packs.colour)
         for view in path:  # fill the cache well beyond what the last view needs
             for _ in run(s, renderer, vt, view, 4):
@@ -237,15 +237,15 @@ def test_budget_shrink_at_run_time(gl_ctx: moderngl.Context, packs: Packs, rende
             assert psnr(frame, ref) >= CONVERGED_DB
 
 
-def test_close_while_streaming_returns_every_staging_slot(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_close_while_streaming_returns_every_staging_slot(gl_context: moderngl.Context, packs: Packs) -> None:
     """Closing a texture with loads queued, in flight and read-but-not-uploaded (a 2-tile upload cap
     keeps a backlog) gives their ring slots back; the other texture streams on, and a texture
     opened again (taking the freed id) converges."""
     view_c, view_n = View(0.5, 0.5, 0.5), View(0.5, 0.5, 0.8)
-    ref_c, ref_n = reference(gl_ctx, packs.colour, view_c), reference(gl_ctx, packs.normals, view_n)
-    first, second = PlaneRenderer(gl_ctx, SIZE), PlaneRenderer(gl_ctx, SIZE)
+    ref_c, ref_n = reference(gl_context, packs.colour, view_c), reference(gl_context, packs.normals, view_n)
+    first, second = PlaneRenderer(gl_context, SIZE), PlaneRenderer(gl_context, SIZE)
     try:
-        with Streamer(gl_ctx, config(32.0, upload_tiles_per_frame=2)) as s:
+        with Streamer(gl_context, config(32.0, upload_tiles_per_frame=2)) as s:
             s._scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up READY
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             for _ in range(60):  # feedback arrives when the GPU's fences signal: a few frames on real drivers
@@ -268,7 +268,7 @@ def test_close_while_streaming_returns_every_staging_slot(gl_ctx: moderngl.Conte
 
 
 # ---- bad data --------------------------------------------------------------------------------
-def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+def test_corrupt_tile_keeps_fallback(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
     bad = packs.root / "corrupt.tpk"
     shutil.copyfile(packs.colour, bad)
     tx, ty = 16, 16  # level-0 tile under pixels 128..191 of the 1:1 view centred on the texture
@@ -280,10 +280,10 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
         f.seek(e.offset + e.stored_size // 2)
         f.write(bytes(v ^ 0x5A for v in chunk))
     view = View(0.5, 0.5, 1.0)
-    ref = reference(gl_ctx, packs.colour, view)
+    ref = reference(gl_context, packs.colour, view)
     region = np.zeros(ref.shape[:2], bool)
     region[128 - 8 : 192 + 8, 128 - 8 : 192 + 8] = True  # the tile, plus a bilinear margin
-    with Streamer(gl_ctx, config(retry_frames=4)) as s:
+    with Streamer(gl_context, config(retry_frames=4)) as s:
         vt = s.open(bad)
         for frame, _st in run(s, renderer, vt, view, FRAMES):
             assert not black(frame).any()
@@ -299,7 +299,7 @@ def test_corrupt_tile_keeps_fallback(gl_ctx: moderngl.Context, packs: Packs, ren
 
 
 # ---- eviction delay and fence-gated ring reuse -------------------------------------------------
-def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_context: moderngl.Context, packs: Packs) -> None:
     """Exhaustive feedback (every fragment, read right after each draw) names exactly the slots a
     draw sampled through its page table. Under budget pressure, with the camera jumping back to a
     view whose tiles went cold (the engine learns that draw N sampled them only at N + 2), no slot
@@ -308,13 +308,13 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_ctx: moderngl
     size = (192, 192)
     fif = 3
     cfg = config(256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif, upload_tiles_per_frame=8)
-    renderer = PlaneRenderer(gl_ctx, size)
+    renderer = PlaneRenderer(gl_context, size)
     early: list[tuple[int, int, int]] = []  # (update, slot, last draw that sampled it)
     ages: list[int] = []
     uploads = 0
     a, b = View(0.3, 0.3, 0.5, 40.0, 0.0), View(0.7, 0.7, 0.5, 40.0, 180.0)
     try:
-        with Streamer(gl_ctx, cfg) as s:
+        with Streamer(gl_context, cfg) as s:
             # the default feedback ring is sized for 1920x1080 (126 MiB at divisor 1): size it for 192^2
             s.set_feedback_size(size)
             s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
@@ -330,7 +330,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_ctx: moderngl
                             early.append((s.frame, slot, int(sampled[slot])))
                 ages.extend(st.evicted_age.tolist())
                 renderer.draw(vt, view)
-                gl_ctx.finish()
+                gl_context.finish()
                 ids = np.unique(s._feedback.read_current()).astype(np.int64)  # every fragment's page
                 parents = s._space.parent[ids].astype(np.int64)
                 ids = np.concatenate([ids, parents[parents >= 0]])  # trilinear samples the next level
@@ -360,9 +360,9 @@ class HeldFence:
         self.inner.release()
 
 
-def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, packs: Packs,
+def test_ring_slots_reused_only_after_their_fence(gl_context: moderngl.Context, packs: Packs,
                                                   renderer: PlaneRenderer) -> None:  # fmt: skip
-    with Streamer(gl_ctx, config(ring_mb=1)) as s:
+    with Streamer(gl_context, config(ring_mb=1)) as s:
         vt = s.open(packs.colour)
         ring = s._uploader.ring
         HeldFence.held = True
@@ -386,7 +386,7 @@ def test_ring_slots_reused_only_after_their_fence(gl_ctx: moderngl.Context, pack
         assert not reused, f"slots {reused[:8]} handed out again before their fence signalled"
         assert rs.free == 0 and rs.in_flight == len(fenced) == rs.slot_count, rs  # ran dry; frames went on
         HeldFence.held = False
-        ref = reference(gl_ctx, packs.colour, view)
+        ref = reference(gl_context, packs.colour, view)
         frame = last_frame(s, renderer, vt, view, FRAMES)
         assert ring.stats().in_flight < len(fenced)
         assert psnr(frame, ref) >= CONVERGED_DB

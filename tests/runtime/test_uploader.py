@@ -88,8 +88,8 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> Packs:
 
 
 @pytest.fixture(scope="module")
-def gl(gl_ctx: moderngl.Context) -> GLExt:
-    return GLExt(gl_ctx)
+def gl(gl_context: moderngl.Context) -> GLExt:
+    return GLExt(gl_context)
 
 
 @pytest.fixture(params=[True, False], ids=["native", "python"])
@@ -237,11 +237,11 @@ class Rig:
 
 
 @pytest.fixture
-def rigs(gl_ctx: moderngl.Context, gl: GLExt) -> Iterator[Callable[..., Rig]]:
+def rigs(gl_context: moderngl.Context, gl: GLExt) -> Iterator[Callable[..., Rig]]:
     made: list[Rig] = []
 
     def make(paths: list[Path], **kw: object) -> Rig:
-        made.append(Rig(gl_ctx, gl, paths, **kw))
+        made.append(Rig(gl_context, gl, paths, **kw))
         return made[-1]
 
     yield make
@@ -293,7 +293,7 @@ def test_the_reader_may_close_once_its_source_is_added(rigs: Callable[..., Rig],
 
 
 def test_reclaim_frees_ring_slots_only_after_the_uploads_fence(
-    rigs: Callable[..., Rig], packs: Packs, gl_ctx: moderngl.Context
+    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context
 ) -> None:
     fences = FakeFences()
     rig = rigs([packs.none], fence_factory=fences)
@@ -306,7 +306,7 @@ def test_reclaim_frees_ring_slots_only_after_the_uploads_fence(
     for _ in range(3):
         assert up.reclaim() == 0
     assert up.states() == rig.states(uploading=3) and up.free_slots == RING_SLOTS - 3
-    gl_ctx.finish()
+    gl_context.finish()
     fences.made[0].signal = True
     assert up.reclaim() == 3 and fences.made[0].released == 1
     assert up.states() == rig.states() and up.free_slots == RING_SLOTS
@@ -356,7 +356,7 @@ def test_a_cache_slot_is_not_written_before_its_writable_frame(rigs: Callable[..
 
 
 def test_one_fence_per_upload_call_across_pools_and_packs(
-    rigs: Callable[..., Rig], packs: Packs, gl_ctx: moderngl.Context
+    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context
 ) -> None:
     rig = rigs([packs.zstd, packs.lz4], pools=2)
     up = rig.up
@@ -378,7 +378,7 @@ def test_one_fence_per_upload_call_across_pools_and_packs(
     rig.drain_all()
     assert len(rig.upload(4).loads) == 2 and fences.count == 2
     assert len(rig.upload(5).loads) == 0 and fences.count == 2
-    gl_ctx.finish()
+    gl_context.finish()
     assert up.reclaim() == 8
 
 

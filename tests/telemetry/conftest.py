@@ -40,7 +40,7 @@ def streamer_config(budget_mb: float = 32.0, **kw: object) -> StreamerConfig:
 
 
 @pytest.fixture
-def renderer(gl_ctx: moderngl.Context) -> Iterator[PlaneRenderer]:
-    r = PlaneRenderer(gl_ctx, (256, 256))
+def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
+    r = PlaneRenderer(gl_context, (256, 256))
     yield r
     r.release()

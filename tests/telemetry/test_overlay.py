@@ -27,19 +27,19 @@ TEXT = "texstream 0123456789 MiB/s p95 latency"
 
 
 @pytest.fixture(scope="module")
-def overlay(gl_ctx: moderngl.Context) -> Iterator[Overlay]:
-    ov = Overlay(gl_ctx)
+def overlay(gl_context: moderngl.Context) -> Iterator[Overlay]:
+    ov = Overlay(gl_context)
     yield ov
     ov.release()
 
 
 @pytest.fixture
-def canvas(gl_ctx: moderngl.Context) -> Iterator[moderngl.Framebuffer]:
-    colour = gl_ctx.renderbuffer((400, 48), 4)
-    fbo = gl_ctx.framebuffer(color_attachments=[colour])
+def canvas(gl_context: moderngl.Context) -> Iterator[moderngl.Framebuffer]:
+    colour = gl_context.renderbuffer((400, 48), 4)
+    fbo = gl_context.framebuffer(color_attachments=[colour])
     yield fbo
-    if gl_ctx.fbo is fbo:
-        gl_ctx.detect_framebuffer(0).use()
+    if gl_context.fbo is fbo:
+        gl_context.detect_framebuffer(0).use()
     fbo.release()
     colour.release()
 
@@ -54,10 +54,10 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
-def test_hud_changes_only_its_rectangle(gl_ctx: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
-    renderer = PlaneRenderer(gl_ctx, SIZE)
+def test_hud_changes_only_its_rectangle(gl_context: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
+    renderer = PlaneRenderer(gl_context, SIZE)
     try:
-        with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=1 / 60) as tel:
+        with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=1 / 60) as tel:
             vt = streamer.open(packs.small)
             streamer.open(packs.normals)
             for i in range(8):
@@ -86,7 +86,7 @@ def test_hud_changes_only_its_rectangle(gl_ctx: moderngl.Context, packs: Packs, 
     assert np.count_nonzero(hud[inside][..., :3].min(-1) > 200) > 200
 
 
-def test_text_is_the_fonts_pillow_rendering(gl_ctx: moderngl.Context, overlay: Overlay,
+def test_text_is_the_fonts_pillow_rendering(gl_context: moderngl.Context, overlay: Overlay,
                                              canvas: moderngl.Framebuffer) -> None:  # fmt: skip
     canvas.use()
     canvas.clear(0, 0, 0, 1)
@@ -107,7 +107,9 @@ def test_text_is_the_fonts_pillow_rendering(gl_ctx: moderngl.Context, overlay: O
     assert np.count_nonzero(got[region] > 128) > 100, "the glyphs have solid strokes"
 
 
-def test_text_background_and_colour(gl_ctx: moderngl.Context, overlay: Overlay, canvas: moderngl.Framebuffer) -> None:
+def test_text_background_and_colour(
+    gl_context: moderngl.Context, overlay: Overlay, canvas: moderngl.Framebuffer
+) -> None:
     canvas.use()
     canvas.clear(1, 1, 1, 1)
     x, y, w, h = overlay.draw_text("A\nB", canvas.size, pos=(2, 2), colour=(255, 0, 0, 255),
@@ -119,44 +121,44 @@ def test_text_background_and_colour(gl_ctx: moderngl.Context, overlay: Overlay, 
     assert (img[y + h :, :, :3] == 255).all()
 
 
-def test_gl_state_is_restored(gl_ctx: moderngl.Context, overlay: Overlay, canvas: moderngl.Framebuffer) -> None:
-    gl = GLExt(gl_ctx)
+def test_gl_state_is_restored(gl_context: moderngl.Context, overlay: Overlay, canvas: moderngl.Framebuffer) -> None:
+    gl = GLExt(gl_context)
     canvas.use()
-    gl_ctx.viewport = (3, 4, 100, 20)
-    gl_ctx.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
-    gl_ctx.disable(moderngl.BLEND)
-    gl_ctx.blend_func = (moderngl.ONE, moderngl.ONE, moderngl.DST_ALPHA, moderngl.ZERO)
-    gl_ctx.blend_equation = (moderngl.FUNC_SUBTRACT, moderngl.MAX)
+    gl_context.viewport = (3, 4, 100, 20)
+    gl_context.enable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
+    gl_context.disable(moderngl.BLEND)
+    gl_context.blend_func = (moderngl.ONE, moderngl.ONE, moderngl.DST_ALPHA, moderngl.ZERO)
+    gl_context.blend_equation = (moderngl.FUNC_SUBTRACT, moderngl.MAX)
     try:
         overlay.draw_text("state", canvas.size, pos=(1, 1), background=(0, 0, 0, 128))
-        assert gl_ctx.viewport == (3, 4, 100, 20)
+        assert gl_context.viewport == (3, 4, 100, 20)
         assert gl.get_integer(0x0B71) == 1 and gl.get_integer(0x0B44) == 1 and gl.get_integer(0x0BE2) == 0
         assert [gl.get_integer(p) for p in (0x80C9, 0x80C8, 0x80CB, 0x80CA)] == [
             moderngl.ONE, moderngl.ONE, moderngl.DST_ALPHA, moderngl.ZERO]  # fmt: skip
         assert (gl.get_integer(0x8009), gl.get_integer(0x883D)) == (moderngl.FUNC_SUBTRACT, moderngl.MAX)
-        gl_ctx.enable(moderngl.BLEND)
+        gl_context.enable(moderngl.BLEND)
         overlay.draw_text("state", canvas.size)
         assert gl.get_integer(0x0BE2) == 1, "blending left on when it was on"
     finally:
-        gl_ctx.disable(moderngl.DEPTH_TEST | moderngl.CULL_FACE | moderngl.BLEND)
-        gl_ctx.blend_func = moderngl.DEFAULT_BLENDING
-        gl_ctx.blend_equation = moderngl.FUNC_ADD
-        gl_ctx.viewport = (0, 0, *canvas.size)
+        gl_context.disable(moderngl.DEPTH_TEST | moderngl.CULL_FACE | moderngl.BLEND)
+        gl_context.blend_func = moderngl.DEFAULT_BLENDING
+        gl_context.blend_equation = moderngl.FUNC_ADD
+        gl_context.viewport = (0, 0, *canvas.size)
 
 
-def test_corners_and_no_frame_yet(gl_ctx: moderngl.Context, canvas: moderngl.Framebuffer) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer) as tel, \
-            Overlay(gl_ctx, corner="bottom-right", margin=0, font_size=10) as ov:  # fmt: skip
+def test_corners_and_no_frame_yet(gl_context: moderngl.Context, canvas: moderngl.Framebuffer) -> None:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer) as tel, \
+            Overlay(gl_context, corner="bottom-right", margin=0, font_size=10) as ov:  # fmt: skip
         canvas.use()
         x, y, w, h = ov.draw(tel, canvas.size)  # nothing recorded yet: a one-line panel
         assert (x + w, y + h) == canvas.size or x == 0
         assert h < 40
     with pytest.raises(ValueError, match="corner"):
-        Overlay(gl_ctx, corner="middle")
+        Overlay(gl_context, corner="middle")
 
 
-def test_residency_minimap_colours(gl_ctx: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer:
+def test_residency_minimap_colours(gl_context: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
+    with Streamer(gl_context, streamer_config()) as streamer:
         vt = streamer.open(packs.small)
         top = vt.table.level_count - 1
         pinned = overlay._residency_image(vt)  # noqa: SLF001
@@ -170,8 +172,8 @@ def test_residency_minimap_colours(gl_ctx: moderngl.Context, packs: Packs, overl
     assert not (full[..., :3] == NO_LEVEL_COLOUR).all(-1).any() and top >= 1
 
 
-def test_release_is_idempotent(gl_ctx: moderngl.Context, canvas: moderngl.Framebuffer) -> None:
-    ov = Overlay(gl_ctx)
+def test_release_is_idempotent(gl_context: moderngl.Context, canvas: moderngl.Framebuffer) -> None:
+    ov = Overlay(gl_context)
     ov.release()
     ov.release()
     with pytest.raises(GLError, match="after release"):

@@ -25,7 +25,7 @@ def render_cli(pack: Path, tmp_path: Path, telemetry: Path) -> subprocess.Comple
     return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.usefixtures("gl_ctx")  # skips (or fails, where GL is required) without headless GL
+@pytest.mark.usefixtures("gl_context")  # skips (or fails, where GL is required) without headless GL
 def test_render_writes_frame_records(packs: Packs, tmp_path: Path) -> None:
     path = tmp_path / "frames.jsonl"
     proc = render_cli(packs.small, tmp_path, path)
@@ -38,7 +38,7 @@ def test_render_writes_frame_records(packs: Packs, tmp_path: Path) -> None:
     assert f"{records[-1]['resident_tiles']} tiles resident" in proc.stdout
 
 
-@pytest.mark.usefixtures("gl_ctx")
+@pytest.mark.usefixtures("gl_context")
 def test_render_writes_csv_for_a_csv_name(packs: Packs, tmp_path: Path) -> None:
     path = tmp_path / "frames.csv"
     proc = render_cli(packs.small, tmp_path, path)

@@ -37,10 +37,10 @@ def run(telemetry: Telemetry, renderer: PlaneRenderer, vt, frames: int) -> list[
 
 
 def test_frames_fit_the_schema_and_stream_to_jsonl(
-    gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path
 ) -> None:
     path = tmp_path / "frames.jsonl"
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
         vt = streamer.open(packs.small)
         assert tel.write_jsonl(path) == path
         frames = run(tel, renderer, vt, 6)
@@ -63,9 +63,9 @@ def test_frames_fit_the_schema_and_stream_to_jsonl(
 
 
 def test_summary_has_every_field_and_adds_up(
-    gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path
 ) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
         vt = streamer.open(packs.small)
         frames = run(tel, renderer, vt, 20)
         written = tel.write_summary(tmp_path / "summary.json")
@@ -89,10 +89,10 @@ def test_summary_has_every_field_and_adds_up(
     assert s["corrupt_tiles"] == 0 and s["failed"] == 0 and s["textures"] == 1
 
 
-def test_rates_follow_the_frame_clock(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+def test_rates_follow_the_frame_clock(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
     """With a fixed dt, upload MB/s is the bytes of the newest frames inside the window over their time."""
     window = 0.1  # 6 frames at 60 Hz
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT, rate_window_s=window) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT, rate_window_s=window) as tel:
         vt = streamer.open(packs.small)
         frames = run(tel, renderer, vt, 12)
     n = round(window / DT)
@@ -106,9 +106,9 @@ def test_rates_follow_the_frame_clock(gl_ctx: moderngl.Context, packs: Packs, re
         tel.history("nope")
 
 
-def test_real_clock_and_direct_record(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+def test_real_clock_and_direct_record(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
     ticks = iter(np.arange(0.0, 10.0, 0.02))
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, clock=lambda: next(ticks)) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, clock=lambda: next(ticks)) as tel:
         vt = streamer.open(packs.small)
         for _ in range(5):
             streamer.update()
@@ -121,8 +121,10 @@ def test_real_clock_and_direct_record(gl_ctx: moderngl.Context, packs: Packs, re
         Telemetry(streamer, dt=0)
 
 
-def test_gpu_time_is_measured_without_waiting(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+def test_gpu_time_is_measured_without_waiting(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+) -> None:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
         vt = streamer.open(packs.small)
         frames = run(tel, renderer, vt, 12)
         s = tel.summary()
@@ -134,14 +136,14 @@ def test_gpu_time_is_measured_without_waiting(gl_ctx: moderngl.Context, packs: P
     assert np.count_nonzero(np.isfinite(hist)) == len(gpu)
 
 
-def test_refetches_match_an_independent_count(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_refetches_match_an_independent_count(gl_context: moderngl.Context, packs: Packs) -> None:
     """Alternate two far-apart views under a budget that holds one: tiles evicted and loaded again are
     re-fetches; checked against the page tables' resident sets frame by frame."""
-    renderer = PlaneRenderer(gl_ctx, (512, 512))
+    renderer = PlaneRenderer(gl_context, (512, 512))
     views = [View(0.25, 0.25, 1.0), View(0.75, 0.75, 1.0)]
     cfg = streamer_config(budget_mb=1.0, feedback_divisor=16, ring_mb=1, prefetch=False)
     try:
-        with Streamer(gl_ctx, cfg) as streamer, Telemetry(streamer, dt=DT) as tel:
+        with Streamer(gl_context, cfg) as streamer, Telemetry(streamer, dt=DT) as tel:
             vt = streamer.open(packs.medium)
             seen: set[tuple[int, int, int]] = set()
             prev: set[tuple[int, int, int]] = set()
@@ -165,8 +167,8 @@ def test_refetches_match_an_independent_count(gl_ctx: moderngl.Context, packs: P
     assert s["refetch_fraction"] == pytest.approx(expected / s["uploads"])
 
 
-def test_memory_summary_lists_pools_textures_and_totals(gl_ctx: moderngl.Context, packs: Packs) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer:
+def test_memory_summary_lists_pools_textures_and_totals(gl_context: moderngl.Context, packs: Packs) -> None:
+    with Streamer(gl_context, streamer_config()) as streamer:
         a = streamer.open(packs.small)
         b = streamer.open(packs.normals)
         streamer.update()
@@ -198,20 +200,22 @@ def test_memory_summary_lists_pools_textures_and_totals(gl_ctx: moderngl.Context
     assert "unaccounted" not in text and not math.isnan(stats["mip_bias"])
 
 
-def test_memory_summary_works_as_a_method(gl_ctx: moderngl.Context) -> None:
-    with Streamer(gl_ctx, streamer_config()) as streamer:
+def test_memory_summary_works_as_a_method(gl_context: moderngl.Context) -> None:
+    with Streamer(gl_context, streamer_config()) as streamer:
         streamer.memory_summary = memory_summary.__get__(streamer)  # what `Streamer.memory_summary = ...` gives
         text = streamer.memory_summary()
     assert "(none)" in text and "Total held" in text
 
 
-def test_frames_stream_to_csv(gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path) -> None:
+def test_frames_stream_to_csv(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, tmp_path: Path
+) -> None:
     import csv
 
     from texstream.telemetry.stats import CSV_COLUMNS
 
     path = tmp_path / "frames.csv"
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
         vt = streamer.open(packs.small)
         tel.write_csv(path)
         frames = run(tel, renderer, vt, 8)
@@ -230,13 +234,13 @@ def test_frames_stream_to_csv(gl_ctx: moderngl.Context, packs: Packs, renderer: 
 
 
 def test_working_set_is_the_wanted_tiles_and_their_parents(
-    gl_ctx: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
 ) -> None:
     """A 1:1 top view of the 256 x 256 texels around the centre of a 1024^2 pack (64-texel tiles)
     wants 4 x 4 level-0 tiles; their parents are 2 x 2 tiles of level 1; levels 3 and 4 are pinned.
     So the working set is 20 slots, whatever the budget; the stream cache is every unpinned slot."""
     view = View(0.5, 0.5, 1.0)
-    with Streamer(gl_ctx, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
+    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer, dt=DT) as tel:
         vt = streamer.open(packs.medium)
         frames = []
         for _ in range(8):
@@ -252,12 +256,12 @@ def test_working_set_is_the_wanted_tiles_and_their_parents(
     assert frames[-1]["stream_cache_bytes"] < frames[-1]["vram_breakdown"][pool.name]
 
 
-def test_working_set_above_the_cache_raises_the_bias(gl_ctx: moderngl.Context, packs: Packs) -> None:
+def test_working_set_above_the_cache_raises_the_bias(gl_context: moderngl.Context, packs: Packs) -> None:
     """A minified oblique view of the whole texture through a budget whose cache is smaller than it:
     the working set reads above the cache, and that is when the mip bias rises."""
-    renderer = PlaneRenderer(gl_ctx, (640, 640))
+    renderer = PlaneRenderer(gl_context, (640, 640))
     try:
-        with Streamer(gl_ctx, streamer_config(3.0, ring_mb=1)) as streamer, Telemetry(streamer, dt=DT) as tel:
+        with Streamer(gl_context, streamer_config(3.0, ring_mb=1)) as streamer, Telemetry(streamer, dt=DT) as tel:
             vt = streamer.open(packs.medium)
             frames = []
             for _ in range(30):
