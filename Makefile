@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py engine/native/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,cluster,docs,demos]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,cluster,docs,demos,testing]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,6 +27,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine tests demos
+	$(VENV)/bin/ruff format --check engine tests demos
 
 clean:
 	rm -rf $(VENV) .cache build site *.egg-info

@@ -34,10 +34,22 @@ def run_test(fn):  # noqa: ANN001, ANN201
 
 # What the bench promises per path, named independently of the field tuples it exports.
 REQUIRED_PATH_FIELDS = {
-    "frames", "uploads", "tiles_per_s", "mb_per_s", "ceiling_fraction", "update_ms_p50", "update_ms_p95",
-    "latency_p50_frames", "latency_p95_frames", "latency_p99_frames", "vram_peak_bytes", "budget_bytes",
-    "refetches", "refetch_rate", "max_mip_bias",
-}  # fmt: skip
+    "frames",
+    "uploads",
+    "tiles_per_s",
+    "mb_per_s",
+    "ceiling_fraction",
+    "update_ms_p50",
+    "update_ms_p95",
+    "latency_p50_frames",
+    "latency_p95_frames",
+    "latency_p99_frames",
+    "vram_peak_bytes",
+    "budget_bytes",
+    "refetches",
+    "refetch_rate",
+    "max_mip_bias",
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +57,10 @@ def bench(tmp_path_factory: pytest.TempPathFactory, gl_context: object) -> tuple
     """(result JSON, telemetry JSONL path, stdout) of one quick run."""
     folder = tmp_path_factory.mktemp("bench-scene")
     out, tel = folder / "scene.json", folder / "scene.jsonl"
-    code = ("from texstream.apps.bench_scene import run_scene_bench; "
-            f"run_scene_bench(quick=True, json_path={str(out)!r}, telemetry_path={str(tel)!r})")  # fmt: skip
+    code = (
+        "from texstream.apps.bench_scene import run_scene_bench; "
+        f"run_scene_bench(quick=True, json_path={str(out)!r}, telemetry_path={str(tel)!r})"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text()), tel, proc.stdout
@@ -138,8 +152,16 @@ def test_naive_side_has_numbers(bench: tuple[dict, Path, str]) -> None:
     w, h = nv["size"]
     assert (w, h) == (c["size"], c["size"]) and ts["size"] == nv["size"]
     assert nv["vram_bytes"] == w * h * 4 * 4 // 3
-    for key in ("load_s", "upload_s", "mipmaps_s", "first_draw_s", "first_frame_s", "frame_ms_mean", "png_bytes",
-                "frame_ms_mean_trilinear"):  # fmt: skip
+    for key in (
+        "load_s",
+        "upload_s",
+        "mipmaps_s",
+        "first_draw_s",
+        "first_frame_s",
+        "frame_ms_mean",
+        "png_bytes",
+        "frame_ms_mean_trilinear",
+    ):
         assert finite(nv[key]) and nv[key] > 0, key
     for key in ("open_s", "first_frame_s", "frame_ms_mean", "settle_s", "settle_frames"):
         assert finite(ts[key]) and ts[key] > 0, key

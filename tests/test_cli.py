@@ -21,8 +21,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=300)
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -96,8 +95,28 @@ def test_errors_are_one_line(photo_pack: Path, tmp_path: Path, argv: list, code:
 
 def test_generate_checker(tmp_path: Path) -> None:
     out = tmp_path / "g.tpk"
-    assert main(["generate", str(out), "--size", "300", "--height", "200", "--pattern", "checker",
-                 "--format", "rgba8", "--supercompression", "lz4", "--no-progress", "--jobs", "1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "generate",
+                str(out),
+                "--size",
+                "300",
+                "--height",
+                "200",
+                "--pattern",
+                "checker",
+                "--format",
+                "rgba8",
+                "--supercompression",
+                "lz4",
+                "--no-progress",
+                "--jobs",
+                "1",
+            ]
+        )
+        == 0
+    )
     with PackReader(out) as r:
         assert (r.header.width, r.header.height) == (300, 200)
         assert r.metadata.get("pattern") == "checker" or "checker" in json.dumps(r.metadata)
@@ -105,9 +124,24 @@ def test_generate_checker(tmp_path: Path) -> None:
 
 def test_sigterm_during_bake_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "big.tpk"
-    proc = subprocess.Popen([sys.executable, "-m", "texstream", "generate", str(out), "--size", "8192",
-                             "--format", "bc7", "--no-progress", "--jobs", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "texstream",
+            "generate",
+            str(out),
+            "--size",
+            "8192",
+            "--format",
+            "bc7",
+            "--no-progress",
+            "--jobs",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".big.tpk.*")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)

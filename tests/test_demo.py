@@ -35,10 +35,17 @@ SUMMARY_TITLE = "texstream GPU memory summary"
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
-def demo_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess:  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "texstream", "demo", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)  # fmt: skip
+def demo_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "texstream", "demo", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def headless_env() -> dict[str, str]:
@@ -83,8 +90,9 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("demo-packs")
     albedo, normals = d / "terrain.tpk", d / "normals.tpk"
     bake_procedural(albedo, 1024, "terrain", 1, BakeConfig(tile_size=64, jobs=1, progress=False))
-    bake_procedural(normals, 1024, "normals", 1,
-                    BakeConfig(tile_size=64, jobs=1, progress=False, texel_format=TexelFormat.BC5))  # fmt: skip
+    bake_procedural(
+        normals, 1024, "normals", 1, BakeConfig(tile_size=64, jobs=1, progress=False, texel_format=TexelFormat.BC5)
+    )
     return albedo, normals
 
 
@@ -94,11 +102,23 @@ def egl(gl_context: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def headless_run(packs: tuple[Path, Path], egl: None,
-                 tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:  # fmt: skip
+def headless_run(
+    packs: tuple[Path, Path], egl: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("demo-headless")
-    proc = demo_cli(*map(str, packs), "--headless", "--frames", "60", "--out", str(out), "--size", "320x180",
-                    "--budget-mb", str(BUDGET_MB), env=headless_env())  # fmt: skip
+    proc = demo_cli(
+        *map(str, packs),
+        "--headless",
+        "--frames",
+        "60",
+        "--out",
+        str(out),
+        "--size",
+        "320x180",
+        "--budget-mb",
+        str(BUDGET_MB),
+        env=headless_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     return proc, out
 
@@ -113,9 +133,20 @@ def overlay_pair(packs: tuple[Path, Path], egl: None, tmp_path_factory: pytest.T
     outs = []
     for extra in ((), ("--no-overlay",)):
         out = tmp_path_factory.mktemp("demo-overlay")
-        proc = demo_cli(*map(str, packs), "--headless", "--frames", str(OVERLAY_FRAMES), "--out", str(out),
-                        "--size", "{}x{}".format(*OVERLAY_SIZE), "--budget-mb", str(BUDGET_MB), *extra,
-                        env=headless_env())  # fmt: skip
+        proc = demo_cli(
+            *map(str, packs),
+            "--headless",
+            "--frames",
+            str(OVERLAY_FRAMES),
+            "--out",
+            str(out),
+            "--size",
+            "{}x{}".format(*OVERLAY_SIZE),
+            "--budget-mb",
+            str(BUDGET_MB),
+            *extra,
+            env=headless_env(),
+        )
         assert proc.returncode == 0, proc.stderr
         outs.append(out)
     return outs[0], outs[1]
@@ -131,8 +162,13 @@ def xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     read_fd, write_fd = os.pipe()
     # -displayfd: the server picks a free display number and writes it once it accepts connections
     with log.open("wb") as err:
-        proc = subprocess.Popen([exe, "-displayfd", str(write_fd), "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
-                                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=err, stderr=err)  # fmt: skip
+        proc = subprocess.Popen(
+            [exe, "-displayfd", str(write_fd), "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=err,
+        )
     os.close(write_fd)
     try:
         with os.fdopen(read_fd, "rb") as r:
@@ -205,8 +241,9 @@ def test_headless_cli_writes_frames_telemetry_and_summary(
 
 
 # ---- 2. the frames show a scene, and the overlay only touches its panel --------------------------
-def test_frames_are_not_garbage(headless_run: tuple[subprocess.CompletedProcess, Path],
-                                overlay_pair: tuple[Path, Path]) -> None:  # fmt: skip
+def test_frames_are_not_garbage(
+    headless_run: tuple[subprocess.CompletedProcess, Path], overlay_pair: tuple[Path, Path]
+) -> None:
     _, out = headless_run
     first, last = load(out / "frame_0000.png"), load(out / f"frame_{59:04d}.png")
     for img in (first, last):
@@ -255,9 +292,20 @@ def test_overlay_changes_only_its_panel(overlay_pair: tuple[Path, Path]) -> None
 def test_windowed_demo_under_xvfb(packs: tuple[Path, Path], xvfb: str, tmp_path: Path) -> None:
     telemetry = tmp_path / "window.jsonl"
     out = tmp_path / "frames"
-    proc = demo_cli(*map(str, packs), "--size", "320x180", "--budget-mb", str(BUDGET_MB), "--telemetry",
-                    str(telemetry), "--out", str(out), env=x11_env(xvfb, TEXSTREAM_DEMO_FRAMES="30"),
-                    cwd=tmp_path, timeout=180)  # fmt: skip
+    proc = demo_cli(
+        *map(str, packs),
+        "--size",
+        "320x180",
+        "--budget-mb",
+        str(BUDGET_MB),
+        "--telemetry",
+        str(telemetry),
+        "--out",
+        str(out),
+        env=x11_env(xvfb, TEXSTREAM_DEMO_FRAMES="30"),
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "headless" not in proc.stderr, proc.stderr
     assert not out.exists(), "it rendered headless instead of opening a window"
@@ -312,9 +360,14 @@ def test_window_keys_resize_and_screenshot(packs: tuple[Path, Path], xvfb: str, 
     script = tmp_path / "drive.py"
     script.write_text(textwrap.dedent(WINDOW_SCRIPT))
     telemetry = tmp_path / "window.jsonl"
-    proc = subprocess.run([sys.executable, str(script), *map(str, packs), str(telemetry)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=180,
-                          env=x11_env(xvfb, TEXSTREAM_DEMO_FRAMES="200"))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script), *map(str, packs), str(telemetry)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=180,
+        env=x11_env(xvfb, TEXSTREAM_DEMO_FRAMES="200"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "polls 27", "Esc did not end the loop"
@@ -341,8 +394,18 @@ def test_window_keys_resize_and_screenshot(packs: tuple[Path, Path], xvfb: str, 
 # ---- 4. no display: headless, with a notice ---------------------------------------------------------
 def test_no_display_runs_headless(packs: tuple[Path, Path], egl: None, tmp_path: Path) -> None:
     out = tmp_path / "frames"
-    proc = demo_cli(str(packs[0]), "--frames", "3", "--out", str(out), "--size", "160x90",
-                    "--budget-mb", str(BUDGET_MB), env=headless_env())  # fmt: skip
+    proc = demo_cli(
+        str(packs[0]),
+        "--frames",
+        "3",
+        "--out",
+        str(out),
+        "--size",
+        "160x90",
+        "--budget-mb",
+        str(BUDGET_MB),
+        env=headless_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "headless" in lines[0], proc.stderr
@@ -372,8 +435,9 @@ def test_no_display_runs_headless(packs: tuple[Path, Path], egl: None, tmp_path:
         (["NOT_A_PACK"], 1, "not a texstream pack"),
     ],
 )
-def test_bad_arguments_one_line(packs: tuple[Path, Path], egl: None, tmp_path: Path, args: list[str], code: int,
-                                words: str) -> None:  # fmt: skip
+def test_bad_arguments_one_line(
+    packs: tuple[Path, Path], egl: None, tmp_path: Path, args: list[str], code: int, words: str
+) -> None:
     junk = tmp_path / "junk.tpk"
     junk.write_bytes(b"not a pack at all" * 10)
     names = {"MISSING": str(tmp_path / "missing.tpk"), "FOLDER": str(tmp_path), "NOT_A_PACK": str(junk)}
@@ -396,9 +460,18 @@ def test_broken_display_is_one_line(packs: tuple[Path, Path], tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"size": (0, 10)}, {"size": (10, 16385)}, {"size": (1.5, 10)}, {"budget_mb": float("nan")},
-     {"budget_mb": -1.0}, {"frames": 0}, {"seconds": 0.0}, {"seconds": float("inf")}, {"scene": "moon"}],
-)  # fmt: skip
+    [
+        {"size": (0, 10)},
+        {"size": (10, 16385)},
+        {"size": (1.5, 10)},
+        {"budget_mb": float("nan")},
+        {"budget_mb": -1.0},
+        {"frames": 0},
+        {"seconds": 0.0},
+        {"seconds": float("inf")},
+        {"scene": "moon"},
+    ],
+)
 def test_demo_config_rejects_bad_values(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         DemoConfig(**kwargs)

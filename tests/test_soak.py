@@ -31,13 +31,22 @@ def test_soak_report_names_each_broken_invariant() -> None:
     def window(frames: int, rss: float, objects: int, fds: int, db: float = 60.0) -> SoakWindow:
         return SoakWindow(frames, rss, 20, 4, fds, 0.9, 16.0, 3, 100, db, 5, objects)
 
-    good = SoakReport(3000, 10.0, [window(1000, 150.0, 30000, 12), window(2000, 150.1, 30010, 12),
-                                   window(3000, 150.1, 30005, 12)], min_check_db=60.0)  # fmt: skip
+    good = SoakReport(
+        3000,
+        10.0,
+        [window(1000, 150.0, 30000, 12), window(2000, 150.1, 30010, 12), window(3000, 150.1, 30005, 12)],
+        min_check_db=60.0,
+    )
     assert good.problems() == []
-    leaky = SoakReport(3000, 10.0, [window(1000, 150.0, 30000, 12), window(2000, 152.0, 32000, 13),
-                                    window(3000, 154.0, 34000, 12, db=30.0)],  # fmt: skip
-                       rss_slope_mib_per_1000=2.0, gl_objects_left={"buffers": 1}, budget_violations=2,
-                       min_check_db=30.0)  # fmt: skip
+    leaky = SoakReport(
+        3000,
+        10.0,
+        [window(1000, 150.0, 30000, 12), window(2000, 152.0, 32000, 13), window(3000, 154.0, 34000, 12, db=30.0)],
+        rss_slope_mib_per_1000=2.0,
+        gl_objects_left={"buffers": 1},
+        budget_violations=2,
+        min_check_db=30.0,
+    )
     found = " | ".join(leaky.problems())
     for words in ("RSS grows", "more Python objects", "GL objects left", "over budget", "30.0 dB", "descriptors"):
         assert words in found, found

@@ -39,8 +39,13 @@ class AssetRecipe:
         return f"{self.name}-{self.pattern}-{self.size}-{fmt}-t{self.tile_size}-s{self.seed}.tpk"
 
     def bake_config(self, progress: bool = True, jobs: int = 0) -> BakeConfig:
-        return BakeConfig(texel_format=self.texel_format, supercompression=self.supercompression,
-                          tile_size=self.tile_size, progress=progress, jobs=jobs)  # fmt: skip
+        return BakeConfig(
+            texel_format=self.texel_format,
+            supercompression=self.supercompression,
+            tile_size=self.tile_size,
+            progress=progress,
+            jobs=jobs,
+        )
 
 
 # The default demo asset: 32768^2 terrain colour (1 Gtexel; 512 MiB as BC1 on the GPU if all resident).

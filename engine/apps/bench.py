@@ -68,8 +68,11 @@ def _encoder_rate(path: Path, fmt: TexelFormat, crop: int, slot: int = 136) -> t
     img = pyvips.Image.new_from_file(str(path))
     crop = min(crop, img.width, img.height) // slot * slot
     arr = np.ndarray(buffer=img.crop(0, 0, crop, crop).write_to_memory(), dtype=np.uint8, shape=(crop, crop, 4))
-    slots = [np.ascontiguousarray(arr[y : y + slot, x : x + slot]) for y in range(0, crop, slot)
-             for x in range(0, crop, slot)]  # fmt: skip
+    slots = [
+        np.ascontiguousarray(arr[y : y + slot, x : x + slot])
+        for y in range(0, crop, slot)
+        for x in range(0, crop, slot)
+    ]
 
     def encode_all() -> None:
         for s in slots:
@@ -84,8 +87,11 @@ def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
 
     img = pyvips.Image.new_from_file(str(path), access="sequential")
     out = folder / "pyramid.tif"
-    seconds = _timed(lambda: img.tiffsave(str(out), tile=True, pyramid=True, compression="none",
-                                          tile_width=tile, tile_height=tile, bigtiff=True))  # fmt: skip
+    seconds = _timed(
+        lambda: img.tiffsave(
+            str(out), tile=True, pyramid=True, compression="none", tile_width=tile, tile_height=tile, bigtiff=True
+        )
+    )
     out.unlink(missing_ok=True)
     return img.width * img.height / seconds / 1e6
 
@@ -134,31 +140,38 @@ def bench_bake(size: int, jobs: int, quick: bool) -> dict:
             size_bytes = out.stat().st_size
             out.unlink()
             rate = report.mpixels_per_s
-            results["rows"].append({
-                "format": fmt.name.lower(),
-                "supercompression": sc.name.lower(),
-                "source_size": n,
-                "seconds": round(report.seconds, 2),
-                "bake_mpix_s": round(rate, 1),
-                "encoder_1core_mpix_s": round(ceiling, 1),
-                "bake_vs_encoder_1core": round(rate / ceiling, 2),
-                "bake_vs_vips_pyramid": round(rate / vips, 2),
-                "pack_mib": round(size_bytes / 2**20, 1),
-            })  # fmt: skip
+            results["rows"].append(
+                {
+                    "format": fmt.name.lower(),
+                    "supercompression": sc.name.lower(),
+                    "source_size": n,
+                    "seconds": round(report.seconds, 2),
+                    "bake_mpix_s": round(rate, 1),
+                    "encoder_1core_mpix_s": round(ceiling, 1),
+                    "bake_vs_encoder_1core": round(rate / ceiling, 2),
+                    "bake_vs_vips_pyramid": round(rate / vips, 2),
+                    "pack_mib": round(size_bytes / 2**20, 1),
+                }
+            )
     return results
 
 
 def print_bake(results: dict) -> None:
-    print(f"texstream bench bake: {results['size']}^2 photo-derived source, {results['jobs']} jobs, "
-          f"{results['machine']}")  # fmt: skip
+    print(
+        f"texstream bench bake: {results['size']}^2 photo-derived source, {results['jobs']} jobs, {results['machine']}"
+    )
     print(f"libvips pyramid build (tiled TIFF, same image): {results['vips_pyramid_mpix_s']} MPixel/s")
-    head = f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'enc 1core':>10} " \
-           f"{'x enc':>9} {'x vips':>7} {'MiB':>7}"  # fmt: skip
+    head = (
+        f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'enc 1core':>10} "
+        f"{'x enc':>9} {'x vips':>7} {'MiB':>7}"
+    )
     print(head)
     for r in results["rows"]:
-        print(f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
-              f"{r['bake_mpix_s']:>8} {r['encoder_1core_mpix_s']:>10} {r['bake_vs_encoder_1core']:>9} "
-              f"{r['bake_vs_vips_pyramid']:>7} {r['pack_mib']:>7}")  # fmt: skip
+        print(
+            f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
+            f"{r['bake_mpix_s']:>8} {r['encoder_1core_mpix_s']:>10} {r['bake_vs_encoder_1core']:>9} "
+            f"{r['bake_vs_vips_pyramid']:>7} {r['pack_mib']:>7}"
+        )
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -96,15 +96,21 @@ def _slots(img: np.ndarray, side: int = SLOT) -> list[np.ndarray]:
     h, w = img.shape[:2]
     ph, pw = -(-h // side) * side, -(-w // side) * side
     padded = np.pad(img, ((0, ph - h), (0, pw - w), (0, 0)), mode="edge")
-    return [np.ascontiguousarray(padded[y : y + side, x : x + side])
-            for y in range(0, ph, side) for x in range(0, pw, side)]  # fmt: skip
+    return [
+        np.ascontiguousarray(padded[y : y + side, x : x + side]) for y in range(0, ph, side) for x in range(0, pw, side)
+    ]
 
 
 def _decode(raw: bytes, fmt: TexelFormat, side: int) -> np.ndarray:
     import texture2ddecoder as t2d
 
-    fn = {TexelFormat.BC1: t2d.decode_bc1, TexelFormat.BC3: t2d.decode_bc3, TexelFormat.BC4: t2d.decode_bc4,
-          TexelFormat.BC5: t2d.decode_bc5, TexelFormat.BC7: t2d.decode_bc7}[fmt]  # fmt: skip
+    fn = {
+        TexelFormat.BC1: t2d.decode_bc1,
+        TexelFormat.BC3: t2d.decode_bc3,
+        TexelFormat.BC4: t2d.decode_bc4,
+        TexelFormat.BC5: t2d.decode_bc5,
+        TexelFormat.BC7: t2d.decode_bc7,
+    }[fmt]
     bgra = np.frombuffer(fn(raw, side, side), np.uint8).reshape(side, side, 4)
     return bgra[..., [2, 1, 0, 3]]
 
@@ -172,19 +178,27 @@ def bench_encoders(quick: bool) -> list[dict]:
             continue
         levels = BC7_QUALITIES if fmt is TexelFormat.BC7 else ("-",)
         for level in levels:
-            rates = {f"mpix_s_{side}": round(speed(enc, photo, side, level, 0.1 if quick else 0.3), 2)
-                     for side in (SPEED_SIDES[1:2] if quick else SPEED_SIDES)}  # fmt: skip
+            rates = {
+                f"mpix_s_{side}": round(speed(enc, photo, side, level, 0.1 if quick else 0.3), 2)
+                for side in (SPEED_SIDES[1:2] if quick else SPEED_SIDES)
+            }
             for image, img in images.items():
                 if fmt in _COLOUR_FORMATS and image == "normals":
                     continue
                 if fmt not in _COLOUR_FORMATS and image == "icon":
                     continue
                 colour, alpha = quality(enc, img, level)
-                rows.append({
-                    "format": fmt.name.lower(), "encoder": name, "level": level, "image": image,
-                    "db_colour": round(colour, 2), "db_alpha": None if alpha is None else round(alpha, 2),
-                    **rates,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "format": fmt.name.lower(),
+                        "encoder": name,
+                        "level": level,
+                        "image": image,
+                        "db_colour": round(colour, 2),
+                        "db_alpha": None if alpha is None else round(alpha, 2),
+                        **rates,
+                    }
+                )
     return rows
 
 
@@ -201,5 +215,7 @@ def print_encoders(rows: list[dict]) -> None:
             print(f"{r['format']:<6} {r['encoder']:<8} (library not installed)")
             continue
         alpha = "-" if r["db_alpha"] is None else f"{r['db_alpha']:.2f}"
-        print(f"{r['format']:<6} {r['encoder']:<8} {r['level']:<6} {r['image']:<10} {r['db_colour']:>7.2f} "
-              f"{alpha:>6} " + " ".join(f"{r[s]:>7}" for s in sides))  # fmt: skip
+        print(
+            f"{r['format']:<6} {r['encoder']:<8} {r['level']:<6} {r['image']:<10} {r['db_colour']:>7.2f} "
+            f"{alpha:>6} " + " ".join(f"{r[s]:>7}" for s in sides)
+        )

@@ -160,8 +160,15 @@ def naive_run(ctx: moderngl.Context, png: Path, fb_size: tuple[int, int], frames
         color.release()
 
 
-def texstream_run(ctx: moderngl.Context, pack: Path, packs: Packs, fb_size: tuple[int, int], budget_mb: float,
-                  frames: int, settle_max: int = 600) -> dict:  # fmt: skip
+def texstream_run(
+    ctx: moderngl.Context,
+    pack: Path,
+    packs: Packs,
+    fb_size: tuple[int, int],
+    budget_mb: float,
+    frames: int,
+    settle_max: int = 600,
+) -> dict:
     """The same image through the streamer: time to first frame, frames until fully resident at the first
     pose, then the mean frame time (update + draw) on the flythrough."""
     ctx.finish()
@@ -229,8 +236,13 @@ def naive_comparison(ctx: moderngl.Context, mode: Mode, packs: Packs, folder: Pa
             continue
         attempts.append({"size": size, "error": None})
         ts = texstream_run(ctx, pack, packs, mode.frame_size, mode.budget_mb, mode.compare_frames)
-        return {"size": size, "attempts": attempts, "naive": naive, "texstream": ts,
-                "first_frame_speedup": naive["first_frame_s"] / ts["first_frame_s"],
-                "vram_ratio": naive["vram_bytes"] / ts["vram_peak_bytes"],
-                "frame_time_ratio": ts["frame_ms_mean"] / naive["frame_ms_mean"]}  # fmt: skip
+        return {
+            "size": size,
+            "attempts": attempts,
+            "naive": naive,
+            "texstream": ts,
+            "first_frame_speedup": naive["first_frame_s"] / ts["first_frame_s"],
+            "vram_ratio": naive["vram_bytes"] / ts["vram_peak_bytes"],
+            "frame_time_ratio": ts["frame_ms_mean"] / naive["frame_ms_mean"],
+        }
     raise EngineError(f"the naive approach fits none of {sizes} here: {attempts}")

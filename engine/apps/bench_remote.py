@@ -94,13 +94,22 @@ def run_remote_bench(url: str = LOCAL, quick: bool = False, json_path: str | Non
 def _views(count: int, seed: int) -> list[tuple[float, float, float]]:
     """(cx, cy, zoom) of random cuts: 1:1 and 2:1 minified, away from the edges."""
     rng = np.random.default_rng(seed)
-    return [(float(x), float(y), float(z)) for x, y, z in
-            zip(rng.uniform(0.1, 0.9, count), rng.uniform(0.1, 0.9, count), rng.choice([1.0, 0.5], count),
-                strict=True)]  # fmt: skip
+    return [
+        (float(x), float(y), float(z))
+        for x, y, z in zip(
+            rng.uniform(0.1, 0.9, count), rng.uniform(0.1, 0.9, count), rng.choice([1.0, 0.5], count), strict=True
+        )
+    ]
 
 
-def converge_cuts(ctx: moderngl.Context, pack: Path, url: str | None, remote: RemoteConfig | None,
-                  views: list[tuple[float, float, float]], size: tuple[int, int]) -> dict:  # fmt: skip
+def converge_cuts(
+    ctx: moderngl.Context,
+    pack: Path,
+    url: str | None,
+    remote: RemoteConfig | None,
+    views: list[tuple[float, float, float]],
+    size: tuple[int, int],
+) -> dict:
     """Each view until converged (nothing wanted missing, nothing in flight); tiles/s and times."""
     from ..runtime.streamer import Streamer
     from ..scene.camera import View
@@ -143,16 +152,29 @@ def converge_cuts(ctx: moderngl.Context, pack: Path, url: str | None, remote: Re
     finally:
         renderer.release()
     lat = np.concatenate(latencies) if latencies else np.zeros(1)
-    return {"source": "url" if url else "disk", "frame_size": list(size), "cuts": len(views), "tiles": tiles,
-            "failed": failed, "seconds": seconds, "tiles_per_s": tiles / seconds, "timeouts": timeouts,
-            "converge_ms_p50": _pct(converge_ms, 50), "converge_ms_p95": _pct(converge_ms, 95),
-            "converge_ms_max": max(converge_ms), "converge_frames_p50": _pct(converge_frames, 50),
-            "latency_frames_p50": _pct(lat, 50), "latency_frames_p95": _pct(lat, 95),
-            "net_requests": net.requests - net0.requests, "net_bytes": net.net_bytes - net0.net_bytes,
-            "net_failed_requests": net.failed_requests - net0.failed_requests,
-            "net_latency_ms_p50": net.latency_p50_ms, "net_latency_ms_p95": net.latency_p95_ms,
-            "cache_hits": net.cache_hits - net0.cache_hits,
-            "cache_misses": net.cache_misses - net0.cache_misses}  # fmt: skip
+    return {
+        "source": "url" if url else "disk",
+        "frame_size": list(size),
+        "cuts": len(views),
+        "tiles": tiles,
+        "failed": failed,
+        "seconds": seconds,
+        "tiles_per_s": tiles / seconds,
+        "timeouts": timeouts,
+        "converge_ms_p50": _pct(converge_ms, 50),
+        "converge_ms_p95": _pct(converge_ms, 95),
+        "converge_ms_max": max(converge_ms),
+        "converge_frames_p50": _pct(converge_frames, 50),
+        "latency_frames_p50": _pct(lat, 50),
+        "latency_frames_p95": _pct(lat, 95),
+        "net_requests": net.requests - net0.requests,
+        "net_bytes": net.net_bytes - net0.net_bytes,
+        "net_failed_requests": net.failed_requests - net0.failed_requests,
+        "net_latency_ms_p50": net.latency_p50_ms,
+        "net_latency_ms_p95": net.latency_p95_ms,
+        "cache_hits": net.cache_hits - net0.cache_hits,
+        "cache_misses": net.cache_misses - net0.cache_misses,
+    }
 
 
 def print_remote(r: dict) -> None:
@@ -161,13 +183,17 @@ def print_remote(r: dict) -> None:
     d = r["disk"]
     fw, fh = d["frame_size"]
     print(f"  {d['cuts']} camera cuts at {fw}x{fh}, each drawn until converged")
-    print(f"  {'source':<10} {'tiles/s':>9} {'x disk':>6} {'converge ms p50/p95':>20} {'latency p95':>11} "
-          f"{'requests':>8} {'MB':>7} {'request ms p50/p95':>19}")  # fmt: skip
+    print(
+        f"  {'source':<10} {'tiles/s':>9} {'x disk':>6} {'converge ms p50/p95':>20} {'latency p95':>11} "
+        f"{'requests':>8} {'MB':>7} {'request ms p50/p95':>19}"
+    )
     for key, label in (("disk", "disk"), ("url_cold", "url, cold"), ("url_warm", "url, warm")):
         e = r[key]
         ratio = e["tiles_per_s"] / d["tiles_per_s"]
-        line = (f"  {label:<10} {e['tiles_per_s']:>9,.0f} {ratio:>6.2f} {e['converge_ms_p50']:>9.0f} / "
-                f"{e['converge_ms_p95']:<8.0f} {e['latency_frames_p95']:>8.0f} fr")  # fmt: skip
+        line = (
+            f"  {label:<10} {e['tiles_per_s']:>9,.0f} {ratio:>6.2f} {e['converge_ms_p50']:>9.0f} / "
+            f"{e['converge_ms_p95']:<8.0f} {e['latency_frames_p95']:>8.0f} fr"
+        )
         if key != "disk":
             line += f" {e['net_requests']:>8} {e['net_bytes'] / 1e6:>7.1f} "
             if e["net_requests"]:

@@ -75,33 +75,101 @@ PATHS = ("flythrough", "whip_pans", "region_cuts", "oversubscribed")
 MB = 1_000_000
 MIB = 1 << 20
 # Every field of the result (tests check them; `telemetry` only with a telemetry path).
-RESULT_FIELDS = ("bench", "quick", "gl_renderer", "gl_vendor", "gl_version", "cpu_count", "dt_s", "frame_size",
-                 "converged_db", "refetch_window_frames", "upload_ceiling", "packs_seconds", "packs", "reference",
-                 "budget_mb", "paths", "naive_comparison", "gl_error", "seconds")  # fmt: skip
+RESULT_FIELDS = (
+    "bench",
+    "quick",
+    "gl_renderer",
+    "gl_vendor",
+    "gl_version",
+    "cpu_count",
+    "dt_s",
+    "frame_size",
+    "converged_db",
+    "refetch_window_frames",
+    "upload_ceiling",
+    "packs_seconds",
+    "packs",
+    "reference",
+    "budget_mb",
+    "paths",
+    "naive_comparison",
+    "gl_error",
+    "seconds",
+)
 PATH_FIELDS = (
-    "frames", "duration_s", "wall_s", "fps_wall",  # frame clock: frames * dt; wall: this machine
-    "budget_bytes", "vram_peak_bytes", "vram_peak_fraction", "cache_slots",  # cache_slots: unpinned, per pool
-    "uploads", "upload_bytes", "evictions",
-    "tiles_per_s", "mb_per_s", "mb_per_s_peak",  # frame clock (60 fps demand); peak: 0.5 s window
-    "tiles_per_s_wall", "mb_per_s_wall",
-    "ceiling_fraction", "ceiling_fraction_peak", "ceiling_fraction_wall",  # MB/s over the ceiling's MB/s
-    "update_ms_p50", "update_ms_p95", "update_cpu_ms_p50", "update_cpu_ms_p95", "gpu_ms_p50",
-    "latency_samples", "latency_p50_frames", "latency_p95_frames", "latency_p99_frames",
-    "refetches", "refetch_rate",  # re-uploads within REFETCH_WINDOW frames of the eviction, / uploads
-    "refetches_any", "refetch_fraction_any",  # Telemetry's: any re-upload of a tile resident before
-    "max_mip_bias", "final_mip_bias", "pressure_peak",  # pressure: unbiased working set / unpinned slots
-    "max_missing_pages", "final_missing_pages", "failed", "ring_stalls", "telemetry_lines",
-)  # fmt: skip
+    "frames",
+    "duration_s",
+    "wall_s",
+    "fps_wall",  # frame clock: frames * dt; wall: this machine
+    "budget_bytes",
+    "vram_peak_bytes",
+    "vram_peak_fraction",
+    "cache_slots",  # cache_slots: unpinned, per pool
+    "uploads",
+    "upload_bytes",
+    "evictions",
+    "tiles_per_s",
+    "mb_per_s",
+    "mb_per_s_peak",  # frame clock (60 fps demand); peak: 0.5 s window
+    "tiles_per_s_wall",
+    "mb_per_s_wall",
+    "ceiling_fraction",
+    "ceiling_fraction_peak",
+    "ceiling_fraction_wall",  # MB/s over the ceiling's MB/s
+    "update_ms_p50",
+    "update_ms_p95",
+    "update_cpu_ms_p50",
+    "update_cpu_ms_p95",
+    "gpu_ms_p50",
+    "latency_samples",
+    "latency_p50_frames",
+    "latency_p95_frames",
+    "latency_p99_frames",
+    "refetches",
+    "refetch_rate",  # re-uploads within REFETCH_WINDOW frames of the eviction, / uploads
+    "refetches_any",
+    "refetch_fraction_any",  # Telemetry's: any re-upload of a tile resident before
+    "max_mip_bias",
+    "final_mip_bias",
+    "pressure_peak",  # pressure: unbiased working set / unpinned slots
+    "max_missing_pages",
+    "final_missing_pages",
+    "failed",
+    "ring_stalls",
+    "telemetry_lines",
+)
 CUTS_FIELDS = ("cuts", "converged_all", "converge_frames_max", "converge_frames_mean")  # region_cuts
 CUT_FIELDS = ("cut_time_s", "frame", "hold_frames", "frames_to_converge", "psnr_first_db", "psnr_converged_db")
 OVERSUBSCRIBED_FIELDS = ("working_set_tiles", "working_set_samples", "oversubscription", "oversubscription_by_pool")
-COMPARISON_FIELDS = ("size", "attempts", "naive", "texstream", "first_frame_speedup", "vram_ratio",
-                     "frame_time_ratio")  # fmt: skip
-NAIVE_FIELDS = ("size", "png_bytes", "texture_format", "anisotropy", "load_s", "program_s", "upload_s", "mipmaps_s",
-                "first_draw_s", "first_frame_s", "vram_bytes", "frames", "frame_ms_mean",
-                "frame_ms_mean_trilinear")  # fmt: skip
-TEXSTREAM_FIELDS = ("pack", "size", "open_s", "first_frame_s", "settle_frames", "settle_s", "budget_bytes",
-                    "vram_peak_bytes", "frames", "frame_ms_mean")  # fmt: skip
+COMPARISON_FIELDS = ("size", "attempts", "naive", "texstream", "first_frame_speedup", "vram_ratio", "frame_time_ratio")
+NAIVE_FIELDS = (
+    "size",
+    "png_bytes",
+    "texture_format",
+    "anisotropy",
+    "load_s",
+    "program_s",
+    "upload_s",
+    "mipmaps_s",
+    "first_draw_s",
+    "first_frame_s",
+    "vram_bytes",
+    "frames",
+    "frame_ms_mean",
+    "frame_ms_mean_trilinear",
+)
+TEXSTREAM_FIELDS = (
+    "pack",
+    "size",
+    "open_s",
+    "first_frame_s",
+    "settle_frames",
+    "settle_s",
+    "budget_bytes",
+    "vram_peak_bytes",
+    "frames",
+    "frame_ms_mean",
+)
 
 
 def _make_packs(mode: Mode, folder: Path) -> Packs:
@@ -110,8 +178,9 @@ def _make_packs(mode: Mode, folder: Path) -> Packs:
 
         albedo, normals = folder / "terrain-4096-bc1-t128.tpk", folder / "normals-2048-bc5-t128.tpk"
         bake_procedural(albedo, 4096, "terrain", 1, BakeConfig(tile_size=128, progress=False))
-        bake_procedural(normals, 2048, "normals", 1,
-                        BakeConfig(texel_format=TexelFormat.BC5, tile_size=128, progress=False))  # fmt: skip
+        bake_procedural(
+            normals, 2048, "normals", 1, BakeConfig(texel_format=TexelFormat.BC5, tile_size=128, progress=False)
+        )
         return Packs(albedo, normals)
     from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset
 
@@ -121,9 +190,16 @@ def _make_packs(mode: Mode, folder: Path) -> Packs:
 def _pack_info(path: Path) -> dict:
     with PackReader(path) as r:
         h = r.header
-        return {"file": path.name, "size": [h.width, h.height], "format": h.texel_format.name.lower(),
-                "srgb": bool(h.srgb), "tile": h.tile_size, "levels": h.level_count, "tiles": h.tile_count,
-                "all_resident_bytes": h.tile_count * h.tile_raw_size}  # fmt: skip
+        return {
+            "file": path.name,
+            "size": [h.width, h.height],
+            "format": h.texel_format.name.lower(),
+            "srgb": bool(h.srgb),
+            "tile": h.tile_size,
+            "levels": h.level_count,
+            "tiles": h.tile_count,
+            "all_resident_bytes": h.tile_count * h.tile_raw_size,
+        }
 
 
 def _pool_working_set(streamer: Streamer, wanted: Wanted) -> dict[str, int]:
@@ -278,9 +354,17 @@ class _Convergence:
         n = path.frames(FPS)
         starts = [math.ceil(t * FPS - 1e-9) for t in path.cut_times()]
         ends = starts[1:] + [n]
-        self.cuts = [{"cut_time_s": t, "frame": a, "hold_frames": b - a, "frames_to_converge": None,
-                      "psnr_first_db": None, "psnr_converged_db": None}
-                     for t, a, b in zip(path.cut_times(), starts, ends, strict=True)]  # fmt: skip
+        self.cuts = [
+            {
+                "cut_time_s": t,
+                "frame": a,
+                "hold_frames": b - a,
+                "frames_to_converge": None,
+                "psnr_first_db": None,
+                "psnr_converged_db": None,
+            }
+            for t, a, b in zip(path.cut_times(), starts, ends, strict=True)
+        ]
         self._window = {f: k for k, (a, b) in enumerate(zip(starts, ends, strict=True)) for f in range(a, b)}
         for a, b in zip(starts, ends, strict=True):  # the references, rendered before the run
             for f in range(a, b):
@@ -314,8 +398,16 @@ class _Convergence:
 
 
 # ---- one path ---------------------------------------------------------------------------------------
-def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, budget_mb: float,
-             ceiling: dict, reference: _Reference | None = None, jsonl: IO[str] | None = None) -> dict:  # fmt: skip
+def run_path(
+    ctx: moderngl.Context,
+    packs: Packs,
+    mode: Mode,
+    path: CameraPath,
+    budget_mb: float,
+    ceiling: dict,
+    reference: _Reference | None = None,
+    jsonl: IO[str] | None = None,
+) -> dict:
     """Play `path` on a fresh Streamer at `budget_mb`; the path's figures (see the module docstring)."""
     rig = SceneRig(ctx, packs, mode.frame_size, budget_mb)
     telemetry = Telemetry(rig.streamer, dt=DT)
@@ -416,8 +508,7 @@ def run_path(ctx: moderngl.Context, packs: Packs, mode: Mode, path: CameraPath, 
 
 
 # ---- the oversubscribed budget ------------------------------------------------------------------------
-def _oversubscribed_budget(ctx: moderngl.Context, packs: Packs, working_set: dict[str, int],
-                           start_mb: float) -> float:  # fmt: skip
+def _oversubscribed_budget(ctx: moderngl.Context, packs: Packs, working_set: dict[str, int], start_mb: float) -> float:
     """The smallest budget (bisection to 2 %) at which every pool's unpinned slots hold at least
     1/OVERSUBSCRIPTION of its working set: the most loaded pool is then oversubscribed ~2x."""
 
@@ -487,8 +578,10 @@ def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | No
                 w, h = r.header.width, r.header.height
             reference = _Reference(ctx, packs, mode.frame_size)
             try:
-                result["reference"] = {"budget_bytes": reference.streamer.budget.budget,
-                                       "make_all_resident_s": reference.seconds}  # fmt: skip
+                result["reference"] = {
+                    "budget_bytes": reference.streamer.budget.budget,
+                    "make_all_resident_s": reference.seconds,
+                }
                 # The oversubscribed path's working set, then its budget.
                 over = named_path("oversubscribed", w, h)
                 ws: dict[str, int] = {}
@@ -504,8 +597,16 @@ def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | No
                 line = 1
                 for name in PATHS:
                     log.info("bench scene: %s", name)
-                    r = run_path(ctx, packs, mode, named_path(name, w, h), budgets[name], up,
-                                 reference=reference if name == "region_cuts" else None, jsonl=jsonl)  # fmt: skip
+                    r = run_path(
+                        ctx,
+                        packs,
+                        mode,
+                        named_path(name, w, h),
+                        budgets[name],
+                        up,
+                        reference=reference if name == "region_cuts" else None,
+                        jsonl=jsonl,
+                    )
                     index[name] = {"first_line": line, "lines": r["telemetry_lines"]}
                     line += r["telemetry_lines"]
                     result["paths"][name] = r
@@ -546,47 +647,69 @@ def print_scene(r: dict) -> None:
     fw, fh = r["frame_size"]
     up = r["upload_ceiling"]
     a, n = r["packs"]["albedo"], r["packs"]["normals"]
-    print(f"texstream bench scene{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs; "
-          f"{fw}x{fh}, fixed dt 1/60 s")  # fmt: skip
-    print(f"  terrain {a['size'][0]}^2 {a['format']} t{a['tile']} ({a['tiles']} tiles) + normals {n['size'][0]}^2 "
-          f"{n['format']} t{n['tile']} ({n['tiles']} tiles); ready in {r['packs_seconds']:.1f} s")  # fmt: skip
-    print(f"  upload ceiling: {up['tiles_per_s']:,.0f} tiles/s = {up['mb_per_s']:,.0f} MB/s ({up['tiles']} "
-          f"{up['format']} {up['slot']}^2 tiles, batches of {up['batch']}, fenced + finished)")  # fmt: skip
-    head = (f"  {'path':<15}{'frames':>7}{'budget':>8}{'peak':>7}{'uploads':>8}{'tiles/s':>8}{'MB/s':>7}"
-            f"{'peak':>7}{'x ceil':>7}{'update p50/95':>15}{'cpu p50/95':>12}{'latency 50/95/99':>17}"
-            f"{'refetch':>8}{'bias':>5}{'fps':>6}")  # fmt: skip
+    print(
+        f"texstream bench scene{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs; "
+        f"{fw}x{fh}, fixed dt 1/60 s"
+    )
+    print(
+        f"  terrain {a['size'][0]}^2 {a['format']} t{a['tile']} ({a['tiles']} tiles) + normals {n['size'][0]}^2 "
+        f"{n['format']} t{n['tile']} ({n['tiles']} tiles); ready in {r['packs_seconds']:.1f} s"
+    )
+    print(
+        f"  upload ceiling: {up['tiles_per_s']:,.0f} tiles/s = {up['mb_per_s']:,.0f} MB/s ({up['tiles']} "
+        f"{up['format']} {up['slot']}^2 tiles, batches of {up['batch']}, fenced + finished)"
+    )
+    head = (
+        f"  {'path':<15}{'frames':>7}{'budget':>8}{'peak':>7}{'uploads':>8}{'tiles/s':>8}{'MB/s':>7}"
+        f"{'peak':>7}{'x ceil':>7}{'update p50/95':>15}{'cpu p50/95':>12}{'latency 50/95/99':>17}"
+        f"{'refetch':>8}{'bias':>5}{'fps':>6}"
+    )
     print(head)
-    print(f"  {'':<15}{'':>7}{'MiB':>8}{'MiB':>7}{'':>8}{'60 fps':>8}{'60fps':>7}{'MB/s':>7}{'peak':>7}"
-          f"{'ms':>15}{'ms':>12}{'frames':>17}{'<=30f':>8}{'max':>5}{'wall':>6}")  # fmt: skip
+    print(
+        f"  {'':<15}{'':>7}{'MiB':>8}{'MiB':>7}{'':>8}{'60 fps':>8}{'60fps':>7}{'MB/s':>7}{'peak':>7}"
+        f"{'ms':>15}{'ms':>12}{'frames':>17}{'<=30f':>8}{'max':>5}{'wall':>6}"
+    )
     for name, p in r["paths"].items():
         lat = f"{_f(p['latency_p50_frames'])}/{_f(p['latency_p95_frames'])}/{_f(p['latency_p99_frames'])}"
-        print(f"  {name:<15}{p['frames']:>7}{_mib(p['budget_bytes']):>8}{_mib(p['vram_peak_bytes']):>7}"
-              f"{p['uploads']:>8}{p['tiles_per_s']:>8.0f}{p['mb_per_s']:>7.2f}{p['mb_per_s_peak']:>7.2f}"
-              f"{p['ceiling_fraction_peak']:>7.3f}"
-              f"{p['update_ms_p50']:>8.1f}/{p['update_ms_p95']:<6.1f}{p['update_cpu_ms_p50']:>5.1f}/"
-              f"{p['update_cpu_ms_p95']:<6.1f}{lat:>17}{p['refetches']:>8}{p['max_mip_bias']:>5.2f}"
-              f"{p['fps_wall']:>6.0f}")  # fmt: skip
+        print(
+            f"  {name:<15}{p['frames']:>7}{_mib(p['budget_bytes']):>8}{_mib(p['vram_peak_bytes']):>7}"
+            f"{p['uploads']:>8}{p['tiles_per_s']:>8.0f}{p['mb_per_s']:>7.2f}{p['mb_per_s_peak']:>7.2f}"
+            f"{p['ceiling_fraction_peak']:>7.3f}"
+            f"{p['update_ms_p50']:>8.1f}/{p['update_ms_p95']:<6.1f}{p['update_cpu_ms_p50']:>5.1f}/"
+            f"{p['update_cpu_ms_p95']:<6.1f}{lat:>17}{p['refetches']:>8}{p['max_mip_bias']:>5.2f}"
+            f"{p['fps_wall']:>6.0f}"
+        )
     o = r["paths"]["oversubscribed"]
-    print(f"  oversubscribed: working set {o['working_set_tiles']} tiles (peak of {o['working_set_samples']} poses, "
-          f"all-resident reference) vs unpinned slots {o['cache_slots']}: most loaded pool "
-          f"{o['oversubscription']:.2f}x")  # fmt: skip
-    print("  update: wall ms; cpu: the render thread's CPU ms in update() (no driver or GIL waits); "
-          "x ceil: peak 60 fps MB/s / ceiling MB/s")  # fmt: skip
+    print(
+        f"  oversubscribed: working set {o['working_set_tiles']} tiles (peak of {o['working_set_samples']} poses, "
+        f"all-resident reference) vs unpinned slots {o['cache_slots']}: most loaded pool "
+        f"{o['oversubscription']:.2f}x"
+    )
+    print(
+        "  update: wall ms; cpu: the render thread's CPU ms in update() (no driver or GIL waits); "
+        "x ceil: peak 60 fps MB/s / ceiling MB/s"
+    )
     rc = r["paths"]["region_cuts"]
-    conv = ", ".join(f"{c['cut_time_s']:.0f}s: {_f(c['frames_to_converge'])} ({_f(c['psnr_first_db'], '.1f')} dB "
-                     f"first)" for c in rc.get("cuts", []))  # fmt: skip
+    conv = ", ".join(
+        f"{c['cut_time_s']:.0f}s: {_f(c['frames_to_converge'])} ({_f(c['psnr_first_db'], '.1f')} dB first)"
+        for c in rc.get("cuts", [])
+    )
     print(f"  region_cuts, frames to >= {r['converged_db']:.0f} dB vs all-resident after each cut: {conv}")
     c = r["naive_comparison"]
     nv, ts = c["naive"], c["texstream"]
     print(f"  naive vs texstream on the same {c['size']}^2 image (flythrough, {nv['frames']} frames):")
-    print(f"    naive (Pillow PNG + mipmapped RGBA8 texture): first frame {nv['first_frame_s']:.2f} s "
-          f"(load {nv['load_s']:.2f}, upload {nv['upload_s']:.2f}, mipmaps {nv['mipmaps_s']:.2f}), "
-          f"VRAM {_mib(nv['vram_bytes'])} MiB, frame {nv['frame_ms_mean']:.2f} ms with 4x anisotropy "
-          f"({nv['frame_ms_mean_trilinear']:.2f} ms trilinear only)")  # fmt: skip
+    print(
+        f"    naive (Pillow PNG + mipmapped RGBA8 texture): first frame {nv['first_frame_s']:.2f} s "
+        f"(load {nv['load_s']:.2f}, upload {nv['upload_s']:.2f}, mipmaps {nv['mipmaps_s']:.2f}), "
+        f"VRAM {_mib(nv['vram_bytes'])} MiB, frame {nv['frame_ms_mean']:.2f} ms with 4x anisotropy "
+        f"({nv['frame_ms_mean_trilinear']:.2f} ms trilinear only)"
+    )
     settle = "never" if ts["settle_s"] is None else f"{ts['settle_s']:.2f} s ({ts['settle_frames']} frames)"
-    print(f"    texstream: first frame {ts['first_frame_s']:.2f} s, fully resident at {settle}, VRAM peak "
-          f"{_mib(ts['vram_peak_bytes'])} of {_mib(ts['budget_bytes'])} MiB, "
-          f"frame {ts['frame_ms_mean']:.2f} ms")  # fmt: skip
+    print(
+        f"    texstream: first frame {ts['first_frame_s']:.2f} s, fully resident at {settle}, VRAM peak "
+        f"{_mib(ts['vram_peak_bytes'])} of {_mib(ts['budget_bytes'])} MiB, "
+        f"frame {ts['frame_ms_mean']:.2f} ms"
+    )
     tried = [t for t in c["attempts"] if t["error"]]
     if tried:
         print(f"    larger sizes tried: {tried}")

@@ -175,8 +175,13 @@ class _Soak:
     def _random_view(self) -> View:
         r = self.rng
         tilt = float(r.choice([0.0, 0.0, 45.0, 65.0]))
-        return View(float(r.uniform(0.1, 0.9)), float(r.uniform(0.1, 0.9)), float(2 ** r.uniform(-2, 1.5)), tilt,
-                    float(r.uniform(0, 360)))  # fmt: skip
+        return View(
+            float(r.uniform(0.1, 0.9)),
+            float(r.uniform(0.1, 0.9)),
+            float(2 ** r.uniform(-2, 1.5)),
+            tilt,
+            float(r.uniform(0, 360)),
+        )
 
     def step(self) -> None:
         """One frame: update, then draw every open texture from its moving camera."""
@@ -294,8 +299,11 @@ def run_soak(
             )
             if progress:
                 w = report.windows[-1]
-                print(f"  {w.frames:>7} frames  RSS {w.rss_mib:7.1f} MiB  GL objects {w.gl_objects:4d}  "
-                      f"threads {w.threads}  fds {w.fds}  check {w.check_db:5.1f} dB", flush=True)  # fmt: skip
+                print(
+                    f"  {w.frames:>7} frames  RSS {w.rss_mib:7.1f} MiB  GL objects {w.gl_objects:4d}  "
+                    f"threads {w.threads}  fds {w.fds}  check {w.check_db:5.1f} dB",
+                    flush=True,
+                )
     finally:
         soak.release()
     gc.collect()
@@ -314,15 +322,21 @@ def run_soak(
 
 
 def print_soak(report: SoakReport) -> None:
-    print(f"soak: {report.frames} frames in {report.seconds:.0f} s; {report.opened} opens, {report.closed} closes, "
-          f"{report.budget_changes} budget changes")  # fmt: skip
-    print("| frames | RSS MiB | Python objects | GL objects | threads | fds | textures | VRAM peak / budget "
-          "| budget MiB | uploads | check dB |")  # fmt: skip
+    print(
+        f"soak: {report.frames} frames in {report.seconds:.0f} s; {report.opened} opens, {report.closed} closes, "
+        f"{report.budget_changes} budget changes"
+    )
+    print(
+        "| frames | RSS MiB | Python objects | GL objects | threads | fds | textures | VRAM peak / budget "
+        "| budget MiB | uploads | check dB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for w in report.windows:
-        print(f"| {w.frames} | {w.rss_mib:.1f} | {w.python_objects} | {w.gl_objects} | {w.threads} | {w.fds} "
-              f"| {w.open_textures} | {w.vram_peak_ratio:.3f} | {w.budget_mib:.1f} | {w.uploads} "
-              f"| {w.check_db:.1f} |")  # fmt: skip
+        print(
+            f"| {w.frames} | {w.rss_mib:.1f} | {w.python_objects} | {w.gl_objects} | {w.threads} | {w.fds} "
+            f"| {w.open_textures} | {w.vram_peak_ratio:.3f} | {w.budget_mib:.1f} | {w.uploads} "
+            f"| {w.check_db:.1f} |"
+        )
     print(f"RSS growth after warm-up: {report.rss_slope_mib_per_1000:+.3f} MiB per 1000 frames")
     print(f"GL objects left after release(): {report.gl_objects_left or 'none'}")
     problems = report.problems()

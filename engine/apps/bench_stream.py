@@ -73,8 +73,7 @@ class _GcPauses:
         gc.callbacks.remove(self)
 
     def summary(self) -> dict:
-        return {"collections": len(self.pauses), "max_ms": max(self.pauses, default=0.0),
-                "total_ms": sum(self.pauses)}  # fmt: skip
+        return {"collections": len(self.pauses), "max_ms": max(self.pauses, default=0.0), "total_ms": sum(self.pauses)}
 
 
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
@@ -92,8 +91,9 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
     slot = TILE + 8
     tile_bytes = fmt.layer_bytes(slot)
     capacity = 4096
-    geo = SlotGeometry.choose(slot, tile_bytes, capacity, max_layers=gl.max_array_layers,
-                              max_texture_size=min(gl.max_texture_size, 16384))  # fmt: skip
+    geo = SlotGeometry.choose(
+        slot, tile_bytes, capacity, max_layers=gl.max_array_layers, max_texture_size=min(gl.max_texture_size, 16384)
+    )
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
@@ -120,9 +120,17 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
     finally:
         tex.release()
         ring.release()
-    return {"tiles": done, "seconds": seconds, "tiles_per_s": done / seconds,
-            "mib_per_s": done * tile_bytes / seconds / MIB, "tile_bytes": tile_bytes, "format": "bc1-srgb",
-            "slot": slot, "batch": batch, "loop": "compiled" if native is not None else "python"}  # fmt: skip
+    return {
+        "tiles": done,
+        "seconds": seconds,
+        "tiles_per_s": done / seconds,
+        "mib_per_s": done * tile_bytes / seconds / MIB,
+        "tile_bytes": tile_bytes,
+        "format": "bc1-srgb",
+        "slot": slot,
+        "batch": batch,
+        "loop": "compiled" if native is not None else "python",
+    }
 
 
 # ---- packs -----------------------------------------------------------------------------------------
@@ -134,8 +142,10 @@ def _bake_packs(folder: Path, quick: bool) -> dict[str, Path]:
 
     detail = AssetRecipe(name="detail", pattern="terrain", size=16384, seed=7, texel_format=TexelFormat.BC1)
     if not quick:
-        return {name: ensure_asset(r, progress=False) for name, r in
-                (("terrain", DEFAULT_TERRAIN), ("normals", DEFAULT_NORMALS), ("detail", detail))}  # fmt: skip
+        return {
+            name: ensure_asset(r, progress=False)
+            for name, r in (("terrain", DEFAULT_TERRAIN), ("normals", DEFAULT_NORMALS), ("detail", detail))
+        }
     common = {"tile_size": TILE, "progress": False}
     specs = {
         "terrain": (8192, "terrain", 1, BakeConfig(**common)),
@@ -170,9 +180,14 @@ def _serpentine(xs: np.ndarray, ys: np.ndarray, max_frames: int) -> list[tuple[f
 
 def _pan_config(pack: Path, native: bool = True) -> StreamerConfig:
     """Budget for the whole pack, a 64 MiB ring, an I/O thread a core, caps that never bind."""
-    return StreamerConfig(budget=BudgetConfig(budget_mb=_budget_mb([pack])), ring_mb=64,
-                          io_threads=max(2, os.cpu_count() or 2), upload_tiles_per_frame=8192,
-                          upload_bytes_per_frame=1 << 30, native=native)  # fmt: skip
+    return StreamerConfig(
+        budget=BudgetConfig(budget_mb=_budget_mb([pack])),
+        ring_mb=64,
+        io_threads=max(2, os.cpu_count() or 2),
+        upload_tiles_per_frame=8192,
+        upload_bytes_per_frame=1 << 30,
+        native=native,
+    )
 
 
 def _pct(values: list[float] | np.ndarray, q: float) -> float:
@@ -180,8 +195,15 @@ def _pct(values: list[float] | np.ndarray, q: float) -> float:
 
 
 # ---- (b) end to end and (d) latency ----------------------------------------------------------------
-def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_frames: int, native: bool,
-               url: str | None = None, remote: RemoteConfig | None = None) -> dict:  # fmt: skip
+def end_to_end(
+    ctx: moderngl.Context,
+    pack: Path,
+    size: tuple[int, int],
+    max_frames: int,
+    native: bool,
+    url: str | None = None,
+    remote: RemoteConfig | None = None,
+) -> dict:
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
     shows only tiles never seen before: demand stays above what can be delivered). With `url`, the
     same pack is streamed from there (`pack` is its local copy) and the network figures are added."""
@@ -231,19 +253,34 @@ def end_to_end(ctx: moderngl.Context, pack: Path, size: tuple[int, int], max_fra
     finally:
         renderer.release()
     lat = np.concatenate(latencies) if latencies else np.zeros(1)
-    return {"pack": pack.name, "frame_size": list(size), "frames": len(path), "tiles": tiles, "seconds": seconds,
-            "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": len(path) / seconds,
-            "compiled": native_used, "io_threads": cfg.io_threads,
-            "update_ms_p50": _pct(update_ms, 50), "update_cpu_ms_p50": _pct(cpu_ms, 50),
-            "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
-            "read_batches": int(batches), "backlog_mean": float(np.mean(backlog)),
-            "latency_frames_p50": _pct(lat, 50), "latency_frames_p95": _pct(lat, 95),
-            "latency_samples": int(lat.size), "source": "url" if url else "disk",
-            "net_requests": net.requests - net0.requests, "net_bytes": net.net_bytes - net0.net_bytes,
-            "net_failed_requests": net.failed_requests - net0.failed_requests,
-            "net_latency_ms_p50": net.latency_p50_ms, "net_latency_ms_p95": net.latency_p95_ms,
-            "cache_hits": net.cache_hits - net0.cache_hits,
-            "cache_misses": net.cache_misses - net0.cache_misses}  # fmt: skip
+    return {
+        "pack": pack.name,
+        "frame_size": list(size),
+        "frames": len(path),
+        "tiles": tiles,
+        "seconds": seconds,
+        "tiles_per_s": tiles / seconds,
+        "mib_per_s": nbytes / seconds / MIB,
+        "fps": len(path) / seconds,
+        "compiled": native_used,
+        "io_threads": cfg.io_threads,
+        "update_ms_p50": _pct(update_ms, 50),
+        "update_cpu_ms_p50": _pct(cpu_ms, 50),
+        "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
+        "read_batches": int(batches),
+        "backlog_mean": float(np.mean(backlog)),
+        "latency_frames_p50": _pct(lat, 50),
+        "latency_frames_p95": _pct(lat, 95),
+        "latency_samples": int(lat.size),
+        "source": "url" if url else "disk",
+        "net_requests": net.requests - net0.requests,
+        "net_bytes": net.net_bytes - net0.net_bytes,
+        "net_failed_requests": net.failed_requests - net0.failed_requests,
+        "net_latency_ms_p50": net.latency_p50_ms,
+        "net_latency_ms_p95": net.latency_p95_ms,
+        "cache_hits": net.cache_hits - net0.cache_hits,
+        "cache_misses": net.cache_misses - net0.cache_misses,
+    }
 
 
 def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: int) -> dict:
@@ -279,8 +316,16 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
         tiles = s.stats().totals.uploads - start.uploads
         nbytes = s.stats().totals.upload_bytes - start.upload_bytes
         throttle.release()
-    return {"pack": pack.name, "window": view_px, "frames": frames, "tiles": tiles, "seconds": seconds,
-            "tiles_per_s": tiles / seconds, "mib_per_s": nbytes / seconds / MIB, "fps": frames / seconds}  # fmt: skip
+    return {
+        "pack": pack.name,
+        "window": view_px,
+        "frames": frames,
+        "tiles": tiles,
+        "seconds": seconds,
+        "tiles_per_s": tiles / seconds,
+        "mib_per_s": nbytes / seconds / MIB,
+        "fps": frames / seconds,
+    }
 
 
 # ---- (c) update() on the three-texture scene and (e) camera cuts -----------------------------------
@@ -327,8 +372,14 @@ class _Scene:
         self.streamer.release()
 
 
-def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float,
-                 seconds: float, fps: float = 60.0) -> dict:  # fmt: skip
+def scene_update(
+    ctx: moderngl.Context,
+    packs: dict[str, Path],
+    size: tuple[int, int],
+    budget_mb: float,
+    seconds: float,
+    fps: float = 60.0,
+) -> dict:
     """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere)."""
     from ..scene.paths import flythrough
 
@@ -357,19 +408,49 @@ def scene_update(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int,
     after = np.asarray(wall[int(fps) :] or wall)
     up = np.asarray(uploads)
     worst = np.argsort(wall)[::-1][:3]
-    return {"frame_size": list(size), "budget_mb": budget_mb, "textures": [p.name for p in packs.values()],
-            "pools": pools, "frames": n, "fps_wall": n / elapsed, "vram_peak_bytes": int(peak),
-            "update_ms_p50": _pct(wall, 50), "update_ms_p95": _pct(wall, 95), "update_ms_p99": _pct(wall, 99),
-            "update_ms_max_after_1s": float(after.max()), "update_cpu_ms_p50": _pct(cpu, 50),
-            "update_cpu_ms_p95": _pct(cpu, 95), "wanted_pages_p50": _pct(wanted, 50),
-            "frames_with_uploads": float(np.mean(up > 0)), "uploads": int(up.sum()),
-            "uploads_per_frame_p95": _pct(up, 95), "gc": pauses.summary(),
-            "worst_frames": [{"frame": int(i), "wall_ms": wall[i], "cpu_ms": cpu[i], "uploads": uploads[i],
-                              "requested": requested[i], "evicted": evicted[i]} for i in worst]}  # fmt: skip
+    return {
+        "frame_size": list(size),
+        "budget_mb": budget_mb,
+        "textures": [p.name for p in packs.values()],
+        "pools": pools,
+        "frames": n,
+        "fps_wall": n / elapsed,
+        "vram_peak_bytes": int(peak),
+        "update_ms_p50": _pct(wall, 50),
+        "update_ms_p95": _pct(wall, 95),
+        "update_ms_p99": _pct(wall, 99),
+        "update_ms_max_after_1s": float(after.max()),
+        "update_cpu_ms_p50": _pct(cpu, 50),
+        "update_cpu_ms_p95": _pct(cpu, 95),
+        "wanted_pages_p50": _pct(wanted, 50),
+        "frames_with_uploads": float(np.mean(up > 0)),
+        "uploads": int(up.sum()),
+        "uploads_per_frame_p95": _pct(up, 95),
+        "gc": pauses.summary(),
+        "worst_frames": [
+            {
+                "frame": int(i),
+                "wall_ms": wall[i],
+                "cpu_ms": cpu[i],
+                "uploads": uploads[i],
+                "requested": requested[i],
+                "evicted": evicted[i],
+            }
+            for i in worst
+        ],
+    }
 
 
-def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float, cuts: int,
-                hold: int = 24, seed: int = 11, fps: float | None = None) -> dict:  # fmt: skip
+def camera_cuts(
+    ctx: moderngl.Context,
+    packs: dict[str, Path],
+    size: tuple[int, int],
+    budget_mb: float,
+    cuts: int,
+    hold: int = 24,
+    seed: int = 11,
+    fps: float | None = None,
+) -> dict:
     """Random cuts across the terrain; per cut, frames until the streamer reports nothing missing
     for feedback drawn after the cut. With `fps`, frames are paced like a vsynced game loop (the GPU
     then finishes each frame before the next starts, so the feedback comes back a frame later);
@@ -410,9 +491,19 @@ def camera_cuts(ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, 
     finally:
         scene.release()
     r = np.asarray(result)
-    return {"cuts": cuts, "hold_frames": hold, "paced_fps": fps, "frames_to_complete": r.tolist(), "p50": _pct(r, 50),
-            "p95": _pct(r, 95), "max": int(r.max()), "unfinished": int(np.count_nonzero(r >= hold)),
-            "detail": detail, "update_ms_p50": _pct(update_ms, 50), "update_ms_p95": _pct(update_ms, 95)}  # fmt: skip
+    return {
+        "cuts": cuts,
+        "hold_frames": hold,
+        "paced_fps": fps,
+        "frames_to_complete": r.tolist(),
+        "p50": _pct(r, 50),
+        "p95": _pct(r, 95),
+        "max": int(r.max()),
+        "unfinished": int(np.count_nonzero(r >= hold)),
+        "detail": detail,
+        "update_ms_p50": _pct(update_ms, 50),
+        "update_ms_p95": _pct(update_ms, 95),
+    }
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -424,9 +515,14 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
     ctx = headless_context()
     try:
         info = ctx.info
-        result: dict = {"bench": "stream", "quick": quick, "gl_renderer": info.get("GL_RENDERER", "?"),
-                        "gl_vendor": info.get("GL_VENDOR", "?"), "gl_version": info.get("GL_VERSION", "?"),
-                        "cpu_count": os.cpu_count()}  # fmt: skip
+        result: dict = {
+            "bench": "stream",
+            "quick": quick,
+            "gl_renderer": info.get("GL_RENDERER", "?"),
+            "gl_vendor": info.get("GL_VENDOR", "?"),
+            "gl_version": info.get("GL_VERSION", "?"),
+            "cpu_count": os.cpu_count(),
+        }
         n = 16384 if quick else 131072
         result["upload_ceiling"] = upload_ceiling(ctx, n)
         result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False)
@@ -464,8 +560,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
 
 def print_stream(r: dict) -> None:
     """The results as a table: measure, value, what it means."""
-    up, upy, e2e, epy, sb = (r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end",
-                                            "end_to_end_python", "streamer_bound"))  # fmt: skip
+    up, upy, e2e, epy, sb = (
+        r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
+    )
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -473,34 +570,61 @@ def print_stream(r: dict) -> None:
     fw, fh = e2e["frame_size"]
     sw, sh = sc["frame_size"]
     rows = [
-        ("(a) upload ceiling", f"{up['tiles_per_s']:,.0f} tiles/s",
-         f"{up['mib_per_s']:,.0f} MiB/s, {up['loop']} loop, batches of {up['batch']}, fenced + finished; "
-         f"Python loop {upy['tiles_per_s']:,.0f} tiles/s"),
-        ("(b) end to end, drawn", f"{e2e['tiles_per_s']:,.0f} tiles/s",
-         f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
-         f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads"),
-        ("    pure Python I/O", f"{epy['tiles_per_s']:,.0f} tiles/s",
-         f"{ratio['end_to_end_python_vs_ceiling']:.3f} x (a): the same pan with the Python loops"),
-        ("(b') streamer-bound", f"{sb['tiles_per_s']:,.0f} tiles/s",
-         f"{ratio['streamer_bound_vs_ceiling']:.3f} x (a); {sb['window']}^2 windows of CPU-written feedback, "
-         f"{sb['fps']:.0f} updates/s"),
-        ("(c) update(), 3 textures", f"{sc['update_ms_p50']:.2f} ms p50",
-         f"p95 {sc['update_ms_p95']:.2f}, p99 {sc['update_ms_p99']:.2f}, max after 1 s "
-         f"{sc['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc['update_cpu_ms_p50']:.2f}; {sw}x{sh} flythrough, "
-         f"{sc['frames']} frames, {sc['frames_with_uploads']:.0%} with uploads; {sc['gc']['collections']} GC "
-         f"pauses, max {sc['gc']['max_ms']:.1f} ms"),
-        ("    again", f"{sc2['update_ms_p50']:.2f} ms p50",
-         f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
-         f"{sc2['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc2['update_cpu_ms_p50']:.2f}; "
-         f"GC max {sc2['gc']['max_ms']:.1f} ms"),
-        ("(d) latency", f"{e2e['latency_frames_p50']:.0f} / {e2e['latency_frames_p95']:.0f} frames",
-         f"p50 / p95 from submission to upload, {e2e['latency_samples']} tiles of (b)"),
-        ("(e) camera cuts", f"{cuts['p95']:.0f} frames p95",
-         f"p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is missing, {cuts['cuts']} cuts, "
-         "as fast as the GPU goes (2 frames queued)"),
-        ("    paced at 60 Hz", f"{paced['p95']:.0f} frames p95",
-         f"p50 {paced['p50']:.0f}, max {paced['max']}: the same cuts in a vsynced-like loop"),
-    ]  # fmt: skip
+        (
+            "(a) upload ceiling",
+            f"{up['tiles_per_s']:,.0f} tiles/s",
+            f"{up['mib_per_s']:,.0f} MiB/s, {up['loop']} loop, batches of {up['batch']}, fenced + finished; "
+            f"Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+        ),
+        (
+            "(b) end to end, drawn",
+            f"{e2e['tiles_per_s']:,.0f} tiles/s",
+            f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
+            f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads",
+        ),
+        (
+            "    pure Python I/O",
+            f"{epy['tiles_per_s']:,.0f} tiles/s",
+            f"{ratio['end_to_end_python_vs_ceiling']:.3f} x (a): the same pan with the Python loops",
+        ),
+        (
+            "(b') streamer-bound",
+            f"{sb['tiles_per_s']:,.0f} tiles/s",
+            f"{ratio['streamer_bound_vs_ceiling']:.3f} x (a); {sb['window']}^2 windows of CPU-written feedback, "
+            f"{sb['fps']:.0f} updates/s",
+        ),
+        (
+            "(c) update(), 3 textures",
+            f"{sc['update_ms_p50']:.2f} ms p50",
+            f"p95 {sc['update_ms_p95']:.2f}, p99 {sc['update_ms_p99']:.2f}, max after 1 s "
+            f"{sc['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc['update_cpu_ms_p50']:.2f}; {sw}x{sh} flythrough, "
+            f"{sc['frames']} frames, {sc['frames_with_uploads']:.0%} with uploads; {sc['gc']['collections']} GC "
+            f"pauses, max {sc['gc']['max_ms']:.1f} ms",
+        ),
+        (
+            "    again",
+            f"{sc2['update_ms_p50']:.2f} ms p50",
+            f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
+            f"{sc2['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc2['update_cpu_ms_p50']:.2f}; "
+            f"GC max {sc2['gc']['max_ms']:.1f} ms",
+        ),
+        (
+            "(d) latency",
+            f"{e2e['latency_frames_p50']:.0f} / {e2e['latency_frames_p95']:.0f} frames",
+            f"p50 / p95 from submission to upload, {e2e['latency_samples']} tiles of (b)",
+        ),
+        (
+            "(e) camera cuts",
+            f"{cuts['p95']:.0f} frames p95",
+            f"p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is missing, {cuts['cuts']} cuts, "
+            "as fast as the GPU goes (2 frames queued)",
+        ),
+        (
+            "    paced at 60 Hz",
+            f"{paced['p95']:.0f} frames p95",
+            f"p50 {paced['p50']:.0f}, max {paced['max']}: the same cuts in a vsynced-like loop",
+        ),
+    ]
     width = max(len(a) for a, _, _ in rows)
     for a, b, c in rows:
         print(f"  {a:<{width}}  {b:>18}  {c}".rstrip())

@@ -122,8 +122,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.height is not None and args.height < 1:
         raise UsageError(f"--height must be positive, got {args.height}")
     try:  # what a pack (and the streamer) can hold, refused before any file is made
-        PackHeader(width=args.size, height=args.size if args.height is None else args.height,  # opaque colour
-                   tile_size=cfg.tile_size, texel_format=cfg.format_for(False), srgb=cfg.is_srgb)  # fmt: skip
+        PackHeader(
+            width=args.size,
+            height=args.size if args.height is None else args.height,  # opaque colour
+            tile_size=cfg.tile_size,
+            texel_format=cfg.format_for(False),
+            srgb=cfg.is_srgb,
+        )
     except ValueError as exc:
         raise UsageError(f"--size: {exc}") from None
     report = bake_procedural(out, args.size, args.pattern, args.seed, cfg, height=args.height)
@@ -142,24 +147,34 @@ def cmd_info(args: argparse.Namespace) -> int:
         raw_total = r.header.tile_raw_size * r.header.tile_count
         info["compression_ratio"] = round(raw_total / max(1, info["payload_bytes"]), 3)
         info["level_table"] = [
-            {"level": i, "width": int(e["width"]), "height": int(e["height"]),
-             "tiles_x": int(e["tiles_x"]), "tiles_y": int(e["tiles_y"])}
+            {
+                "level": i,
+                "width": int(e["width"]),
+                "height": int(e["height"]),
+                "tiles_x": int(e["tiles_x"]),
+                "tiles_y": int(e["tiles_y"]),
+            }
             for i, e in enumerate(r.header.level_table)
-        ]  # fmt: skip
+        ]
         info["metadata"] = r.metadata
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
     print(f"{args.pack}: texstream pack v{info['version']}, {info['file_size']:,} bytes")
     print(f"  size        {info['width']} x {info['height']}, {info['levels']} levels")
-    print(f"  format      {info['format']}{' sRGB' if info['srgb'] else ' linear'}, "
-          f"tiles {info['tile_size']} + {info['border']} border ({info['slot_size']}^2 slots, "
-          f"{info['tile_raw_size']:,} bytes raw)")  # fmt: skip
-    print(f"  address     {info['address_mode']}, supercompression {info['supercompression']} "
-          f"(x{info['compression_ratio']}), {info['tile_count']:,} tiles")  # fmt: skip
+    print(
+        f"  format      {info['format']}{' sRGB' if info['srgb'] else ' linear'}, "
+        f"tiles {info['tile_size']} + {info['border']} border ({info['slot_size']}^2 slots, "
+        f"{info['tile_raw_size']:,} bytes raw)"
+    )
+    print(
+        f"  address     {info['address_mode']}, supercompression {info['supercompression']} "
+        f"(x{info['compression_ratio']}), {info['tile_count']:,} tiles"
+    )
     for e in info["level_table"]:
-        print(f"  level {e['level']:2d}    {e['width']:>6} x {e['height']:<6} "
-              f"{e['tiles_x']:>4} x {e['tiles_y']:<4} tiles")  # fmt: skip
+        print(
+            f"  level {e['level']:2d}    {e['width']:>6} x {e['height']:<6} {e['tiles_x']:>4} x {e['tiles_y']:<4} tiles"
+        )
     if info["metadata"]:
         print(f"  metadata    {json.dumps(info['metadata'], sort_keys=True)}")
     return 0
@@ -227,8 +242,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     write_image(result.frames[-1], out)
     last = result.telemetry[-1]
-    print(f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
-          f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB")  # fmt: skip
+    print(
+        f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
+        f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB"
+    )
     return 0
 
 

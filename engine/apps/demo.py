@@ -508,8 +508,9 @@ def _window_loop(glfw, window, ctx: moderngl.Context, demo: Demo, cfg: DemoConfi
 def run(cfg: DemoConfig) -> None:
     if cfg.headless or not has_display():
         if not cfg.headless:
-            print("no display found: running headless (EGL), writing frames instead of opening a window",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "no display found: running headless (EGL), writing frames instead of opening a window", file=sys.stderr
+            )
         run_headless(cfg)
     else:
         run_window(cfg)

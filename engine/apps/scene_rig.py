@@ -46,8 +46,15 @@ class Packs:
 class SceneRig:
     """A Streamer with the terrain's packs open, its TerrainScene and an RGBA8 framebuffer."""
 
-    def __init__(self, ctx: moderngl.Context, packs: Packs, size: tuple[int, int], budget_mb: float,
-                 normals: bool = True, albedo: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        packs: Packs,
+        size: tuple[int, int],
+        budget_mb: float,
+        normals: bool = True,
+        albedo: Path | None = None,
+    ) -> None:
         self.ctx, self.size = ctx, size
         self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
         self.scene: TerrainScene | None = None

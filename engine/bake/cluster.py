@@ -324,18 +324,29 @@ class WorkerFileSource:
             return None
         size, mtime_ns = source.file_stamp
         path = os.path.abspath(source.path)
-        return cls(path, source.name, source.width, source.height, source.channels, size, mtime_ns, source.url,
-                   source.url_version)  # fmt: skip
+        return cls(
+            path,
+            source.name,
+            source.width,
+            source.height,
+            source.channels,
+            size,
+            mtime_ns,
+            source.url,
+            source.url_version,
+        )
 
     def read_rows(self, y0: int, y1: int) -> np.ndarray:
-        source = _open_on_worker(self.path, self.size, self.mtime_ns, self.width, self.height, self.url,
-                                 self.url_version)  # fmt: skip
+        source = _open_on_worker(
+            self.path, self.size, self.mtime_ns, self.width, self.height, self.url, self.url_version
+        )
         return source.read_region(y0, y1)
 
 
 @lru_cache(maxsize=4)
-def _open_on_worker(path: str, size: int, mtime_ns: int, width: int, height: int, url: str | None,
-                    url_version: str | None) -> VipsSource:  # fmt: skip
+def _open_on_worker(
+    path: str, size: int, mtime_ns: int, width: int, height: int, url: str | None, url_version: str | None
+) -> VipsSource:
     host = socket.gethostname()
     if url is not None and not _same_file(path, size, mtime_ns):
         return _download_on_worker(url, url_version, width, height, host)

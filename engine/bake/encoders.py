@@ -140,8 +140,12 @@ def _etcpak(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
         s = slot.shape[0]
         if fmt is TexelFormat.BC7:
             return etcpak.compress_bc7(slot, s, s, _etcpak_bc7_params(quality, srgb))
-        fn = {TexelFormat.BC1: etcpak.compress_bc1, TexelFormat.BC3: etcpak.compress_bc3,
-              TexelFormat.BC4: etcpak.compress_bc4, TexelFormat.BC5: etcpak.compress_bc5}[fmt]  # fmt: skip
+        fn = {
+            TexelFormat.BC1: etcpak.compress_bc1,
+            TexelFormat.BC3: etcpak.compress_bc3,
+            TexelFormat.BC4: etcpak.compress_bc4,
+            TexelFormat.BC5: etcpak.compress_bc5,
+        }[fmt]
         return fn(slot, s, s)
 
     return encode

@@ -227,8 +227,12 @@ class Transfer:
             if half:
                 # Horizontal pairs, iterated along the row (order="C" on transposed views): left to
                 # itself numpy would loop over each texel's 4 channels, several times slower.
-                np.add(v[:, 0:we:2].transpose(0, 2, 1), v[:, 1:we:2].transpose(0, 2, 1),
-                       out=o[:, :half].transpose(0, 2, 1), order="C")  # fmt: skip
+                np.add(
+                    v[:, 0:we:2].transpose(0, 2, 1),
+                    v[:, 1:we:2].transpose(0, 2, 1),
+                    out=o[:, :half].transpose(0, 2, 1),
+                    order="C",
+                )
             if w % 2:
                 other = v[:, w - 1] if mode is AddressMode.CLAMP else v[:, 0]
                 np.add(v[:, w - 1], other, out=o[:, wo - 1])

@@ -148,15 +148,27 @@ class BakeReport:
 
     def summary(self) -> str:
         ratio = self.raw_bytes / max(1, self.file_bytes)
-        return (f"{self.path}: {self.width} x {self.height}, {self.levels} levels, {self.tiles:,} tiles "
-                f"{self.texel_format}, {self.file_bytes / 2**20:,.1f} MiB (x{ratio:.2f}) in "
-                f"{self.seconds:.2f} s, {self.mpixels_per_s:,.1f} MPixel/s on {self.jobs} jobs")  # fmt: skip
+        return (
+            f"{self.path}: {self.width} x {self.height}, {self.levels} levels, {self.tiles:,} tiles "
+            f"{self.texel_format}, {self.file_bytes / 2**20:,.1f} MiB (x{ratio:.2f}) in "
+            f"{self.seconds:.2f} s, {self.mpixels_per_s:,.1f} MPixel/s on {self.jobs} jobs"
+        )
 
     def as_dict(self) -> dict:
-        return {"path": str(self.path), "width": self.width, "height": self.height, "levels": self.levels,
-                "tiles": self.tiles, "format": self.texel_format, "raw_bytes": self.raw_bytes,
-                "file_bytes": self.file_bytes, "seconds": self.seconds, "jobs": self.jobs,
-                "source_pixels": self.source_pixels, "mpixels_per_s": self.mpixels_per_s}  # fmt: skip
+        return {
+            "path": str(self.path),
+            "width": self.width,
+            "height": self.height,
+            "levels": self.levels,
+            "tiles": self.tiles,
+            "format": self.texel_format,
+            "raw_bytes": self.raw_bytes,
+            "file_bytes": self.file_bytes,
+            "seconds": self.seconds,
+            "jobs": self.jobs,
+            "source_pixels": self.source_pixels,
+            "mpixels_per_s": self.mpixels_per_s,
+        }
 
 
 # ---- stage plan -------------------------------------------------------------------------------------
@@ -186,9 +198,12 @@ class Stage:
 
 
 def plan_stages(
-    header: PackHeader, band_bytes: int | None = None, final_bytes: int | None = None, min_bands: int = 1,
+    header: PackHeader,
+    band_bytes: int | None = None,
+    final_bytes: int | None = None,
+    min_bands: int = 1,
     context: int = 0,
-) -> list[Stage]:  # fmt: skip
+) -> list[Stage]:
     """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row)
     and, where the level is tall enough, number at least `min_bands` (work for every worker, and a
     short wait for the last band); a level of at most `final_bytes` (as float32 RGBA) is finished
@@ -363,12 +378,12 @@ def _execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
     return _run_band(job, state)
 
 
-def _encode_row(settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray,
-                out: EncodedTiles) -> None:  # fmt: skip
+def _encode_row(
+    settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray, out: EncodedTiles
+) -> None:
     h = settings.header
     for tx, slot in cutter.cut(rows):
-        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb,
-                              alpha=settings.alpha)  # fmt: skip
+        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb, alpha=settings.alpha)
         stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
         out.add(level, tx, ty, stored, digest)
 
@@ -410,8 +425,9 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
         else:
             res.alpha = st.index == 0
     reductions = st.count - 1 if st.final else st.count
-    levels = band_levels(LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer,
-                         h.address_mode, job.top_row0.__getitem__)  # fmt: skip
+    levels = band_levels(
+        LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer, h.address_mode, job.top_row0.__getitem__
+    )
     for lr in levels:
         d = lr.level - st.level
         lw, lh = h.level_dims(lr.level)
@@ -433,8 +449,9 @@ def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
         for ty in range(ca // t, -(-cb // t)):
             if ty == 0 and job.skip_row0:
                 continue
-            rows = _gather(cutter.slot_rows(ty), enc, elo, job.top_rows.get(lr.level),
-                           job.bottom_rows.get(lr.level), lh)  # fmt: skip
+            rows = _gather(
+                cutter.slot_rows(ty), enc, elo, job.top_rows.get(lr.level), job.bottom_rows.get(lr.level), lh
+            )
             _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
     return res
 
@@ -459,8 +476,9 @@ def _opaque(rows: np.ndarray) -> bool:
     return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
 
 
-def _gather(idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None,
-            height: int) -> np.ndarray:  # fmt: skip
+def _gather(
+    idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None, height: int
+) -> np.ndarray:
     """Slot rows `idx` (resolved level rows) from the band's encoded rows or the wrap contexts."""
     ehi = elo + enc.shape[0]
     if idx[0] >= elo and idx[-1] < ehi and np.all(np.diff(idx) == 1):
@@ -624,8 +642,7 @@ class _Baker:
         # BC7 costs ~300x BC1 per texel: smaller bands keep every worker busy to the end.
         slow = self.header.texel_format is TexelFormat.BC7
         band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
-        self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs,
-                                  context=BLEED_ROWS if cutout else 0)  # fmt: skip
+        self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs, context=BLEED_ROWS if cutout else 0)
         self.alpha_seen = False  # some stage-0 band held alpha below 255
         self.metadata = metadata
         self.max_in_flight = self.jobs + 1  # one band queued behind the running ones: no idle worker
@@ -662,8 +679,11 @@ class _Baker:
             _warm_tables(self.settings)
             return _InlinePool(state)
         # Band inputs the main process holds travel through a shared ring, not pickles.
-        sizes = [(st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
-                 for st in self.stages if st.index > 0 or self.feeds[0].source is not None]  # fmt: skip
+        sizes = [
+            (st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
+            for st in self.stages
+            if st.index > 0 or self.feeds[0].source is not None
+        ]
         memfd = getattr(os, "memfd_create", None)
         if sizes and memfd is not None:
             self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -718,9 +738,15 @@ class _Baker:
             data = ref
         else:
             data = np.ascontiguousarray(feed.window_rows())
-        job = BandJob(st, i, data, self.band_source if feed.remote and self.pickled_source else None,
-                      skip_row0=wrap and i == 0, want_top=wrap and i == 0,
-                      want_bottom=wrap and i == st.bands - 1)  # fmt: skip
+        job = BandJob(
+            st,
+            i,
+            data,
+            self.band_source if feed.remote and self.pickled_source else None,
+            skip_row0=wrap and i == 0,
+            want_top=wrap and i == 0,
+            want_bottom=wrap and i == st.bands - 1,
+        )
         if needs_top:
             assert feed.top is not None
             job.top_rows, job.top_row0 = feed.top.top_rows, feed.top.top_row0
@@ -779,8 +805,9 @@ class _Baker:
             if self.config.progress:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=self.header.tile_count, unit="tile", desc=self.out.name, leave=False,
-                                dynamic_ncols=True)  # fmt: skip
+                self.bar = tqdm(
+                    total=self.header.tile_count, unit="tile", desc=self.out.name, leave=False, dynamic_ncols=True
+                )
             while True:
                 self._pump(pool)
                 if not self.pending:
@@ -910,16 +937,18 @@ def creation_metadata(source: Source, config: BakeConfig, choice: FormatChoice |
     premultiplied = choice.premultiplied(srgb)
     meta = {"tool": f"texstream {__version__}", "mip_filter": MIP_FILTER + ("-premultiplied" if premultiplied else "")}
     meta.update(describe(source))
-    meta.update({
-        "format": fmt.name.lower(),
-        "format_auto": choice.auto,
-        "alpha": choice.alpha,
-        "srgb": srgb,
-        "tile_size": config.tile_size,
-        "border": config.border,
-        "address_mode": config.address_mode.name.lower(),
-        "supercompression": config.supercompression.name.lower(),
-    })  # fmt: skip
+    meta.update(
+        {
+            "format": fmt.name.lower(),
+            "format_auto": choice.auto,
+            "alpha": choice.alpha,
+            "srgb": srgb,
+            "tile_size": config.tile_size,
+            "border": config.border,
+            "address_mode": config.address_mode.name.lower(),
+            "supercompression": config.supercompression.name.lower(),
+        }
+    )
     if config.supercompression is Supercompression.ZSTD:
         meta["zstd_level"] = config.zstd_level
     if fmt is TexelFormat.BC7:
@@ -928,9 +957,11 @@ def creation_metadata(source: Source, config: BakeConfig, choice: FormatChoice |
 
 
 def bake_file(
-    path: str | os.PathLike[str], out: str | os.PathLike[str], config: BakeConfig | None = None,
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    config: BakeConfig | None = None,
     metadata: dict | None = None,
-) -> BakeReport:  # fmt: skip
+) -> BakeReport:
     """Open an image file (`open_source`: Pillow, or libvips for huge images) and bake it."""
     config = config or BakeConfig()
     if config.cluster is None and config.worker_count > 1:
@@ -940,9 +971,15 @@ def bake_file(
 
 
 def bake_procedural(
-    out: str | os.PathLike[str], size: int, pattern: str = "terrain", seed: int = 1,
-    config: BakeConfig | None = None, *, height: int | None = None, metadata: dict | None = None,
-) -> BakeReport:  # fmt: skip
+    out: str | os.PathLike[str],
+    size: int,
+    pattern: str = "terrain",
+    seed: int = 1,
+    config: BakeConfig | None = None,
+    *,
+    height: int | None = None,
+    metadata: dict | None = None,
+) -> BakeReport:
     """Bake a procedural pattern of `size` x `height` (default square) texels."""
     from .procedural import ProceduralSource
 

@@ -323,10 +323,18 @@ def normal_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.ndar
 
 
 _FONT = {  # 3x5 glyphs, rows top to bottom, bit 2 = left column
-    "0": (7, 5, 5, 5, 7), "1": (2, 6, 2, 2, 7), "2": (7, 1, 7, 4, 7), "3": (7, 1, 3, 1, 7),
-    "4": (5, 5, 7, 1, 1), "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 2, 2, 2),
-    "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7), ",": (0, 0, 0, 2, 4),
-}  # fmt: skip
+    "0": (7, 5, 5, 5, 7),
+    "1": (2, 6, 2, 2, 7),
+    "2": (7, 1, 7, 4, 7),
+    "3": (7, 1, 3, 1, 7),
+    "4": (5, 5, 7, 1, 1),
+    "5": (7, 4, 7, 1, 7),
+    "6": (7, 4, 7, 5, 7),
+    "7": (7, 1, 2, 2, 2),
+    "8": (7, 5, 7, 5, 7),
+    "9": (7, 5, 7, 1, 7),
+    ",": (0, 0, 0, 2, 4),
+}
 _GLYPHS = np.array([_FONT[str(d)] for d in range(10)] + [_FONT[","]], np.int64)  # 10 = comma
 _CELL = 128  # checker cell: one tile of the default size
 _BLOCK = 1024  # labelled block: readable down to level 3

@@ -89,8 +89,12 @@ def _check_range(source: Source, y0: int, y1: int) -> None:
 def describe(source: Source) -> dict:
     """Metadata about a source for the pack (its own `describe()` when it has one)."""
     own = getattr(source, "describe", None)
-    info = {"source": source.name, "source_width": source.width, "source_height": source.height,
-            "source_channels": source.channels}  # fmt: skip
+    info = {
+        "source": source.name,
+        "source_width": source.width,
+        "source_height": source.height,
+        "source_channels": source.channels,
+    }
     if callable(own):
         info.update(own())
     return info
@@ -247,8 +251,7 @@ class ArraySource:
         if self.channels not in (2, 4):
             return False
         step = max(1, _SCAN_TEXELS // self.width)  # converted strip by strip: bounded memory
-        return any(_alpha_below_255(self.read_rows(y, min(self.height, y + step)))
-                   for y in range(0, self.height, step))  # fmt: skip
+        return any(_alpha_below_255(self.read_rows(y, min(self.height, y + step))) for y in range(0, self.height, step))
 
     def describe(self) -> dict:
         return {"source_kind": "array", "source_dtype": str(self._array.dtype)}
@@ -469,8 +472,12 @@ class VipsSource:
             raise SourceError(f"{self.path}: cannot read its alpha: {_vips_reason(exc)}") from None
 
     def describe(self) -> dict:
-        return {"source_kind": "vips", "source_mode": self.mode, "source_loader": self.loader,
-                "source_orientation": self.orientation}  # fmt: skip
+        return {
+            "source_kind": "vips",
+            "source_mode": self.mode,
+            "source_loader": self.loader,
+            "source_orientation": self.orientation,
+        }
 
 
 def _vips_orientation(img: object) -> int:

@@ -156,8 +156,14 @@ def _tie_to_parent(lifeline: PassedFd, parent: int | None) -> None:
     threading.Thread(target=watch, name="texstream-lifeline", daemon=True).start()
 
 
-def _worker_main(conn: connection.Connection, lifeline: PassedFd, parent: int | None,
-                 init: Callable[..., None], initargs: tuple, run: Callable[[Any], Any]) -> None:  # fmt: skip
+def _worker_main(
+    conn: connection.Connection,
+    lifeline: PassedFd,
+    parent: int | None,
+    init: Callable[..., None],
+    initargs: tuple,
+    run: Callable[[Any], Any],
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the bake decides
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
@@ -261,8 +267,14 @@ class WorkerPool:
     `kill` at once after a failure or an interrupt; both return within a bounded time.
     """
 
-    def __init__(self, count: int, init: Callable[..., None], initargs: tuple, run: Callable[[Any], Any],
-                 check: Callable[[], None] = check_interrupt) -> None:  # fmt: skip
+    def __init__(
+        self,
+        count: int,
+        init: Callable[..., None],
+        initargs: tuple,
+        run: Callable[[Any], Any],
+        check: Callable[[], None] = check_interrupt,
+    ) -> None:
         self.check = check
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
@@ -275,14 +287,19 @@ class WorkerPool:
         finally:
             os.close(lifeline_r)
 
-    def _start(self, count: int, lifeline_r: int, init: Callable[..., None], initargs: tuple,
-               run: Callable[[Any], Any]) -> None:  # fmt: skip
+    def _start(
+        self, count: int, lifeline_r: int, init: Callable[..., None], initargs: tuple, run: Callable[[Any], Any]
+    ) -> None:
         ctx = start_context()
         parent = os.getpid() if ctx.get_start_method() == "spawn" else None
         for i in range(count):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, name=f"texstream-bake-{i}", daemon=True,
-                               args=(theirs, PassedFd(lifeline_r), parent, init, initargs, run))  # fmt: skip
+            proc = ctx.Process(
+                target=_worker_main,
+                name=f"texstream-bake-{i}",
+                daemon=True,
+                args=(theirs, PassedFd(lifeline_r), parent, init, initargs, run),
+            )
             try:
                 with _group_signals_blocked():
                     proc.start()

@@ -365,9 +365,19 @@ class GLExt:
             if native is not None and not self.debug:
                 arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, offset)]
                 ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
-                native.upload_cells(self.addresses["glCompressedTexSubImage3D"], self.addresses["glTexSubImage3D"],
-                                    int(fmt.compressed), n, ptrs[0], ptrs[1], ptrs[2], cell_size,
-                                    fmt.internal_format, nbytes, ptrs[3])  # fmt: skip
+                native.upload_cells(
+                    self.addresses["glCompressedTexSubImage3D"],
+                    self.addresses["glTexSubImage3D"],
+                    int(fmt.compressed),
+                    n,
+                    ptrs[0],
+                    ptrs[1],
+                    ptrs[2],
+                    cell_size,
+                    fmt.internal_format,
+                    nbytes,
+                    ptrs[3],
+                )
             elif fmt.compressed:
                 call = f.glCompressedTexSubImage3D
                 for lv, cx, cy, off in zip(layer.tolist(), x.tolist(), y.tolist(), offset.tolist(), strict=True):
@@ -392,9 +402,23 @@ class GLExt:
             raise ValueError(f"cannot copy cells between {src!r} and {dst!r}: formats differ")
         n = 0
         for sl, sx, sy, dl, dx, dy in moves:
-            self._f.glCopyImageSubData(src.glo, GL_TEXTURE_2D_ARRAY, 0, sx, sy, sl,
-                                       dst.glo, GL_TEXTURE_2D_ARRAY, 0, dx, dy, dl,
-                                       cell_size, cell_size, 1)  # fmt: skip
+            self._f.glCopyImageSubData(
+                src.glo,
+                GL_TEXTURE_2D_ARRAY,
+                0,
+                sx,
+                sy,
+                sl,
+                dst.glo,
+                GL_TEXTURE_2D_ARRAY,
+                0,
+                dx,
+                dy,
+                dl,
+                cell_size,
+                cell_size,
+                1,
+            )
             n += 1
         return n
 

@@ -413,9 +413,31 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
         raise PackFormatError(f"file is {file_size} bytes, too short for a {HEADER_SIZE}-byte pack header")
     body = data[: HEADER_SIZE - 8]
     fields = HEADER_STRUCT.unpack(body)
-    (magic, version, header_size, flags, width, height, fmt, addr, sc, levels, tile, border, align,
-     meta_size, level_off, index_off, tile_count, meta_off, payload_off, payload_end,
-     index_sum, level_sum, reserved) = fields  # fmt: skip
+    (
+        magic,
+        version,
+        header_size,
+        flags,
+        width,
+        height,
+        fmt,
+        addr,
+        sc,
+        levels,
+        tile,
+        border,
+        align,
+        meta_size,
+        level_off,
+        index_off,
+        tile_count,
+        meta_off,
+        payload_off,
+        payload_end,
+        index_sum,
+        level_sum,
+        reserved,
+    ) = fields
     if magic != MAGIC:
         raise PackFormatError(f"not a texstream pack: magic is {magic!r}, expected {MAGIC!r}")
     if version not in READ_VERSIONS:
@@ -430,8 +452,11 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
         raise PackFormatError(f"unknown flag bits 0x{flags:x} in the header")
     if reserved != b"\0" * 16:
         raise PackFormatError("reserved header bytes are not zero")
-    enums = ((TexelFormat, fmt, "texel format"), (AddressMode, addr, "address mode"),
-             (Supercompression, sc, "supercompression"))  # fmt: skip
+    enums = (
+        (TexelFormat, fmt, "texel format"),
+        (AddressMode, addr, "address mode"),
+        (Supercompression, sc, "supercompression"),
+    )
     for enum_cls, value, name in enums:
         if value not in enum_cls._value2member_map_:
             raise PackFormatError(f"{name} code {value} is not known")

@@ -44,8 +44,13 @@ METADATA_MAX_NUMBER = 64  # characters of one JSON number
 
 def _check_regular(path: Path | None, mode: int) -> None:
     """PackFormatError unless `mode` is a regular file's (the caller adds the path when None)."""
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     if stat.S_ISREG(mode):
         return
     what = next((name for test, name in kinds if test(mode)), "not a regular file")
@@ -217,13 +222,21 @@ class PackReader:
         checks = (
             (idx["raw_size"] != h.tile_raw_size, "raw size", idx["raw_size"], f"!= {h.tile_raw_size}"),
             (stored == 0, "stored size", idx["stored_size"], "is zero"),
-            (stored > h.supercompression.stored_bound(h.tile_raw_size), "stored size", idx["stored_size"],
-             "exceeds the codec bound"),
+            (
+                stored > h.supercompression.stored_bound(h.tile_raw_size),
+                "stored size",
+                idx["stored_size"],
+                "exceeds the codec bound",
+            ),
             (off % np.uint64(h.alignment) != 0, "offset", off, f"is not {h.alignment}-aligned"),
             (off < np.uint64(h.payload_offset), "offset", off, "is before the payload"),
-            (off > np.uint64(payload_end) - np.minimum(stored, np.uint64(payload_end)), "offset", off,
-             "+ stored size runs past the payload end"),
-        )  # fmt: skip
+            (
+                off > np.uint64(payload_end) - np.minimum(stored, np.uint64(payload_end)),
+                "offset",
+                off,
+                "+ stored size runs past the payload end",
+            ),
+        )
         for bad, field, values, why in checks:
             hit = np.flatnonzero(bad)
             if hit.size:
@@ -345,8 +358,9 @@ class PackReader:
             self._decode_checked(self.read_stored(level, x, y), e, target, level, x, y)
         return e.raw_size
 
-    def _decode_checked(self, stored: bytes | memoryview, e: TileEntry, target: memoryview, level: int, x: int,
-                        y: int) -> None:  # fmt: skip
+    def _decode_checked(
+        self, stored: bytes | memoryview, e: TileEntry, target: memoryview, level: int, x: int, y: int
+    ) -> None:
         try:
             target[:] = codec.decompress(stored, self.header.supercompression, e.raw_size)
         except TileCorruptError as exc:
@@ -395,8 +409,9 @@ class PackReader:
                 if chunk is None:
                     bad.append((t, (lv, x, y), f"tile ({lv}, {x}, {y}) unreadable: {why}"))
                     continue
-                e = TileEntry(int(offsets[k]), int(ends[k] - offsets[k]), int(idx["raw_size"][t]),
-                              int(idx["checksum"][t]))  # fmt: skip
+                e = TileEntry(
+                    int(offsets[k]), int(ends[k] - offsets[k]), int(idx["raw_size"][t]), int(idx["checksum"][t])
+                )
                 try:
                     target = buf[: e.raw_size]
                     stored = chunk[e.offset - start : e.offset - start + e.stored_size]

@@ -35,8 +35,17 @@ __all__ = ["BlockCache", "CacheStats", "CacheUnavailable"]
 
 log = logging.getLogger(__name__)
 
-ENTRY = np.dtype([("pack", "<u8"), ("url", "<u8"), ("block", "<i8"), ("stamp", "<u8"), ("checksum", "<u8"),
-                  ("length", "<u4"), ("pad", "<u4")])  # fmt: skip
+ENTRY = np.dtype(
+    [
+        ("pack", "<u8"),
+        ("url", "<u8"),
+        ("block", "<i8"),
+        ("stamp", "<u8"),
+        ("checksum", "<u8"),
+        ("length", "<u4"),
+        ("pad", "<u4"),
+    ]
+)
 GEOMETRY_VERSION = 1
 
 
@@ -77,9 +86,15 @@ class BlockCache:
             self.close()
             raise CacheUnavailable(f"{directory}: {exc.strerror or exc}") from None
         valid = self.index["pack"] != 0
-        self._where = {(int(p), int(b)): int(s) for s, p, b in
-                       zip(np.flatnonzero(valid).tolist(), self.index["pack"][valid].tolist(),
-                           self.index["block"][valid].tolist(), strict=True)}  # fmt: skip
+        self._where = {
+            (int(p), int(b)): int(s)
+            for s, p, b in zip(
+                np.flatnonzero(valid).tolist(),
+                self.index["pack"][valid].tolist(),
+                self.index["block"][valid].tolist(),
+                strict=True,
+            )
+        }
         self._free = np.flatnonzero(~valid).tolist()
         self._writing: set[int] = set()
         self._clock = int(self.index["stamp"].max(initial=0)) + 1
@@ -117,8 +132,9 @@ class BlockCache:
     def adopt(self, pack_id: int, url_id: int) -> int:
         """Free the blocks of other versions of the same URL; returns how many blocks were freed."""
         with self._lock:
-            stale = np.flatnonzero((self.index["url"] == url_id) & (self.index["pack"] != pack_id)
-                                   & (self.index["pack"] != 0))  # fmt: skip
+            stale = np.flatnonzero(
+                (self.index["url"] == url_id) & (self.index["pack"] != pack_id) & (self.index["pack"] != 0)
+            )
             for slot in stale.tolist():
                 self._drop(slot)
             return int(stale.size)

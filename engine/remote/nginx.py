@@ -68,8 +68,11 @@ http {{
 
     def start(self, timeout: float = 10.0) -> None:
         assert self.proc is None or self.proc.poll() is not None, "nginx is running"
-        self.proc = subprocess.Popen([self.binary, "-c", str(self.conf), "-p", str(self.workdir)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [self.binary, "-c", str(self.conf), "-p", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

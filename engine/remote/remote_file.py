@@ -434,8 +434,12 @@ class RemoteFile:
 def _make_transport(url: str, config: RemoteConfig) -> Transport:
     """HTTP(S) through urllib3, anything else through fsspec."""
     if url.split("://", 1)[0].lower() in ("http", "https"):
-        return HttpTransport(url, max_requests=config.max_requests, connect_timeout_s=config.connect_timeout_s,
-                             read_timeout_s=config.read_timeout_s)  # fmt: skip
+        return HttpTransport(
+            url,
+            max_requests=config.max_requests,
+            connect_timeout_s=config.connect_timeout_s,
+            read_timeout_s=config.read_timeout_s,
+        )
     return FsspecTransport(url, config.storage_options)
 
 

@@ -342,8 +342,14 @@ class FsspecTransport:
         if not isinstance(size, int) or size < 0:
             raise PermanentError(f"the filesystem reports no size ({size!r})")
         etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
-        modified = next((info[k] for k in ("LastModified", "last_modified", "mtime", "updated", "created")
-                         if info.get(k) is not None), None)  # fmt: skip
+        modified = next(
+            (
+                info[k]
+                for k in ("LastModified", "last_modified", "mtime", "updated", "created")
+                if info.get(k) is not None
+            ),
+            None,
+        )
         return RemoteVersion(size, str(etag) if etag else None, str(modified) if modified is not None else None)
 
     def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:

@@ -183,8 +183,9 @@ class BudgetManager:
         elif ratio < c.low_water:
             self._bias = max(0.0, self._bias - c.bias_step)
         if self._bias != old:
-            log.debug("mip bias %.2f -> %.2f (wanted %d / available %d)", old, self._bias, wanted_slots,
-                      available_slots)  # fmt: skip
+            log.debug(
+                "mip bias %.2f -> %.2f (wanted %d / available %d)", old, self._bias, wanted_slots, available_slots
+            )
         return self._bias
 
     def describe(self) -> dict:

@@ -57,7 +57,7 @@ class FeedbackRing:
             _Entry(
                 ctx.buffer(reserve=self.nbytes_each),
                 gl.create_mapped_buffer(self.nbytes_each, read=True) if mapped else None,
-            )  # fmt: skip
+            )
             for _ in range(depth)
         ]
         self._current: _Entry | None = None

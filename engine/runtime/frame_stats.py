@@ -14,8 +14,20 @@ if TYPE_CHECKING:
 
 __all__ = ["FrameStats", "StreamTotals", "StreamerStats", "streamer_stats"]
 
-_FRAME_KEYS = ("frame", "update_ms", "upload_ms", "uploads", "upload_bytes", "requested", "wanted_pages",
-               "missing_pages", "in_flight", "queued", "failed", "feedback_age")  # fmt: skip
+_FRAME_KEYS = (
+    "frame",
+    "update_ms",
+    "upload_ms",
+    "uploads",
+    "upload_bytes",
+    "requested",
+    "wanted_pages",
+    "missing_pages",
+    "in_flight",
+    "queued",
+    "failed",
+    "feedback_age",
+)
 
 
 def _empty() -> np.ndarray:

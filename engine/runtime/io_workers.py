@@ -190,9 +190,14 @@ def _read_batch_python(
 
 
 def _fetch_local(
-    batch: ReadBatch, runs: list[tuple[int, int]], fd: int, buf: np.ndarray, where: np.ndarray,
-    status: np.ndarray, errnum: np.ndarray,
-) -> None:  # fmt: skip
+    batch: ReadBatch,
+    runs: list[tuple[int, int]],
+    fd: int,
+    buf: np.ndarray,
+    where: np.ndarray,
+    status: np.ndarray,
+    errnum: np.ndarray,
+) -> None:
     """One preadv per run into `buf`."""
     at = 0
     for i, j in runs:
@@ -212,9 +217,14 @@ def _fetch_local(
 
 
 def _fetch_remote(
-    batch: ReadBatch, runs: list[tuple[int, int]], remote: RemoteFile, buf: np.ndarray, where: np.ndarray,
-    status: np.ndarray, errnum: np.ndarray,
-) -> None:  # fmt: skip
+    batch: ReadBatch,
+    runs: list[tuple[int, int]],
+    remote: RemoteFile,
+    buf: np.ndarray,
+    where: np.ndarray,
+    status: np.ndarray,
+    errnum: np.ndarray,
+) -> None:
     """Every run of the batch in one `read_runs` call (cache, coalesced requests, several at once)."""
     if not runs:
         return
@@ -245,8 +255,15 @@ def _recheck_remote(batch: ReadBatch, remote: RemoteFile, status: np.ndarray) ->
         status[bad] = ReadStatus.CHANGED
 
 
-def _decode_native(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int,
-                   status: np.ndarray, scratch: _Scratch) -> None:  # fmt: skip
+def _decode_native(
+    batch: ReadBatch,
+    buf: np.ndarray,
+    where: np.ndarray,
+    ring: np.ndarray,
+    stride: int,
+    status: np.ndarray,
+    scratch: _Scratch,
+) -> None:
     """`_decode` in one compiled call without the interpreter lock."""
     native = scratch.native
     assert native is not None
@@ -272,8 +289,9 @@ def _decode_native(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: n
     )
 
 
-def _decode(batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int,
-            status: np.ndarray) -> None:  # fmt: skip
+def _decode(
+    batch: ReadBatch, buf: np.ndarray, where: np.ndarray, ring: np.ndarray, stride: int, status: np.ndarray
+) -> None:
     """Decode the OK tiles' stored bytes (at `where` in `buf`) into their ring slots and check them."""
     src = batch.source
     raw = src.raw_size

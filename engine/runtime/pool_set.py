@@ -57,8 +57,13 @@ class PoolSet:
 
     def geometry(self, h: PackHeader) -> SlotGeometry:
         max_slots = max(1, self.budget.budget // h.tile_raw_size)
-        return SlotGeometry.choose(h.slot_size, h.tile_raw_size, max_slots, max_layers=self.gl.max_array_layers,
-                                   max_texture_size=min(self.gl.max_texture_size, 16384))  # fmt: skip
+        return SlotGeometry.choose(
+            h.slot_size,
+            h.tile_raw_size,
+            max_slots,
+            max_layers=self.gl.max_array_layers,
+            max_texture_size=min(self.gl.max_texture_size, 16384),
+        )
 
     def first_layers_bytes(self, key: PoolKey, h: PackHeader) -> int:
         """GPU bytes a texture's pool needs before it can open: nothing if the pool exists, else the
@@ -76,8 +81,16 @@ class PoolSet:
             if index is None:
                 raise EngineError(f"at most {MAX_POOLS} cache pools (texel format x slot size) can be open at once")
             g = self.geometry(h)
-            pool = CachePool(self.gl, self.budget, key, index, g, g.round_up(max(1, self.pinned_tiles(h))),
-                             self.config.frames_in_flight, FIRST_UNIT)  # fmt: skip
+            pool = CachePool(
+                self.gl,
+                self.budget,
+                key,
+                index,
+                g,
+                g.round_up(max(1, self.pinned_tiles(h))),
+                self.config.frames_in_flight,
+                FIRST_UNIT,
+            )
             self.by_key[key] = pool
             self.by_index[index] = pool
         pool.textures.append(tex)
@@ -103,8 +116,9 @@ class PoolSet:
         demands = {}
         for key, p in self.by_key.items():
             hs = [headers[t] for t in p.textures]
-            demands[key] = PoolDemand(p.geometry, len(hs), sum(self.pinned_tiles(h) for h in hs),
-                                      sum(h.tile_count for h in hs), p.capacity)  # fmt: skip
+            demands[key] = PoolDemand(
+                p.geometry, len(hs), sum(self.pinned_tiles(h) for h in hs), sum(h.tile_count for h in hs), p.capacity
+            )
         available = (self.budget.budget if budget is None else budget) - held
         plan = plan_capacities(demands, available, self.gl.max_array_layers)
         order = sorted(plan, key=lambda k: plan[k] - self.by_key[k].capacity)

@@ -17,8 +17,7 @@ import numpy as np
 
 from .camera import look_at, perspective
 
-__all__ = ["CameraPath", "Keyframe", "Pose", "flythrough", "named_path", "oversubscribed", "region_cuts",
-           "whip_pans"]  # fmt: skip
+__all__ = ["CameraPath", "Keyframe", "Pose", "flythrough", "named_path", "oversubscribed", "region_cuts", "whip_pans"]
 
 UP = np.array([0.0, 0.0, -1.0])  # away from the ground, on the viewer's side
 
@@ -76,8 +75,12 @@ class CameraPath:
 
         def spline(f: str) -> np.ndarray:
             v0, v1, v2, v3 = (np.array(getattr(k, f), float) for k in (p0, a, b, p3))
-            return 0.5 * ((2 * v1) + (-v0 + v2) * u + (2 * v0 - 5 * v1 + 4 * v2 - v3) * u * u
-                          + (-v0 + 3 * v1 - 3 * v2 + v3) * u ** 3)  # fmt: skip
+            return 0.5 * (
+                (2 * v1)
+                + (-v0 + v2) * u
+                + (2 * v0 - 5 * v1 + 4 * v2 - v3) * u * u
+                + (-v0 + 3 * v1 - 3 * v2 + v3) * u**3
+            )
 
         return Pose(spline("eye"), spline("target"))
 
@@ -94,8 +97,13 @@ FLYTHROUGH_WAYPOINTS = ((0.15, 0.2), (0.3, 0.35), (0.45, 0.3), (0.6, 0.5), (0.7,
 DEMO_WAYPOINTS = ((0.06, 0.52), (0.2, 0.6), (0.36, 0.64), (0.5, 0.63), (0.64, 0.55), (0.78, 0.4), (0.82, 0.3))
 
 
-def flythrough(w: int, h: int, altitude: float = 60.0, seconds: float = 20.0,
-               waypoints: tuple[tuple[float, float], ...] = FLYTHROUGH_WAYPOINTS) -> CameraPath:  # fmt: skip
+def flythrough(
+    w: int,
+    h: int,
+    altitude: float = 60.0,
+    seconds: float = 20.0,
+    waypoints: tuple[tuple[float, float], ...] = FLYTHROUGH_WAYPOINTS,
+) -> CameraPath:
     """Low over the ground along a curving line through `waypoints` (uv), each key looking at the
     next: level 0 at the feet, coarse levels at the horizon."""
     pts = list(waypoints)
@@ -117,8 +125,11 @@ def whip_pans(w: int, h: int, altitude: float = 80.0, seconds: float = 8.0) -> C
     n = 9
     for i in range(n):
         ang = i * 2.2  # ~126 degrees per key
-        keys.append(Keyframe(seconds * i / (n - 1), (cx, cy, -altitude),
-                             (cx + 2000 * math.cos(ang), cy + 2000 * math.sin(ang), 0.0)))  # fmt: skip
+        keys.append(
+            Keyframe(
+                seconds * i / (n - 1), (cx, cy, -altitude), (cx + 2000 * math.cos(ang), cy + 2000 * math.sin(ang), 0.0)
+            )
+        )
     return CameraPath("whip_pans", keys)
 
 
@@ -136,14 +147,20 @@ def region_cuts(w: int, h: int, altitude: float = 50.0, hold: float = 3.0) -> Ca
 
 def oversubscribed(w: int, h: int) -> CameraPath:
     """A high, wide, slowly moving view whose working set is larger than a tight budget."""
-    keys = [Keyframe(0.0, (*_ground(w, h, 0.3, 0.3), -1500.0), (*_ground(w, h, 0.5, 0.5), 0.0)),
-            Keyframe(10.0, (*_ground(w, h, 0.7, 0.3), -1500.0), (*_ground(w, h, 0.5, 0.6), 0.0))]  # fmt: skip
+    keys = [
+        Keyframe(0.0, (*_ground(w, h, 0.3, 0.3), -1500.0), (*_ground(w, h, 0.5, 0.5), 0.0)),
+        Keyframe(10.0, (*_ground(w, h, 0.7, 0.3), -1500.0), (*_ground(w, h, 0.5, 0.6), 0.0)),
+    ]
     return CameraPath("oversubscribed", keys)
 
 
 def named_path(name: str, w: int, h: int) -> CameraPath:
-    table = {"flythrough": flythrough, "whip_pans": whip_pans, "region_cuts": region_cuts,
-             "oversubscribed": oversubscribed}  # fmt: skip
+    table = {
+        "flythrough": flythrough,
+        "whip_pans": whip_pans,
+        "region_cuts": region_cuts,
+        "oversubscribed": oversubscribed,
+    }
     if name not in table:
         raise ValueError(f"unknown camera path {name!r} (choose from {', '.join(table)})")
     return table[name](w, h)

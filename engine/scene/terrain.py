@@ -59,8 +59,9 @@ class TerrainScene:
             obj.release()
 
 
-def set_view_uniforms(program: moderngl.Program, pose: Pose, size: tuple[int, int], fb_size: tuple[int, int],
-                      sun: np.ndarray) -> None:  # fmt: skip
+def set_view_uniforms(
+    program: moderngl.Program, pose: Pose, size: tuple[int, int], fb_size: tuple[int, int], sun: np.ndarray
+) -> None:
     """Camera, ground size, sun, sky and fog uniforms shared by terrain_vs/terrain_fs-style programs."""
     w, h = size
     vp = pose.view_projection(fb_size[0] / max(1, fb_size[1]), far=math.hypot(w, h) * 1.5)

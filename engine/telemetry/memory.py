@@ -36,22 +36,24 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
         g = pool.geometry
         nbytes = breakdown.get(pool.name, pool.bytes_on_gpu)
         claimed.add(pool.name)
-        pools.append({
-            "name": pool.name,
-            "format": fmt.name.lower() + ("-srgb" if srgb else ""),
-            "slot_size": g.slot_size,
-            "slot_bytes": g.slot_bytes,
-            "layers": pool.layers,
-            "slots_per_layer": g.cells,
-            "capacity": pool.capacity,
-            "used": pool.used_count,
-            "resident": pool.resident_count,
-            "pinned": pool.pinned_count,
-            "free": pool.free_count,
-            "textures": list(pool.textures),
-            "unit": pool.unit,
-            "bytes": int(nbytes),
-        })  # fmt: skip
+        pools.append(
+            {
+                "name": pool.name,
+                "format": fmt.name.lower() + ("-srgb" if srgb else ""),
+                "slot_size": g.slot_size,
+                "slot_bytes": g.slot_bytes,
+                "layers": pool.layers,
+                "slots_per_layer": g.cells,
+                "capacity": pool.capacity,
+                "used": pool.used_count,
+                "resident": pool.resident_count,
+                "pinned": pool.pinned_count,
+                "free": pool.free_count,
+                "textures": list(pool.textures),
+                "unit": pool.unit,
+                "bytes": int(nbytes),
+            }
+        )
     textures = []
     # One storage buffer holds every page table: each texture's share is its entries; the rest of the
     # buffer (room for textures to come) is listed under "other".
@@ -63,35 +65,42 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
         page_shares += nbytes
         levels = table.resident_tiles()[0]
         resident = np.bincount(levels.astype(np.int64), minlength=table.level_count)[: table.level_count]
-        textures.append({
-            "id": vt.id,
-            "path": str(vt.path),
-            "width": h.width,
-            "height": h.height,
-            "format": h.texel_format.name.lower() + ("-srgb" if h.srgb else ""),
-            "tile_size": h.tile_size,
-            "levels": table.level_count,
-            "pool": vt.pool.name,
-            "resident_by_level": resident.astype(int).tolist(),
-            "tiles_by_level": (table.tiles_x * table.tiles_y).astype(int).tolist(),
-            "corrupt_tiles": vt.corrupt_tiles,
-            "page_table_bytes": int(nbytes),
-        })  # fmt: skip
+        textures.append(
+            {
+                "id": vt.id,
+                "path": str(vt.path),
+                "width": h.width,
+                "height": h.height,
+                "format": h.texel_format.name.lower() + ("-srgb" if h.srgb else ""),
+                "tile_size": h.tile_size,
+                "levels": table.level_count,
+                "pool": vt.pool.name,
+                "resident_by_level": resident.astype(int).tolist(),
+                "tiles_by_level": (table.tiles_x * table.tiles_y).astype(int).tolist(),
+                "corrupt_tiles": vt.corrupt_tiles,
+                "page_table_bytes": int(nbytes),
+            }
+        )
     claimed.add("page-tables")
     rs_now = streamer.io_status().ring
     other: dict[str, Any] = {}
     if page_total > page_shares:
-        other["page-tables"] = {"bytes": page_total - page_shares,
-                                "detail": "page-table buffer room beyond the open textures"}  # fmt: skip
+        other["page-tables"] = {
+            "bytes": page_total - page_shares,
+            "detail": "page-table buffer room beyond the open textures",
+        }
     if "staging-ring" in breakdown:
         claimed.add("staging-ring")
         rs = rs_now
         other["staging-ring"] = {
             "bytes": breakdown["staging-ring"],
-            "detail": (f"{rs.slot_count} slots x {rs.slot_bytes} B, "
-                       f"{'persistent-mapped' if rs.persistent else 'orphaned'}, {rs.occupancy:.0%} busy")
-            if rs is not None else "",
-        }  # fmt: skip
+            "detail": (
+                f"{rs.slot_count} slots x {rs.slot_bytes} B, "
+                f"{'persistent-mapped' if rs.persistent else 'orphaned'}, {rs.occupancy:.0%} busy"
+            )
+            if rs is not None
+            else "",
+        }
     if "feedback" in breakdown:
         claimed.add("feedback")
         fb = streamer._feedback  # the streamer's own memory report: a friend of its internals
@@ -142,8 +151,10 @@ def memory_summary(streamer: Streamer) -> str:
     for p in m["pools"]:
         occupancy = f"{p['capacity']}/{p['used']}/{p['resident']}/{p['pinned']}"
         out.append(f"{p['name']:<40}{occupancy:>26}{_mib(p['bytes']):>34}")
-        out.append(f"    format {p['format']}, slot {p['slot_size']} texels = {p['slot_bytes']} B, "
-                   f"{p['layers']} layers x {p['slots_per_layer']} slots, textures {p['textures']}")  # fmt: skip
+        out.append(
+            f"    format {p['format']}, slot {p['slot_size']} texels = {p['slot_bytes']} B, "
+            f"{p['layers']} layers x {p['slots_per_layer']} slots, textures {p['textures']}"
+        )
     if not m["pools"]:
         out.append("    (none)")
     out.append(rule)
@@ -154,8 +165,10 @@ def memory_summary(streamer: Streamer) -> str:
         if len(head) > 64:
             head = "[" + str(t["id"]) + "] ..." + t["path"][-(64 - 6 - len(str(t["id"]))) :]
         out.append(f"{head:<66}{_mib(t['page_table_bytes']):>34}")
-        out.append(f"    {t['width']}x{t['height']} {t['format']}, tile {t['tile_size']}, {t['levels']} levels, "
-                   f"{t['pool']}, corrupt {t['corrupt_tiles']}")  # fmt: skip
+        out.append(
+            f"    {t['width']}x{t['height']} {t['format']}, tile {t['tile_size']}, {t['levels']} levels, "
+            f"{t['pool']}, corrupt {t['corrupt_tiles']}"
+        )
         out.append(f"    resident {_levels(t['resident_by_level'], t['tiles_by_level'])}")
     if not m["textures"]:
         out.append("    (none)")

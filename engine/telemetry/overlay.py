@@ -76,22 +76,38 @@ GPU_COLOUR: Colour = (255, 140, 60, 255)
 UPLOAD_COLOUR: Colour = (90, 220, 140, 220)
 WORKING_SET_COLOUR: Colour = (110, 200, 255, 230)
 POOL_COLOURS: tuple[Colour, ...] = (
-    (64, 190, 170, 255), (90, 150, 250, 255), (240, 120, 180, 255), (170, 220, 80, 255),
-    (250, 160, 80, 255), (180, 130, 250, 255),
-)  # fmt: skip
+    (64, 190, 170, 255),
+    (90, 150, 250, 255),
+    (240, 120, 180, 255),
+    (170, 220, 80, 255),
+    (250, 160, 80, 255),
+    (180, 130, 250, 255),
+)
 PAGE_TABLE_COLOUR: Colour = (150, 160, 180, 255)
 RING_COLOUR: Colour = (200, 110, 230, 255)
 FEEDBACK_COLOUR: Colour = (240, 220, 90, 255)
 OTHER_COLOUR: Colour = (120, 120, 120, 255)
 # Minimap: the level a page samples, finest (0) bright to coarse dark; red where nothing is resident.
-LEVEL_COLOURS = np.array([
-    (253, 231, 37), (144, 215, 67), (53, 183, 121), (33, 145, 140), (49, 104, 142),
-    (68, 57, 131), (72, 24, 106), (50, 15, 70),
-], np.uint8)  # fmt: skip
+LEVEL_COLOURS = np.array(
+    [
+        (253, 231, 37),
+        (144, 215, 67),
+        (53, 183, 121),
+        (33, 145, 140),
+        (49, 104, 142),
+        (68, 57, 131),
+        (72, 24, 106),
+        (50, 15, 70),
+    ],
+    np.uint8,
+)
 NO_LEVEL_COLOUR = np.array((230, 40, 40), np.uint8)
 GROUP_COLOURS: dict[str, Colour] = {
-    "page tables": PAGE_TABLE_COLOUR, "ring": RING_COLOUR, "feedback": FEEDBACK_COLOUR, "other": OTHER_COLOUR,
-}  # fmt: skip
+    "page tables": PAGE_TABLE_COLOUR,
+    "ring": RING_COLOUR,
+    "feedback": FEEDBACK_COLOUR,
+    "other": OTHER_COLOUR,
+}
 FRAME_MS_REFERENCE = 1000.0 / 60.0  # reference line in the timing graph
 MINIMAP_BUFFERS = 3  # minimap atlases in rotation (more than the frames a driver keeps in flight)
 
@@ -109,12 +125,22 @@ class _Batch:
         self._chunks: list[list[np.ndarray]] = [[] for _ in range(LAYERS)]  # VERTEX arrays
         self._texts: list[tuple[str, float, float, Colour]] = []
 
-    def rect(self, x0: float, y0: float, x1: float, y1: float, colour: Colour, layer: int = MID, mode: float = SOLID,
-             uv: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> None:  # fmt: skip
+    def rect(
+        self,
+        x0: float,
+        y0: float,
+        x1: float,
+        y1: float,
+        colour: Colour,
+        layer: int = MID,
+        mode: float = SOLID,
+        uv: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    ) -> None:
         self._rects[layer].append((x0, y0, x1, y1, *uv, *colour, mode))
 
-    def rect_array(self, x0: np.ndarray, y0: np.ndarray, x1: np.ndarray, y1: np.ndarray, colour: Colour,
-                   layer: int = MID) -> None:  # fmt: skip
+    def rect_array(
+        self, x0: np.ndarray, y0: np.ndarray, x1: np.ndarray, y1: np.ndarray, colour: Colour, layer: int = MID
+    ) -> None:
         if x0.size:
             self._chunks[layer].append(_vertices(_corners(x0, y0, x1, y1), None, np.asarray(colour, np.uint8), SOLID))
 
@@ -163,8 +189,11 @@ class _Batch:
 
     def _glyph_vertices(self) -> np.ndarray:
         texts = self._texts
-        q, span = self.font.layout_many([t[0] for t in texts], np.array([t[1] for t in texts], np.float64),
-                                        np.array([t[2] for t in texts], np.float64))  # fmt: skip
+        q, span = self.font.layout_many(
+            [t[0] for t in texts],
+            np.array([t[1] for t in texts], np.float64),
+            np.array([t[2] for t in texts], np.float64),
+        )
         colours = np.array([t[3] for t in texts], np.uint8)[span]
         corners = _corners(q.x, q.y, q.x + q.w, q.y + q.h)
         uv = _corners(q.u, q.v, q.u + q.w, q.v + q.h)
@@ -372,8 +401,9 @@ class Overlay:
         b.rect(x, y + (lh - sw) / 2, x + sw, y + (lh + sw) / 2, colour)
         return x + sw + self.char * 0.4
 
-    def _content(self, b: _Batch, tel: Telemetry, f: dict[str, Any], st: Streamer, x0: float, y: float,
-                 cw: float) -> float:  # fmt: skip
+    def _content(
+        self, b: _Batch, tel: Telemetry, f: dict[str, Any], st: Streamer, x0: float, y: float, cw: float
+    ) -> float:
         lh, ch = self.font.line_height, self.char
         gap = max(2.0, round(lh * 0.25))
         dts = tel.history("dt_s")[-30:]
@@ -388,8 +418,15 @@ class Overlay:
         # VRAM: used / budget, a bar with one segment per pool (+ page tables, ring, feedback), peak mark
         budget, vram, peak = f["budget_bytes"], f["vram_bytes"], f["vram_peak_bytes"]
         frac = vram / budget if budget else 0.0
-        self._pairs(b, [("VRAM", f"{_mib(vram)} / {_mib(budget)} ({frac:.0%})", WARN if frac > 0.98 else TEXT),
-                        ("peak", _mib(peak), TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("VRAM", f"{_mib(vram)} / {_mib(budget)} ({frac:.0%})", WARN if frac > 0.98 else TEXT),
+                ("peak", _mib(peak), TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
         bar_h = max(6.0, round(lh * 0.6))
         b.rect(x0, y, x0 + cw, y + bar_h, GRAPH_BG, BACK)
@@ -415,24 +452,54 @@ class Overlay:
         y += lh
         y = self._working_set(b, f, x0, y, cw, bar_h, gap)
         bias = f["mip_bias"]
-        self._pairs(b, [("mip bias", f"{bias:.2f}", WARN if bias > 0 else TEXT),
-                        ("headroom", _mib(f["headroom_bytes"]), TEXT),
-                        ("budget", f["budget_source"], DIM)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("mip bias", f"{bias:.2f}", WARN if bias > 0 else TEXT),
+                ("headroom", _mib(f["headroom_bytes"]), TEXT),
+                ("budget", f["budget_source"], DIM),
+            ],
+            x0,
+            y,
+        )
         y += lh + gap
 
         # tiles and uploads
         missing = f["missing_pages"]
-        self._pairs(b, [("resident", str(f["resident_tiles"]), TEXT), ("wanted", str(f["wanted_pages"]), TEXT),
-                        ("missing", str(missing), WARN if missing else TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("resident", str(f["resident_tiles"]), TEXT),
+                ("wanted", str(f["wanted_pages"]), TEXT),
+                ("missing", str(missing), WARN if missing else TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
-        self._pairs(b, [("in flight", str(f["in_flight"]), TEXT), ("queued", str(f["queued"]), TEXT),
-                        ("uploads", f"{f['uploads']}/frame", TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("in flight", str(f["in_flight"]), TEXT),
+                ("queued", str(f["queued"]), TEXT),
+                ("uploads", f"{f['uploads']}/frame", TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
         if f["remote_packs"]:  # packs read by URL: network rate and latency, the disk cache filling
             state = ("offline", WARN) if f["net_offline"] else (f"p95 {f['net_latency_p95_ms']:.1f} ms", TEXT)
-            self._pairs(b, [("net", f"{f['net_mb_s']:.1f} MB/s", TEXT), ("latency", state[0], state[1]),
-                            ("failed", str(f["net_failed_requests"]), WARN if f["net_failed_requests"] else TEXT)],
-                        x0, y)  # fmt: skip
+            self._pairs(
+                b,
+                [
+                    ("net", f"{f['net_mb_s']:.1f} MB/s", TEXT),
+                    ("latency", state[0], state[1]),
+                    ("failed", str(f["net_failed_requests"]), WARN if f["net_failed_requests"] else TEXT),
+                ],
+                x0,
+                y,
+            )
             y += lh
             cache = (
                 f"{_mib(f['cache_bytes'])} / {_mib(f['cache_capacity_bytes'])}" if f["cache_capacity_bytes"] else "off"
@@ -449,30 +516,65 @@ class Overlay:
         y += gh + gap
 
         # latency, I/O, ring, feedback, evictions
-        self._pairs(b, [("latency p50", f"{f['latency_p50_frames']:.0f}", TEXT),
-                        ("p95", f"{f['latency_p95_frames']:.0f}", TEXT),
-                        ("p99", f"{f['latency_p99_frames']:.0f} frames", TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("latency p50", f"{f['latency_p50_frames']:.0f}", TEXT),
+                ("p95", f"{f['latency_p95_frames']:.0f}", TEXT),
+                ("p99", f"{f['latency_p99_frames']:.0f} frames", TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
         stalls = f["ring_stalls_frame"]
-        self._pairs(b, [("I/O queue", f"{f['queued'] + f['in_flight']}", TEXT),
-                        ("ring", f"{f['ring_occupancy']:.0%}", TEXT),
-                        ("stalls", f"{f['ring_stalls']}", WARN if stalls else TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("I/O queue", f"{f['queued'] + f['in_flight']}", TEXT),
+                ("ring", f"{f['ring_occupancy']:.0%}", TEXT),
+                ("stalls", f"{f['ring_stalls']}", WARN if stalls else TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
         age = f["feedback_age"]
-        self._pairs(b, [("feedback age", "-" if age < 0 else str(age), WARN if age > 4 else TEXT),
-                        ("evictions", f"{f['evictions_per_s']:.0f}/s", TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("feedback age", "-" if age < 0 else str(age), WARN if age > 4 else TEXT),
+                ("evictions", f"{f['evictions_per_s']:.0f}/s", TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh
         corrupt = f["corrupt_tiles"]
-        self._pairs(b, [("re-fetched", str(f["total_refetched"]), TEXT),
-                        ("corrupt tiles", str(corrupt), BAD if corrupt else TEXT)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("re-fetched", str(f["total_refetched"]), TEXT),
+                ("corrupt tiles", str(corrupt), BAD if corrupt else TEXT),
+            ],
+            x0,
+            y,
+        )
         y += lh + gap
 
         # timings: CPU update() as bars, GPU frame time as a line, a 60 Hz reference
         upd = tel.history("update_ms")
         gpu = _forward_fill(tel.history("gpu_ms"))
         gpu_now = float(gpu[-1]) if gpu.size and np.isfinite(gpu[-1]) else None
-        self._pairs(b, [("CPU update", f"{f['update_ms']:.2f} ms", CPU_COLOUR),
-                        ("GPU", "-" if gpu_now is None else f"{gpu_now:.2f} ms", GPU_COLOUR)], x0, y)  # fmt: skip
+        self._pairs(
+            b,
+            [
+                ("CPU update", f"{f['update_ms']:.2f} ms", CPU_COLOUR),
+                ("GPU", "-" if gpu_now is None else f"{gpu_now:.2f} ms", GPU_COLOUR),
+            ],
+            x0,
+            y,
+        )
         y += lh
         finite = np.concatenate([upd[np.isfinite(upd)], gpu[np.isfinite(gpu)]])
         scale = _nice_ceiling(max(float(finite.max()) if finite.size else 1.0, 1.0))
@@ -523,13 +625,25 @@ class Overlay:
                 sums["feedback"] += nbytes
             else:
                 sums["other"] += nbytes
-        out = [(name.removeprefix("pool/"), breakdown.get(name, 0), POOL_COLOURS[i % len(POOL_COLOURS)])
-               for i, name in enumerate(pools)]  # fmt: skip
+        out = [
+            (name.removeprefix("pool/"), breakdown.get(name, 0), POOL_COLOURS[i % len(POOL_COLOURS)])
+            for i, name in enumerate(pools)
+        ]
         out += [(k, v, GROUP_COLOURS[k]) for k, v in sums.items()]
         return [g for g in out if g[1] > 0]
 
-    def _bar_graph(self, b: _Batch, values: np.ndarray, scale: float, x0: float, y0: float, w: float, h: float,
-                   capacity: int, colour: Colour) -> None:  # fmt: skip
+    def _bar_graph(
+        self,
+        b: _Batch,
+        values: np.ndarray,
+        scale: float,
+        x0: float,
+        y0: float,
+        w: float,
+        h: float,
+        capacity: int,
+        colour: Colour,
+    ) -> None:
         """Newest sample at the right; one bar per sample of a `capacity`-sample window."""
         b.rect(x0, y0, x0 + w, y0 + h, GRAPH_BG, BACK)
         n = values.size
@@ -566,8 +680,16 @@ class Overlay:
             if x > x0 and x + cell_w > x0 + cw:
                 x, y, row_h = x0, y + row_h, 0.0
             b.rect(x - 1, y - 1, x + dw + 1, y + dh + 1, FRAME_EDGE, FRONT)
-            b.rect(x, y, x + dw, y + dh, (255, 255, 255, 255), MAP, MINIMAP,
-                   (ax / aw, ay / ah, (ax + w) / aw, (ay + h) / ah))  # fmt: skip
+            b.rect(
+                x,
+                y,
+                x + dw,
+                y + dh,
+                (255, 255, 255, 255),
+                MAP,
+                MINIMAP,
+                (ax / aw, ay / ah, (ax + w) / aw, (ay + h) / ah),
+            )
             b.text(label, x, y + dh + 2, DIM)
             x += cell_w + ch * 1.5
             row_h = max(row_h, dh + 2 + lh + 4)
@@ -679,8 +801,12 @@ class Overlay:
             ctx.viewport = (0, 0, size[0], size[1])
             ctx.disable(moderngl.DEPTH_TEST | moderngl.CULL_FACE)
             ctx.enable(moderngl.BLEND)
-            ctx.blend_func = (moderngl.SRC_ALPHA, moderngl.ONE_MINUS_SRC_ALPHA, moderngl.ONE,
-                              moderngl.ONE_MINUS_SRC_ALPHA)  # fmt: skip
+            ctx.blend_func = (
+                moderngl.SRC_ALPHA,
+                moderngl.ONE_MINUS_SRC_ALPHA,
+                moderngl.ONE,
+                moderngl.ONE_MINUS_SRC_ALPHA,
+            )
             ctx.blend_equation = moderngl.FUNC_ADD
             self.vao.render(moderngl.TRIANGLES, vertices=verts.size)
         finally:
@@ -690,9 +816,13 @@ class Overlay:
     @staticmethod
     def _save_state(gl: GLExt | None) -> dict[str, Any]:
         if gl is None:
-            return {"blend": False, "depth": False, "cull": False,
-                    "func": (moderngl.ONE, moderngl.ZERO, moderngl.ONE, moderngl.ZERO),
-                    "equation": (moderngl.FUNC_ADD, moderngl.FUNC_ADD)}  # fmt: skip
+            return {
+                "blend": False,
+                "depth": False,
+                "cull": False,
+                "func": (moderngl.ONE, moderngl.ZERO, moderngl.ONE, moderngl.ZERO),
+                "equation": (moderngl.FUNC_ADD, moderngl.FUNC_ADD),
+            }
         return {
             "blend": bool(gl.get_integer(GL_BLEND)),
             "depth": bool(gl.get_integer(GL_DEPTH_TEST)),
@@ -705,8 +835,11 @@ class Overlay:
         ctx = self.ctx
         ctx.blend_func = saved["func"]
         ctx.blend_equation = saved["equation"]
-        for flag, on in ((moderngl.BLEND, saved["blend"]), (moderngl.DEPTH_TEST, saved["depth"]),
-                         (moderngl.CULL_FACE, saved["cull"])):  # fmt: skip
+        for flag, on in (
+            (moderngl.BLEND, saved["blend"]),
+            (moderngl.DEPTH_TEST, saved["depth"]),
+            (moderngl.CULL_FACE, saved["cull"]),
+        ):
             if on:
                 ctx.enable(flag)
             else:

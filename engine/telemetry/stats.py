@@ -233,8 +233,17 @@ class Telemetry:
         self._prev_stalls = int(base.get("ring_stalls", 0))
         self._prev_dropped = int(base.get("feedback_dropped", 0))
         self._prev_net_bytes = int(base.get("net_bytes", 0))
-        self._run = {"uploads": 0, "upload_bytes": 0, "requested": 0, "evicted": 0, "failed": 0, "refetched": 0,
-                     "ring_stalls": 0, "feedback_dropped": 0, "max_missing": 0}  # fmt: skip
+        self._run = {
+            "uploads": 0,
+            "upload_bytes": 0,
+            "requested": 0,
+            "evicted": 0,
+            "failed": 0,
+            "refetched": 0,
+            "ring_stalls": 0,
+            "feedback_dropped": 0,
+            "max_missing": 0,
+        }
         self._max_bias = 0.0
         self._total_refetched = 0
         self.last = None
@@ -337,8 +346,18 @@ class Telemetry:
             "cache_capacity_bytes": int(self._get(s, "cache_capacity_bytes", 0)),
         }
         assert len(frame) == len(FRAME_FIELDS), "frame record and FRAME_FIELDS disagree"
-        for name in ("update_ms", "uploads", "upload_mb_s", "evictions_per_s", "vram_bytes", "mip_bias",
-                     "missing_pages", "in_flight", "queued", "net_mb_s"):  # fmt: skip
+        for name in (
+            "update_ms",
+            "uploads",
+            "upload_mb_s",
+            "evictions_per_s",
+            "vram_bytes",
+            "mip_bias",
+            "missing_pages",
+            "in_flight",
+            "queued",
+            "net_mb_s",
+        ):
             h[name].push(frame[name])
         h["gpu_ms"].push(math.nan if gpu_ms is None else gpu_ms)
 

@@ -136,8 +136,10 @@ def test_bc3_keeps_an_alpha_ramp() -> None:
 
 def test_bc7_levels_order_by_quality() -> None:
     slots = _slots("chelsea.png", 2)
-    q = {p: ref.psnr(_round_trip(slots, TexelFormat.BC7, p)[..., :3], np.stack(slots)[..., :3])
-         for p in encoders.BC7_QUALITIES}  # fmt: skip
+    q = {
+        p: ref.psnr(_round_trip(slots, TexelFormat.BC7, p)[..., :3], np.stack(slots)[..., :3])
+        for p in encoders.BC7_QUALITIES
+    }
     assert q["fast"] < q["normal"] <= q["slow"] + 0.05
 
 

@@ -73,10 +73,22 @@ def big_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _start_bake(src: Path, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "texstream", "bake", str(src), str(out), "--format", "bc7",
-           "--bc7-quality", "fast", "--jobs", "2", "--no-progress"]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "texstream",
+        "bake",
+        str(src),
+        str(out),
+        "--format",
+        "bc7",
+        "--bc7-quality",
+        "fast",
+        "--jobs",
+        "2",
+        "--no-progress",
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _wait_running(proc: subprocess.Popen, folder: Path, workers_at_least: int = 0) -> set[int]:

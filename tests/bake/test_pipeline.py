@@ -118,8 +118,11 @@ def test_bc7_photograph(tmp_path: Path) -> None:
 def test_other_formats_round_trip(tmp_path: Path, fmt: TexelFormat) -> None:
     src = _photo_odd()
     out = tmp_path / "f.tpk"
-    bake(ArraySource(src), out, _cfg(texel_format=fmt, jobs=2, srgb=fmt is TexelFormat.BC3,
-                                     supercompression=Supercompression.LZ4))  # fmt: skip
+    bake(
+        ArraySource(src),
+        out,
+        _cfg(texel_format=fmt, jobs=2, srgb=fmt is TexelFormat.BC3, supercompression=Supercompression.LZ4),
+    )
     header, slots = read_slots(out)
     got = assemble(header, slots, 0)
     channels = {TexelFormat.BC3: [0, 1, 2, 3], TexelFormat.BC4: [0], TexelFormat.BC5: [0, 1]}[fmt]

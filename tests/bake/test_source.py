@@ -70,12 +70,18 @@ def _mode_cases() -> dict[str, tuple[Image.Image, np.ndarray, int]]:
     for mode, dtype in [("I;16", "<u2"), ("I;16L", "<u2"), ("I;16B", ">u2"), ("I;16N", "=u2")]:
         cases[mode] = (Image.frombytes(mode, (W, H), v16.astype(dtype).tobytes()), want16, 1)
     i32 = _ramp(lo=-1000, hi=70000)
-    cases["I"] = (Image.frombytes("I", (W, H), i32.astype("<i4").tobytes()),
-                  _grey_rgba(np.floor(np.clip(i32, 0, 65535) / 257 + 0.5).astype(np.uint8)), 1)  # fmt: skip
+    cases["I"] = (
+        Image.frombytes("I", (W, H), i32.astype("<i4").tobytes()),
+        _grey_rgba(np.floor(np.clip(i32, 0, 65535) / 257 + 0.5).astype(np.uint8)),
+        1,
+    )
     f = np.linspace(-0.5, 1.5, W * H, dtype=np.float32).reshape(H, W)
     f.flat[:3] = [0.5, np.nan, 1.0]
-    cases["F"] = (Image.fromarray(f, "F"),
-                  _grey_rgba(np.rint(np.clip(np.nan_to_num(f), 0, 1) * 255).astype(np.uint8)), 1)  # fmt: skip
+    cases["F"] = (
+        Image.fromarray(f, "F"),
+        _grey_rgba(np.rint(np.clip(np.nan_to_num(f), 0, 1) * 255).astype(np.uint8)),
+        1,
+    )
     for mode in ("CMYK", "YCbCr", "LAB", "HSV"):
         img = (
             Image.fromarray(rgb, "RGB").convert(mode)
@@ -106,8 +112,11 @@ def test_pillow_mode_conversion(mode: str) -> None:
 def test_pillow_modes_bake(mode: str, tmp_path: Path) -> None:
     img, want, _ = CASES[mode]
     out = tmp_path / "m.tpk"
-    bake(PillowSource(img, name=mode), out, BakeConfig(texel_format=TexelFormat.RGBA8, tile_size=64, jobs=1,
-                                                       progress=False))  # fmt: skip
+    bake(
+        PillowSource(img, name=mode),
+        out,
+        BakeConfig(texel_format=TexelFormat.RGBA8, tile_size=64, jobs=1, progress=False),
+    )
     header, slots = read_slots(out)
     got = assemble(header, slots, 0)
     visible = want[..., 3] > 0  # colour under alpha 0 is bled from its neighbours (test_alpha)
@@ -171,8 +180,9 @@ def test_vips_applies_the_same_rules(tmp_path: Path) -> None:
     f = np.linspace(-0.5, 1.5, 40 * 30, dtype=np.float32).reshape(30, 40)
     ftif = tmp_path / "f.tif"
     pyvips.Image.new_from_memory(f.tobytes(), 40, 30, 1, "float").write_to_file(str(ftif))
-    assert np.array_equal(_read_all(open_source(ftif, vips_threshold=0))[..., 0],
-                          np.rint(np.clip(f, 0, 1) * 255).astype(np.uint8))  # fmt: skip
+    assert np.array_equal(
+        _read_all(open_source(ftif, vips_threshold=0))[..., 0], np.rint(np.clip(f, 0, 1) * 255).astype(np.uint8)
+    )
 
 
 def test_vips_streams_top_to_bottom_only() -> None:

@@ -20,8 +20,11 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict]:
     p = tmp_path_factory.mktemp("fuzz") / "base.tpk"
-    tiles = make_pack(p, PackHeader(width=200, height=130, tile_size=64, supercompression=Supercompression.LZ4),
-                      metadata={"source": "fuzz", "n": [1, 2.5, {"k": "v"}]})  # fmt: skip
+    tiles = make_pack(
+        p,
+        PackHeader(width=200, height=130, tile_size=64, supercompression=Supercompression.LZ4),
+        metadata={"source": "fuzz", "n": [1, 2.5, {"k": "v"}]},
+    )
     return p.read_bytes(), tiles
 
 
@@ -52,8 +55,9 @@ def _open_and_read_all(path: Path, tiles: dict | None = None) -> None:
 
 
 @SETTINGS
-@given(edits=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), min_size=1, max_size=12),
-       sign=st.booleans())  # fmt: skip
+@given(
+    edits=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), min_size=1, max_size=12), sign=st.booleans()
+)
 def test_mutated_header_and_index(tmp_path: Path, pristine: bytes, edits: list, sign: bool) -> None:
     data = bytearray(pristine)
     for pos, val in edits:

@@ -70,8 +70,7 @@ with open("/proc/self/status") as f:
 
 def _open_in_child(path: Path) -> tuple[str, int]:
     """(error message, peak RSS in MiB) of opening `path` in a fresh process."""
-    res = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(path)], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     message, rss = res.stdout.strip().splitlines()
     return message, int(rss)
@@ -83,8 +82,14 @@ def test_sparse_file_under_a_huge_plausible_index_fails_on_its_first_entries(tmp
     h = PackHeader(width=400_000, height=400_000, tile_size=64, supercompression=Supercompression.LZ4)
     size = 2_100_000_000
     level_bytes = h.level_table.tobytes()
-    head = pack_header_bytes(h, metadata_offset=size, metadata_size=0, payload_end=size, index_checksum=1,
-                             level_checksum=xxhash.xxh3_64_intdigest(level_bytes))  # fmt: skip
+    head = pack_header_bytes(
+        h,
+        metadata_offset=size,
+        metadata_size=0,
+        payload_end=size,
+        index_checksum=1,
+        level_checksum=xxhash.xxh3_64_intdigest(level_bytes),
+    )
     p = tmp_path / "sparse.tpk"
     with p.open("wb") as f:
         f.write(head + level_bytes)
@@ -116,8 +121,15 @@ def test_header_needing_more_bytes_than_the_file_has(pack: tuple[Path, PackHeade
     data = bytearray(p.read_bytes())
     # A geometry 1600x as large, with consistent offsets: its index alone runs past this small file.
     big = PackHeader(width=12000, height=6000, tile_size=64, supercompression=Supercompression.ZSTD)
-    data = _edit_header(data, width=12000, height=6000, levels=big.level_count, index_off=big.index_offset,
-                        tile_count=big.tile_count, payload_off=big.payload_offset)  # fmt: skip
+    data = _edit_header(
+        data,
+        width=12000,
+        height=6000,
+        levels=big.level_count,
+        index_off=big.index_offset,
+        tile_count=big.tile_count,
+        payload_off=big.payload_offset,
+    )
     p.write_bytes(bytes(data))
     with pytest.raises(PackFormatError, match=r"takes at least [\d,]+ \(truncated\?\)"):
         PackReader(p)
@@ -160,8 +172,7 @@ def test_header_refuses_what_cannot_be_streamed(width: int, tile: int, match: st
 def test_reader_refuses_a_huge_header_in_one_line(pack: tuple[Path, PackHeader, dict]) -> None:
     p, _, _ = pack
     # 2^20 x 2^20 in 128-texel tiles: 14 levels (streamable) but 89M tiles.
-    p.write_bytes(bytes(_edit_header(bytearray(p.read_bytes()), width=1 << 20, height=1 << 20, tile=128,
-                                     levels=14)))  # fmt: skip
+    p.write_bytes(bytes(_edit_header(bytearray(p.read_bytes()), width=1 << 20, height=1 << 20, tile=128, levels=14)))
     with pytest.raises(PackFormatError, match="invalid header: .* a pack holds at most") as info:
         PackReader(p)
     assert "\n" not in str(info.value)
@@ -194,8 +205,9 @@ def _with_metadata(p: Path, meta: bytes) -> None:
         (b"[1, 2]", "JSON object"),
     ],
 )
-def test_hostile_metadata_is_a_one_line_pack_error(pack: tuple[Path, PackHeader, dict], meta: bytes,
-                                                   match: str) -> None:  # fmt: skip
+def test_hostile_metadata_is_a_one_line_pack_error(
+    pack: tuple[Path, PackHeader, dict], meta: bytes, match: str
+) -> None:
     p, _, _ = pack
     _with_metadata(p, meta)
     with pytest.raises(PackFormatError, match=match) as info:
@@ -394,8 +406,9 @@ def test_a_writer_killed_outright_leaves_a_temp_the_next_writer_removes(tmp_path
 
 def test_header_bytes_version_must_be_known() -> None:
     h = PackHeader(width=64, height=64, tile_size=64)
-    body = pack_header_bytes(h, metadata_offset=0, metadata_size=0, payload_end=0, index_checksum=0,
-                             level_checksum=0, version=7)  # fmt: skip
+    body = pack_header_bytes(
+        h, metadata_offset=0, metadata_size=0, payload_end=0, index_checksum=0, level_checksum=0, version=7
+    )
     assert len(body) == HEADER_SIZE
     from texstream.pack.format import parse_header_bytes
 

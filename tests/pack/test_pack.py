@@ -50,8 +50,9 @@ def resign(data: bytearray) -> bytearray:
 
 @pytest.fixture
 def small_pack(tmp_path: Path) -> tuple[Path, PackHeader, dict]:
-    h = PackHeader(width=300, height=150, tile_size=64, texel_format=TexelFormat.BC1,
-                   supercompression=Supercompression.ZSTD)  # fmt: skip
+    h = PackHeader(
+        width=300, height=150, tile_size=64, texel_format=TexelFormat.BC1, supercompression=Supercompression.ZSTD
+    )
     p = tmp_path / "small.tpk"
     return p, h, make_pack(p, h)
 
@@ -59,8 +60,16 @@ def small_pack(tmp_path: Path) -> tuple[Path, PackHeader, dict]:
 @pytest.mark.parametrize("fmt", list(TexelFormat))
 @pytest.mark.parametrize("sc", list(Supercompression))
 def test_round_trip_every_format_and_supercompression(tmp_path: Path, fmt: TexelFormat, sc: Supercompression) -> None:
-    h = PackHeader(width=200, height=90, tile_size=64, border=4, texel_format=fmt, srgb=fmt.colour,
-                   supercompression=sc, address_mode=AddressMode.WRAP)  # fmt: skip
+    h = PackHeader(
+        width=200,
+        height=90,
+        tile_size=64,
+        border=4,
+        texel_format=fmt,
+        srgb=fmt.colour,
+        supercompression=sc,
+        address_mode=AddressMode.WRAP,
+    )
     p = tmp_path / "rt.tpk"
     tiles = make_pack(p, h, seed=int(fmt) * 3 + int(sc), metadata={"k": [1, 2]})
     with PackReader(p) as r:
@@ -77,7 +86,14 @@ def test_level_geometry_ceil_halving() -> None:
     h = PackHeader(width=1, height=5000, tile_size=128)
     assert h.level_count == level_count_for(1, 5000, 128) == 7
     assert [h.level_dims(lv) for lv in range(h.level_count)] == [
-        (1, 5000), (1, 2500), (1, 1250), (1, 625), (1, 313), (1, 157), (1, 79)]  # fmt: skip
+        (1, 5000),
+        (1, 2500),
+        (1, 1250),
+        (1, 625),
+        (1, 313),
+        (1, 157),
+        (1, 79),
+    ]
     h = PackHeader(width=4097, height=4097, tile_size=128)
     assert h.level_dims(1) == (2049, 2049) and h.tiles_in_level(0) == (33, 33)
     assert max(h.level_dims(h.level_count - 1)) <= 128 < max(h.level_dims(h.level_count - 2))
@@ -86,8 +102,12 @@ def test_level_geometry_ceil_halving() -> None:
 
 def test_tile_index_is_level_major_row_major() -> None:
     h = PackHeader(width=300, height=150, tile_size=64)
-    seen = [h.tile_index(lv, x, y) for lv in range(h.level_count)
-            for y in range(h.tiles_in_level(lv)[1]) for x in range(h.tiles_in_level(lv)[0])]  # fmt: skip
+    seen = [
+        h.tile_index(lv, x, y)
+        for lv in range(h.level_count)
+        for y in range(h.tiles_in_level(lv)[1])
+        for x in range(h.tiles_in_level(lv)[0])
+    ]
     assert seen == list(range(h.tile_count))
     with pytest.raises(ValueError, match="outside"):
         h.tile_index(0, 5, 0)
@@ -156,9 +176,31 @@ def test_damaged_files_raise_pack_format_error(small_pack: tuple[Path, PackHeade
 
 
 def _edit_header(data: bytearray, **changes: int) -> bytearray:
-    names = ["magic", "version", "header_size", "flags", "width", "height", "fmt", "addr", "sc", "levels",
-             "tile", "border", "align", "meta_size", "level_off", "index_off", "tile_count", "meta_off",
-             "payload_off", "payload_end", "index_sum", "level_sum", "reserved"]  # fmt: skip
+    names = [
+        "magic",
+        "version",
+        "header_size",
+        "flags",
+        "width",
+        "height",
+        "fmt",
+        "addr",
+        "sc",
+        "levels",
+        "tile",
+        "border",
+        "align",
+        "meta_size",
+        "level_off",
+        "index_off",
+        "tile_count",
+        "meta_off",
+        "payload_off",
+        "payload_end",
+        "index_sum",
+        "level_sum",
+        "reserved",
+    ]
     fields = list(HEADER_STRUCT.unpack(bytes(data[: HEADER_SIZE - 8])))
     for k, v in changes.items():
         fields[names.index(k)] = v
@@ -305,8 +347,14 @@ def test_batched_adds_write_the_same_pack_as_single_adds(tmp_path: Path) -> None
     from texstream.pack import codec
     from texstream.pack.writer import EncodedTiles
 
-    h = PackHeader(width=700, height=300, texel_format=TexelFormat.BC1, tile_size=64, border=4,
-                   supercompression=Supercompression.ZSTD)  # fmt: skip
+    h = PackHeader(
+        width=700,
+        height=300,
+        texel_format=TexelFormat.BC1,
+        tile_size=64,
+        border=4,
+        supercompression=Supercompression.ZSTD,
+    )
     rng = np.random.default_rng(5)
     tiles = []
     for level in range(h.level_count):

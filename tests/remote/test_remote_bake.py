@@ -81,8 +81,9 @@ def test_a_worker_without_the_file_fetches_the_same_version(
     assert described is not None and described.url == url and described.url_version
     monkeypatch.setenv("TEXSTREAM_CACHE", str(tmp_path / "other-host"))
     _open_on_worker.cache_clear()
-    far = _open_on_worker("/no/such/copy.tif", described.size, described.mtime_ns, src.width, src.height, url,
-                          described.url_version)  # fmt: skip
+    far = _open_on_worker(
+        "/no/such/copy.tif", described.size, described.mtime_ns, src.width, src.height, url, described.url_version
+    )
     np.testing.assert_array_equal(far.read_region(100, 300), src.read_region(100, 300))
     assert (tmp_path / "other-host" / "sources").is_dir()
     _open_on_worker.cache_clear()
@@ -92,8 +93,12 @@ def test_a_worker_without_the_file_fetches_the_same_version(
 
 def test_missing_url_source_is_one_line(nginx: LocalNginx, tmp_path: Path) -> None:
     out = tmp_path / "out.tpk"
-    proc = subprocess.run([sys.executable, "-m", "texstream", "bake", nginx.url("nope.png"), str(out)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "texstream", "bake", nginx.url("nope.png"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "404" in proc.stderr, proc.stderr
     assert not out.exists()
 

@@ -39,8 +39,16 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def fast(cache: Path | None, **kw: object) -> RemoteConfig:
     """Short timeouts and backoff, so failures are found in a test's time."""
-    base = dict(cache_dir=str(cache) if cache else None, cache_mb=64 if cache else 0, connect_timeout_s=1.0,
-                read_timeout_s=1.0, request_deadline_s=3.0, retries=1, backoff_s=0.02, offline_s=0.3)  # fmt: skip
+    base = dict(
+        cache_dir=str(cache) if cache else None,
+        cache_mb=64 if cache else 0,
+        connect_timeout_s=1.0,
+        read_timeout_s=1.0,
+        request_deadline_s=3.0,
+        retries=1,
+        backoff_s=0.02,
+        offline_s=0.3,
+    )
     base.update(kw)
     return RemoteConfig(**base)  # type: ignore[arg-type]
 
@@ -93,8 +101,9 @@ def test_cli_verbs_accept_a_url(nginx: LocalNginx, served: Path, packs: dict, tm
     url = nginx.url("p.tpk")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True,
-                              env=env, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "texstream", *args], capture_output=True, text=True, env=env, timeout=120
+        )
 
     info = cli("info", url)
     assert info.returncode == 0 and "texstream pack v2" in info.stdout, info.stderr
@@ -207,8 +216,10 @@ def test_cache_held_by_another_process_is_skipped(
 
 
 def textwrap_hold(lock: Path) -> str:
-    return (f"import fcntl, os, sys, time\nfd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")  # fmt: skip
+    return (
+        f"import fcntl, os, sys, time\nfd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n"
+    )
 
 
 def test_torn_cache_block_is_a_miss(nginx: LocalNginx, served: Path, packs: dict, cache_folder: Path) -> None:
@@ -347,8 +358,7 @@ def test_stalled_response_is_cut_at_the_deadline(liar: Callable[[Handler], str],
         first, last = (int(v) for v in h.headers["Range"].split("=")[1].split("-"))
         calls.append(first)
         part = data[first : last + 1]
-        head = {"Content-Length": str(len(part)), "Content-Range": f"bytes {first}-{last}/{len(data)}",
-                "ETag": '"v1"'}  # fmt: skip
+        head = {"Content-Length": str(len(part)), "Content-Range": f"bytes {first}-{last}/{len(data)}", "ETag": '"v1"'}
         if len(calls) == 1:  # the probe is answered
             _send(h, 206, head, part)
             return

@@ -51,15 +51,33 @@ def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
 
 
 def config(cache: Path | None, native: bool = True, **remote: object) -> StreamerConfig:
-    opts = dict(cache_dir=str(cache) if cache else None, cache_mb=64 if cache else 0, connect_timeout_s=1.0,
-                read_timeout_s=1.0, request_deadline_s=2.0, retries=1, backoff_s=0.02, offline_s=0.3)  # fmt: skip
+    opts = dict(
+        cache_dir=str(cache) if cache else None,
+        cache_mb=64 if cache else 0,
+        connect_timeout_s=1.0,
+        read_timeout_s=1.0,
+        request_deadline_s=2.0,
+        retries=1,
+        backoff_s=0.02,
+        offline_s=0.3,
+    )
     opts.update(remote)
-    return StreamerConfig(budget=BudgetConfig(budget_mb=32), retry_frames=2, read_timeout_s=5.0, native=native,
-                          remote=RemoteConfig(**opts))  # type: ignore[arg-type]  # fmt: skip
+    return StreamerConfig(
+        budget=BudgetConfig(budget_mb=32),
+        retry_frames=2,
+        read_timeout_s=5.0,
+        native=native,
+        remote=RemoteConfig(**opts),
+    )  # type: ignore[arg-type]
 
 
-def converge(s: Streamer, renderer: PlaneRenderer, vt, telemetry: Telemetry | None = None,  # noqa: ANN001
-             seconds: float = 30.0) -> list[dict]:  # fmt: skip
+def converge(
+    s: Streamer,
+    renderer: PlaneRenderer,
+    vt,
+    telemetry: Telemetry | None = None,  # noqa: ANN001
+    seconds: float = 30.0,
+) -> list[dict]:
     """Frames until nothing wanted is missing and nothing is in flight; their telemetry records."""
     records = []
     deadline = time.monotonic() + seconds
@@ -150,8 +168,9 @@ def test_server_killed_mid_stream_then_back(
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env["TEXSTREAM_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "texstream", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_render_and_demo_from_a_url(
@@ -164,15 +183,38 @@ def test_render_and_demo_from_a_url(
     images = {}
     for name, src in (("disk", str(pack)), ("url", url)):
         out = tmp_path / f"{name}.png"
-        proc = _cli("render", src, "--out", str(out), "--size", "256x256", "--frames", "60", "--budget-mb", "32",
-                    cache=tmp_path / "cache")  # fmt: skip
+        proc = _cli(
+            "render",
+            src,
+            "--out",
+            str(out),
+            "--size",
+            "256x256",
+            "--frames",
+            "60",
+            "--budget-mb",
+            "32",
+            cache=tmp_path / "cache",
+        )
         assert proc.returncode == 0, proc.stderr
         images[name] = np.asarray(Image.open(out).convert("RGB"))
     assert psnr(images["url"], images["disk"]) >= CONVERGED_DB
 
     frames = tmp_path / "frames"
-    proc = _cli("demo", url, "--headless", "--frames", "30", "--out", str(frames), "--size", "320x180",
-                "--budget-mb", "24", cache=tmp_path / "cache-demo")  # fmt: skip
+    proc = _cli(
+        "demo",
+        url,
+        "--headless",
+        "--frames",
+        "30",
+        "--out",
+        str(frames),
+        "--size",
+        "320x180",
+        "--budget-mb",
+        "24",
+        cache=tmp_path / "cache-demo",
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in (frames / "telemetry.jsonl").read_text().splitlines()]
     assert all(r["remote_packs"] == 1 and r["failed"] == 0 for r in records)

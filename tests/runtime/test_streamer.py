@@ -360,8 +360,9 @@ class HeldFence:
         self.inner.release()
 
 
-def test_ring_slots_reused_only_after_their_fence(gl_context: moderngl.Context, packs: Packs,
-                                                  renderer: PlaneRenderer) -> None:  # fmt: skip
+def test_ring_slots_reused_only_after_their_fence(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+) -> None:
     with Streamer(gl_context, config(ring_mb=1)) as s:
         vt = s.open(packs.colour)
         ring = s._uploader.ring
@@ -394,14 +395,29 @@ def test_ring_slots_reused_only_after_their_fence(gl_context: moderngl.Context, 
 
 # ---- the CLI ---------------------------------------------------------------------------------
 def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "texstream", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "texstream", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_render_writes_png_and_telemetry(packs: Packs, tmp_path: Path) -> None:
     out, tel = tmp_path / "frame.png", tmp_path / "frames.jsonl"
-    p = cli("render", packs.colour, "--out", out, "--size", "96x64", "--frames", "5", "--budget-mb", "32",
-            "--view", "0.5,0.5,0.5,30,10", "--telemetry", tel)  # fmt: skip
+    p = cli(
+        "render",
+        packs.colour,
+        "--out",
+        out,
+        "--size",
+        "96x64",
+        "--frames",
+        "5",
+        "--budget-mb",
+        "32",
+        "--view",
+        "0.5,0.5,0.5,30,10",
+        "--telemetry",
+        tel,
+    )
     assert p.returncode == 0, p.stderr
     with Image.open(out) as img:
         assert img.size == (96, 64)

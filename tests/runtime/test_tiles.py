@@ -248,8 +248,25 @@ def test_is_tile_rejects_headers_freed_and_out_of_range_ids() -> None:
     b = space.register(1, MID)
     c = space.register(2, MID)
     space.unregister(1)
-    probe = np.array([-5, -1, a.start, a.first_tile - 1, a.first_tile, a.stop - 1, b.start, b.first_tile, b.stop - 1,
-                      c.start + 3, c.first_tile, c.stop, space.capacity - 1, space.capacity, 10**9])  # fmt: skip
+    probe = np.array(
+        [
+            -5,
+            -1,
+            a.start,
+            a.first_tile - 1,
+            a.first_tile,
+            a.stop - 1,
+            b.start,
+            b.first_tile,
+            b.stop - 1,
+            c.start + 3,
+            c.first_tile,
+            c.stop,
+            space.capacity - 1,
+            space.capacity,
+            10**9,
+        ]
+    )
     expect = [False, False, False, False, True, True, False, False, False, False, True, False, False, False, False]
     assert space.is_tile(probe).tolist() == expect
     assert space.is_tile(probe.reshape(3, 5)).tolist() == np.reshape(expect, (3, 5)).tolist()

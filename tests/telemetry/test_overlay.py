@@ -86,8 +86,9 @@ def test_hud_changes_only_its_rectangle(gl_context: moderngl.Context, packs: Pac
     assert np.count_nonzero(hud[inside][..., :3].min(-1) > 200) > 200
 
 
-def test_text_is_the_fonts_pillow_rendering(gl_context: moderngl.Context, overlay: Overlay,
-                                             canvas: moderngl.Framebuffer) -> None:  # fmt: skip
+def test_text_is_the_fonts_pillow_rendering(
+    gl_context: moderngl.Context, overlay: Overlay, canvas: moderngl.Framebuffer
+) -> None:
     canvas.use()
     canvas.clear(0, 0, 0, 1)
     box = overlay.draw_text(TEXT, canvas.size, pos=(6, 5), colour=(255, 255, 255, 255))
@@ -112,8 +113,7 @@ def test_text_background_and_colour(
 ) -> None:
     canvas.use()
     canvas.clear(1, 1, 1, 1)
-    x, y, w, h = overlay.draw_text("A\nB", canvas.size, pos=(2, 2), colour=(255, 0, 0, 255),
-                                   background=(0, 0, 0, 255))  # fmt: skip
+    x, y, w, h = overlay.draw_text("A\nB", canvas.size, pos=(2, 2), colour=(255, 0, 0, 255), background=(0, 0, 0, 255))
     img = read(canvas)
     assert h == 2 * overlay.font.line_height
     assert (img[y : y + h, x : x + w, 1] < 255).all(), "opaque black background under red text"
@@ -134,7 +134,11 @@ def test_gl_state_is_restored(gl_context: moderngl.Context, overlay: Overlay, ca
         assert gl_context.viewport == (3, 4, 100, 20)
         assert gl.get_integer(0x0B71) == 1 and gl.get_integer(0x0B44) == 1 and gl.get_integer(0x0BE2) == 0
         assert [gl.get_integer(p) for p in (0x80C9, 0x80C8, 0x80CB, 0x80CA)] == [
-            moderngl.ONE, moderngl.ONE, moderngl.DST_ALPHA, moderngl.ZERO]  # fmt: skip
+            moderngl.ONE,
+            moderngl.ONE,
+            moderngl.DST_ALPHA,
+            moderngl.ZERO,
+        ]
         assert (gl.get_integer(0x8009), gl.get_integer(0x883D)) == (moderngl.FUNC_SUBTRACT, moderngl.MAX)
         gl_context.enable(moderngl.BLEND)
         overlay.draw_text("state", canvas.size)
@@ -147,8 +151,11 @@ def test_gl_state_is_restored(gl_context: moderngl.Context, overlay: Overlay, ca
 
 
 def test_corners_and_no_frame_yet(gl_context: moderngl.Context, canvas: moderngl.Framebuffer) -> None:
-    with Streamer(gl_context, streamer_config()) as streamer, Telemetry(streamer) as tel, \
-            Overlay(gl_context, corner="bottom-right", margin=0, font_size=10) as ov:  # fmt: skip
+    with (
+        Streamer(gl_context, streamer_config()) as streamer,
+        Telemetry(streamer) as tel,
+        Overlay(gl_context, corner="bottom-right", margin=0, font_size=10) as ov,
+    ):
         canvas.use()
         x, y, w, h = ov.draw(tel, canvas.size)  # nothing recorded yet: a one-line panel
         assert (x + w, y + h) == canvas.size or x == 0

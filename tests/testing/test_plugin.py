@@ -53,9 +53,26 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_pytest(root: Path, pack: str, *args: str) -> subprocess.CompletedProcess:
     env = {"PACK": str(root / pack), "PATH": "/usr/bin:/bin", "TEXSTREAM_REQUIRE": "gl"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
-                           "--texstream-require-gl", *args, str(root / "test_render.py")],
-                          capture_output=True, text=True, cwd=root, env=env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(root),
+            "--texstream-require-gl",
+            *args,
+            str(root / "test_render.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_a_fresh_project_passes_fails_readably_and_updates_its_golden(project: Path, gl_context: object) -> None:
@@ -98,8 +115,13 @@ def test_marker_without_a_comparison_fails(tmp_path: Path) -> None:
             pass
     """)
     )
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "never called golden(image)" in proc.stdout
 
 
