@@ -20,28 +20,12 @@ out vec4 f_color;
 
 const vec3 GROUND = vec3(0.045, 0.05, 0.055);
 
-vec3 level_colour(int level) {
-    const vec3 ramp[8] = vec3[](vec3(1.0, 0.15, 0.15), vec3(1.0, 0.55, 0.1), vec3(0.95, 0.9, 0.1),
-        vec3(0.25, 0.85, 0.25), vec3(0.1, 0.75, 0.85), vec3(0.25, 0.4, 1.0), vec3(0.7, 0.3, 0.95),
-        vec3(0.9, 0.9, 0.9));
-    return ramp[clamp(level, 0, 7)];
-}
-
 void main() {
     vec3 c = GROUND;
     if (!u_ground) {
         VTInfo vt = VTInfo(v_size, vec4(v_tile.xyz, u_pool.tile.w), v_meta, u_pool.cells, u_pool.bias);
         c = vt_sample(u_pool_cache, vt, v_uv).rgb;
-        if (u_debug != 0) {
-            vec2 t = v_uv * vt.size.xy;
-            float lod = clamp(vt_lod(vt, dFdx(t), dFdy(t)), 0.0, float(vt.meta.x - 1));
-            int want = int(floor(lod));
-            uvec4 e = vt_lookup(vt, t, want);
-            vec3 tint = u_debug == 1 ? level_colour(int(e.y))
-                                     : (int(e.y) == want ? vec3(0.2, 0.9, 0.3)
-                                        : int(e.y) == want + 1 ? vec3(1.0, 0.85, 0.1) : vec3(1.0, 0.2, 0.15));
-            c = mix(c, tint * 0.8, 0.55);
-        }
+        c = vt_debug_tint(vt, v_uv, u_debug, c);
     }
     float fog = 1.0 - exp(-distance(u_eye, v_world) / u_fog_distance);
     c = mix(c, u_sky, clamp(fog, 0.0, 1.0));

@@ -147,6 +147,28 @@ vec4 vt_sample(sampler2DArray cache, VTInfo vt, vec2 uv) {
     return vt_sample_grad(cache, vt, uv, dFdx(t), dFdy(t));
 }
 
+// Residency debug views for a fragment at `uv`: mode 1 tints by the level sampled (red: 0, orange,
+// yellow, green, cyan, blue, violet, white: 7), mode 2 by whether the wanted level is resident (green),
+// one level coarser stands in (yellow) or more (red); mode 0 returns `colour` unchanged.
+vec3 vt_level_colour(int level) {
+    const vec3 ramp[8] = vec3[](vec3(1.0, 0.15, 0.15), vec3(1.0, 0.55, 0.1), vec3(0.95, 0.9, 0.1),
+        vec3(0.25, 0.85, 0.25), vec3(0.1, 0.75, 0.85), vec3(0.25, 0.4, 1.0), vec3(0.7, 0.3, 0.95),
+        vec3(0.9, 0.9, 0.9));
+    return ramp[clamp(level, 0, 7)];
+}
+
+vec3 vt_debug_tint(VTInfo vt, vec2 uv, int mode, vec3 colour) {
+    if (mode == 0) return colour;
+    vec2 t = uv * vt.size.xy;
+    float lod = clamp(vt_lod(vt, dFdx(t), dFdy(t)), 0.0, float(vt.meta.x - 1));
+    int want = int(floor(lod));
+    int got = int(vt_lookup(vt, t, want).y);
+    vec3 tint = mode == 1 ? vt_level_colour(got)
+                          : (got == want ? vec3(0.2, 0.9, 0.3) : got == want + 1 ? vec3(1.0, 0.85, 0.1)
+                                                                                 : vec3(1.0, 0.2, 0.15));
+    return mix(colour, tint * 0.8, 0.55);
+}
+
 #define VT_DECLARE(name) \
     uniform sampler2DArray name##_cache; \
     uniform VTInfo name;

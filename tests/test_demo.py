@@ -10,11 +10,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -150,41 +148,6 @@ def overlay_pair(packs: tuple[Path, Path], egl: None, tmp_path_factory: pytest.T
         assert proc.returncode == 0, proc.stderr
         outs.append(out)
     return outs[0], outs[1]
-
-
-@pytest.fixture(scope="module")
-def xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private Xvfb server (GLX through Mesa llvmpipe); yields its DISPLAY; stopped afterwards."""
-    exe = shutil.which("Xvfb")
-    if exe is None:
-        pytest.skip("Xvfb is not installed (apt-get install xvfb): the windowed demo needs an X server")
-    log = tmp_path_factory.mktemp("xvfb") / "xvfb.log"
-    read_fd, write_fd = os.pipe()
-    # -displayfd: the server picks a free display number and writes it once it accepts connections
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [exe, "-displayfd", str(write_fd), "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
-            pass_fds=(write_fd,),
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=err,
-        )
-    os.close(write_fd)
-    try:
-        with os.fdopen(read_fd, "rb") as r:
-            number = r.readline().strip()  # empty when the server exited first
-        if not number:
-            proc.wait(timeout=10)
-            pytest.fail(f"Xvfb did not start (exit {proc.returncode}): {log.read_text(errors='replace')[-500:]}")
-        yield f":{number.decode()}"
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def x11_env(display: str, **extra: str) -> dict[str, str]:

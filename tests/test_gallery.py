@@ -99,12 +99,27 @@ def test_each_object_shows_its_own_texture(gl_context: moderngl.Context, tmp_pat
                 scene.draw(pose, size)
             img = np.frombuffer(fbo.read(components=3, alignment=1), np.uint8).reshape(size[1], size[0], 3)
             vp = pose.view_projection(size[0] / size[1], far=np.hypot(w, h) * 3.0)
+            centre_px: list[tuple[int, int]] = []
             for i, (x, y, rw, rh) in enumerate(layout.rects()):
                 clip = vp @ np.array([x + rw / 2, y + rh / 2, 0.0, 1.0])
                 px = int((clip[0] / clip[3] * 0.5 + 0.5) * size[0])
                 py = int((clip[1] / clip[3] * 0.5 + 0.5) * size[1])  # read back bottom row first, as GL
                 got = img[py - 2 : py + 3, px - 2 : px + 3].reshape(-1, 3).astype(int)
+                centre_px.append((py, px))
                 assert np.abs(got - colours[i]).max() <= 6, f"object {i}: {got.mean(0)} instead of {colours[i]}"
+            views = {}
+            for mode in (1, 2):  # the residency debug views (vt_debug_tint) tint every canvas
+                scene.debug = mode
+                streamer.update()
+                fbo.use()
+                fbo.clear(0.0, 0.0, 0.0, 1.0)
+                scene.draw(pose, size)
+                views[mode] = np.frombuffer(fbo.read(components=3, alignment=1), np.uint8).reshape(img.shape)
+            centres = tuple(np.array(c) for c in zip(*centre_px, strict=True))  # (rows, columns)
+            for mode, view in views.items():
+                moved = np.abs(view[centres].astype(int) - img[centres]).max(axis=1)
+                assert (moved > 20).all(), f"debug view {mode} leaves canvases untinted: {moved}"
+            assert (views[1][centres] != views[2][centres]).any(), "the two debug views are the same"
         finally:
             scene.release()
             if gl_context.fbo is fbo:

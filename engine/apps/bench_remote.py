@@ -113,10 +113,10 @@ def converge_cuts(
     """Each view until converged (nothing wanted missing, nothing in flight); tiles/s and times."""
     from ..runtime.streamer import Streamer
     from ..scene.camera import View
-    from .bench_stream import THROTTLE, _pan_config, _pct
+    from .bench_stream import THROTTLE, pan_config, percentile
     from .render import PlaneRenderer
 
-    cfg = _pan_config(pack)
+    cfg = pan_config(pack)
     if remote is not None:
         cfg = dataclasses.replace(cfg, remote=remote)
     renderer = PlaneRenderer(ctx, size)
@@ -161,12 +161,12 @@ def converge_cuts(
         "seconds": seconds,
         "tiles_per_s": tiles / seconds,
         "timeouts": timeouts,
-        "converge_ms_p50": _pct(converge_ms, 50),
-        "converge_ms_p95": _pct(converge_ms, 95),
+        "converge_ms_p50": percentile(converge_ms, 50),
+        "converge_ms_p95": percentile(converge_ms, 95),
         "converge_ms_max": max(converge_ms),
-        "converge_frames_p50": _pct(converge_frames, 50),
-        "latency_frames_p50": _pct(lat, 50),
-        "latency_frames_p95": _pct(lat, 95),
+        "converge_frames_p50": percentile(converge_frames, 50),
+        "latency_frames_p50": percentile(lat, 50),
+        "latency_frames_p95": percentile(lat, 95),
         "net_requests": net.requests - net0.requests,
         "net_bytes": net.net_bytes - net0.net_bytes,
         "net_failed_requests": net.failed_requests - net0.failed_requests,

@@ -25,7 +25,6 @@ the "GPU" is the same cores that read and decode).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import logging
@@ -37,7 +36,7 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from ..config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
+from ..config import BakeConfig, BudgetConfig, StreamerConfig
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 
@@ -178,7 +177,7 @@ def _serpentine(xs: np.ndarray, ys: np.ndarray, max_frames: int) -> list[tuple[f
     return [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
 
 
-def _pan_config(pack: Path, native: bool = True) -> StreamerConfig:
+def pan_config(pack: Path, native: bool = True) -> StreamerConfig:
     """Budget for the whole pack, a 64 MiB ring, an I/O thread a core, caps that never bind."""
     return StreamerConfig(
         budget=BudgetConfig(budget_mb=_budget_mb([pack])),
@@ -190,7 +189,7 @@ def _pan_config(pack: Path, native: bool = True) -> StreamerConfig:
     )
 
 
-def _pct(values: list[float] | np.ndarray, q: float) -> float:
+def percentile(values: list[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(values, float), q)) if len(values) else 0.0
 
 
@@ -201,12 +200,9 @@ def end_to_end(
     size: tuple[int, int],
     max_frames: int,
     native: bool,
-    url: str | None = None,
-    remote: RemoteConfig | None = None,
 ) -> dict:
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
-    shows only tiles never seen before: demand stays above what can be delivered). With `url`, the
-    same pack is streamed from there (`pack` is its local copy) and the network figures are added."""
+    shows only tiles never seen before: demand stays above what can be delivered)."""
     from ..runtime.streamer import Streamer
     from ..scene.camera import View
     from .render import PlaneRenderer
@@ -216,22 +212,19 @@ def end_to_end(
         tex_w, tex_h = r.header.width, r.header.height
     w, h = size
     path = _serpentine(np.arange(w / 2, tex_w - w / 2 + 1, w), np.arange(h / 2, tex_h - h / 2 + 1, h), max_frames)
-    cfg = _pan_config(pack, native)
-    if remote is not None:
-        cfg = dataclasses.replace(cfg, remote=remote)
+    cfg = pan_config(pack, native)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[np.ndarray] = []
     update_ms, cpu_ms, backlog = [], [], []
     read_s = batches = 0.0
     try:
         with Streamer(ctx, cfg) as s:
-            vt = s.open(url or pack)
+            vt = s.open(pack)
             throttle = s.gl.throttle(THROTTLE)
             s.update()
             renderer.draw(vt, View(path[0][0] / tex_w, path[0][1] / tex_h, 1.0))
             ctx.finish()
             start = s.stats().totals
-            net0 = s.network()
             t0 = time.perf_counter()
             for x, y in path:
                 st = s.update()
@@ -248,7 +241,6 @@ def end_to_end(
             tiles = s.stats().totals.uploads - start.uploads
             nbytes = s.stats().totals.upload_bytes - start.upload_bytes
             native_used = s.io_status().compiled
-            net = s.network()
             throttle.release()
     finally:
         renderer.release()
@@ -264,22 +256,14 @@ def end_to_end(
         "fps": len(path) / seconds,
         "compiled": native_used,
         "io_threads": cfg.io_threads,
-        "update_ms_p50": _pct(update_ms, 50),
-        "update_cpu_ms_p50": _pct(cpu_ms, 50),
+        "update_ms_p50": percentile(update_ms, 50),
+        "update_cpu_ms_p50": percentile(cpu_ms, 50),
         "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
         "read_batches": int(batches),
         "backlog_mean": float(np.mean(backlog)),
-        "latency_frames_p50": _pct(lat, 50),
-        "latency_frames_p95": _pct(lat, 95),
+        "latency_frames_p50": percentile(lat, 50),
+        "latency_frames_p95": percentile(lat, 95),
         "latency_samples": int(lat.size),
-        "source": "url" if url else "disk",
-        "net_requests": net.requests - net0.requests,
-        "net_bytes": net.net_bytes - net0.net_bytes,
-        "net_failed_requests": net.failed_requests - net0.failed_requests,
-        "net_latency_ms_p50": net.latency_p50_ms,
-        "net_latency_ms_p95": net.latency_p95_ms,
-        "cache_hits": net.cache_hits - net0.cache_hits,
-        "cache_misses": net.cache_misses - net0.cache_misses,
     }
 
 
@@ -295,7 +279,7 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
     t, w = h.tile_size, view_px
     path = _serpentine(np.arange(0, h.width - w + 1, w), np.arange(0, h.height - w + 1, w), max_frames)
     frames = 0
-    with Streamer(ctx, _pan_config(pack)) as s:
+    with Streamer(ctx, pan_config(pack)) as s:
         vt = s.open(pack)
         throttle = s.gl.throttle(THROTTLE)
         ctx.finish()
@@ -416,16 +400,16 @@ def scene_update(
         "frames": n,
         "fps_wall": n / elapsed,
         "vram_peak_bytes": int(peak),
-        "update_ms_p50": _pct(wall, 50),
-        "update_ms_p95": _pct(wall, 95),
-        "update_ms_p99": _pct(wall, 99),
+        "update_ms_p50": percentile(wall, 50),
+        "update_ms_p95": percentile(wall, 95),
+        "update_ms_p99": percentile(wall, 99),
         "update_ms_max_after_1s": float(after.max()),
-        "update_cpu_ms_p50": _pct(cpu, 50),
-        "update_cpu_ms_p95": _pct(cpu, 95),
-        "wanted_pages_p50": _pct(wanted, 50),
+        "update_cpu_ms_p50": percentile(cpu, 50),
+        "update_cpu_ms_p95": percentile(cpu, 95),
+        "wanted_pages_p50": percentile(wanted, 50),
         "frames_with_uploads": float(np.mean(up > 0)),
         "uploads": int(up.sum()),
-        "uploads_per_frame_p95": _pct(up, 95),
+        "uploads_per_frame_p95": percentile(up, 95),
         "gc": pauses.summary(),
         "worst_frames": [
             {
@@ -496,13 +480,13 @@ def camera_cuts(
         "hold_frames": hold,
         "paced_fps": fps,
         "frames_to_complete": r.tolist(),
-        "p50": _pct(r, 50),
-        "p95": _pct(r, 95),
+        "p50": percentile(r, 50),
+        "p95": percentile(r, 95),
         "max": int(r.max()),
         "unfinished": int(np.count_nonzero(r >= hold)),
         "detail": detail,
-        "update_ms_p50": _pct(update_ms, 50),
-        "update_ms_p95": _pct(update_ms, 95),
+        "update_ms_p50": percentile(update_ms, 50),
+        "update_ms_p95": percentile(update_ms, 95),
     }
 
 
