@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 
 from texstream.bake.pipeline import bake_procedural
-from texstream.config import BakeConfig, RemoteConfig
+from texstream.config import BakeConfig
 from texstream.errors import EngineError, PackFormatError, TileCorruptError
 from texstream.pack.reader import PackReader
 from texstream.remote import RemoteError, is_remote
 from texstream.remote.nginx import LocalNginx
+
+from .conftest import fast_remote as fast
 
 BAKE = BakeConfig(tile_size=64, jobs=1, progress=False)
 
@@ -35,22 +37,6 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     bake_procedural(out["a"], 1024, "terrain", 1, BAKE)
     bake_procedural(out["b"], 1024, "terrain", 2, BAKE)  # same geometry, other content
     return out
-
-
-def fast(cache: Path | None, **kw: object) -> RemoteConfig:
-    """Short timeouts and backoff, so failures are found in a test's time."""
-    base = dict(
-        cache_dir=str(cache) if cache else None,
-        cache_mb=64 if cache else 0,
-        connect_timeout_s=1.0,
-        read_timeout_s=1.0,
-        request_deadline_s=3.0,
-        retries=1,
-        backoff_s=0.02,
-        offline_s=0.3,
-    )
-    base.update(kw)
-    return RemoteConfig(**base)  # type: ignore[arg-type]
 
 
 def all_tiles(reader: PackReader) -> list[bytes]:

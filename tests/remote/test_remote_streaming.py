@@ -20,7 +20,7 @@ from PIL import Image
 
 from texstream.apps.render import PlaneRenderer
 from texstream.bake.pipeline import bake_procedural
-from texstream.config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.pack.reader import PackReader
 from texstream.remote.nginx import LocalNginx
 from texstream.runtime.streamer import Streamer
@@ -29,6 +29,7 @@ from texstream.telemetry import Telemetry, validate_frame
 from texstream.testing import psnr
 
 from ..runtime.test_streamer import CONVERGED_DB
+from .conftest import fast_remote
 
 pytestmark = pytest.mark.gl
 
@@ -51,24 +52,13 @@ def renderer(gl_context: moderngl.Context) -> Iterator[PlaneRenderer]:
 
 
 def config(cache: Path | None, native: bool = True, **remote: object) -> StreamerConfig:
-    opts = dict(
-        cache_dir=str(cache) if cache else None,
-        cache_mb=64 if cache else 0,
-        connect_timeout_s=1.0,
-        read_timeout_s=1.0,
-        request_deadline_s=2.0,
-        retries=1,
-        backoff_s=0.02,
-        offline_s=0.3,
-    )
-    opts.update(remote)
     return StreamerConfig(
         budget=BudgetConfig(budget_mb=32),
         retry_frames=2,
         read_timeout_s=5.0,
         native=native,
-        remote=RemoteConfig(**opts),
-    )  # type: ignore[arg-type]
+        remote=fast_remote(cache, **{"request_deadline_s": 2.0, **remote}),
+    )
 
 
 def converge(
