@@ -67,8 +67,9 @@ __all__ = ["FrameStats", "Streamer", "VirtualTexture"]
 log = logging.getLogger(__name__)
 
 
-NO_UPDATE_BINDS = 30  # draws without an update() ...
-NO_UPDATE_SECONDS = 2.0  # ... over this long: the program forgot to call update()
+NO_UPDATE_BINDS = 30  # one texture drawn this often without an update() ...
+NO_UPDATE_SECONDS = 2.0  # ... over this long: the program forgot to call update() (a slow frame that
+# draws many textures once each is not that)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ class Streamer:
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
         # draws without update(): the textures would stay at their pinned levels, so say why once
-        self._binds_since_update, self._last_update = 0, time.monotonic()
+        self._binds_since_update = np.zeros(MAX_TEXTURES, np.int64)  # per texture id
+        self._last_update = time.monotonic()
         self._warned_no_update = False
         self._closed = False
 
@@ -427,7 +429,8 @@ class Streamer:
             released.
         """
         self._check_open()
-        self._binds_since_update, self._last_update = 0, time.monotonic()
+        self._binds_since_update.fill(0)
+        self._last_update = time.monotonic()
         t0, c0 = time.perf_counter(), time.thread_time()
         self.frame += 1
         frame = self.frame
@@ -574,7 +577,6 @@ class Streamer:
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
-        self._note_bind()
         assert self._pages.entries >= self._space.used, "the page-table buffer does not hold every texture"
         self._pages.bind(VT_PAGES_BINDING)
         self._feedback.bind()
@@ -619,16 +621,19 @@ class Streamer:
             pool.unpin(newly)
             raise
 
-    def _note_bind(self) -> None:
-        self._binds_since_update += 1
-        if self._warned_no_update or self._binds_since_update < NO_UPDATE_BINDS:
+    def _note_bind(self, tex_id: int) -> None:
+        """A texture is bound for drawing (`VirtualTexture.bind`): warn once when one texture keeps
+        being drawn for seconds without an update()."""
+        binds = self._binds_since_update
+        binds[tex_id] += 1
+        if self._warned_no_update or binds[tex_id] < NO_UPDATE_BINDS:
             return
         if time.monotonic() - self._last_update < NO_UPDATE_SECONDS:
             return
         self._warned_no_update = True
         message = (
-            f"virtual textures were drawn {self._binds_since_update} times over {NO_UPDATE_SECONDS:g} s without "
-            "Streamer.update(): nothing streams and they stay blurred; call streamer.update() once per frame"
+            f"a virtual texture was drawn {int(binds[tex_id])} times over {NO_UPDATE_SECONDS:g} s without "
+            "Streamer.update(): nothing streams and it stays blurred; call streamer.update() once per frame"
         )
         log.warning("%s", message)
         warnings.warn(message, RuntimeWarning, stacklevel=4)

@@ -124,6 +124,7 @@ class VirtualTexture:
         if self.closed:
             raise EngineError(f"virtual texture {self.path} is closed")
         h, pool = self.header, self.pool
+        self.streamer._note_bind(self.id)  # the streamer warns when update() is never called
         self.streamer.bind_shared()
         pool.bind()
         g = pool.geometry
