@@ -23,7 +23,7 @@ from texstream.errors import SourceError
 from texstream.pack import TexelFormat
 from texstream.remote.nginx import LocalNginx
 
-from ..test_cluster_bake import WORKERS, address, assert_same_pack, dask_cluster, images  # noqa: F401
+from ..test_cluster_bake import WORKERS, address, assert_same_pack, dask_cluster, images, require_dask  # noqa: F401
 
 SETTINGS = dict(texel_format=TexelFormat.BC3, progress=False)
 
@@ -73,6 +73,7 @@ def test_a_worker_without_the_file_fetches_the_same_version(
 ) -> None:
     """What a worker on another host does: the baking process's copy is not there, so it downloads
     the URL into its own cache; a version other than the bake's is refused."""
+    require_dask()
     from texstream.bake.cluster import WorkerFileSource, _open_on_worker
 
     url = nginx.url(publish(served, images["tiff"]))

@@ -4,6 +4,7 @@ when its texture changes, and `--texstream-update-golden` rewrites the golden im
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,7 +53,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_pytest(root: Path, pack: str, *args: str) -> subprocess.CompletedProcess:
-    env = {"PACK": str(root / pack), "PATH": "/usr/bin:/bin", "TEXSTREAM_REQUIRE": "gl"}
+    # the user's environment (its Python path, GL libraries), without the outer pytest's settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PACK=str(root / pack), TEXSTREAM_REQUIRE="gl")
     return subprocess.run(
         [
             sys.executable,
