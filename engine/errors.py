@@ -11,6 +11,7 @@ __all__ = [
     "ShaderError",
     "BudgetError",
     "GLError",
+    "first_line",
 ]
 
 
@@ -48,3 +49,10 @@ class BudgetError(EngineError):
 
 class GLError(EngineError):
     """A GL call failed, or an entry point the engine needs is missing."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when empty): for one-line errors
+    that wrap what a library raised."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

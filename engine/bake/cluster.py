@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineError, SourceError
+from ..errors import EngineError, SourceError, first_line
 from .pipeline import BandJob, CutJob, JobResult, Settings, run_job_in_this_process
 from .source import Source, VipsSource
 from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt
@@ -100,7 +100,7 @@ class ClusterConnection:
             try:
                 client = Client(spec, timeout=CONNECT_S, set_as_default=False)
             except Exception as exc:  # noqa: BLE001 - refused, timed out, or a reply that is not Dask's
-                raise EngineError(f"cannot reach the Dask scheduler at {spec}: {_first_line(exc)}") from None
+                raise EngineError(f"cannot reach the Dask scheduler at {spec}: {first_line(exc)}") from None
         except BaseException:
             logs.restore()
             raise
@@ -135,7 +135,7 @@ class ClusterConnection:
                 )
                 client = Client(local, timeout=CONNECT_S, set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - out of ports, processes, memory
-            raise EngineError(f"cannot start a local Dask cluster ({spec}): {_first_line(exc)}") from None
+            raise EngineError(f"cannot start a local Dask cluster ({spec}): {first_line(exc)}") from None
         return cls(spec, ClusterKind.LOCAL, client, local, logs)
 
     def _wait_for_a_worker(self) -> None:
@@ -194,7 +194,7 @@ class ClusterConnection:
             try:
                 local.close(timeout=CLOSE_S)
             except Exception as exc:  # noqa: BLE001
-                log.warning("closing the local Dask cluster: %s", _first_line(exc))
+                log.warning("closing the local Dask cluster: %s", first_line(exc))
         self.dask_logs.restore()
 
 
@@ -396,11 +396,6 @@ def worker_source(source: Source) -> Source | None:
     if getattr(source, "parallel", False):
         return source
     return WorkerFileSource.of(source)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["ClusterConnection", "ClusterKind", "ClusterPool", "WorkerFileSource", "worker_source"]

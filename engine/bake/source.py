@@ -47,7 +47,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import SourceError
+from ..errors import SourceError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ class PillowSource:
             except Image.DecompressionBombError:
                 raise SourceError(f"{path}: too large for Pillow (open it with open_source or VipsSource)") from None
             except OSError as exc:
-                raise SourceError(f"{path}: cannot open: {_first_line(exc)}") from None
+                raise SourceError(f"{path}: cannot open: {first_line(exc)}") from None
         self.mode = img.mode
         try:
             if getattr(img, "n_frames", 1) > 1:
@@ -295,7 +295,7 @@ class PillowSource:
         except SourceError as exc:
             raise SourceError(f"{self.name}: {exc}") from None
         except (OSError, ValueError, SyntaxError, EOFError) as exc:  # truncated / corrupt data
-            raise SourceError(f"{self.name}: cannot decode: {_first_line(exc)}") from None
+            raise SourceError(f"{self.name}: cannot decode: {first_line(exc)}") from None
         self.height, self.width = self._rgba.shape[:2]
 
     def read_rows(self, y0: int, y1: int) -> np.ndarray:
@@ -497,11 +497,6 @@ def _vips_reason(exc: BaseException) -> str:
     return (detail or lines or [type(exc).__name__])[-1]
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRESHOLD) -> Source:
     """Open an image file: Pillow up to `vips_threshold` pixels, libvips above it or when Pillow
     cannot read the file. Missing, unreadable, truncated or non-image files raise SourceError.
@@ -543,7 +538,7 @@ def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRE
         except SourceError:
             raise SourceError(f"{p}: not an image (neither Pillow nor libvips can read it)") from None
     except OSError as exc:
-        raise SourceError(f"{p}: cannot open: {_first_line(exc)}") from None
+        raise SourceError(f"{p}: cannot open: {first_line(exc)}") from None
     w, h = img.size
     if w * h > vips_threshold:
         try:

@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import EngineError
+from ..errors import EngineError, first_line
 
 __all__ = [
     "FsspecTransport",
@@ -194,11 +194,11 @@ class HttpTransport:
             reason = exc.reason
             if isinstance(reason, u3.exceptions.NewConnectionError | u3.exceptions.ConnectTimeoutError):
                 raise _connection_error(reason) from None
-            raise PermanentError(f"request failed: {_first_line(reason or exc)}") from None
+            raise PermanentError(f"request failed: {_message(reason or exc)}") from None
         except u3.exceptions.TimeoutError:
             raise TransientError("the server did not answer in time", errno.ETIMEDOUT) from None
         except (u3.exceptions.ProtocolError, u3.exceptions.SSLError, u3.exceptions.HTTPError, OSError) as exc:
-            raise TransientError(f"connection failed: {_first_line(exc)}", errno.ECONNRESET, connection=True) from None
+            raise TransientError(f"connection failed: {_message(exc)}", errno.ECONNRESET, connection=True) from None
 
     def _check_status(self, resp: Any) -> None:
         status = resp.status
@@ -272,7 +272,7 @@ def _read_body(resp: Any, length: int, deadline: float) -> bytes:
     except (TransientError, PermanentError):
         raise
     except Exception as exc:  # noqa: BLE001 (urllib3 read errors: timeouts, resets, bad chunking)
-        text = _first_line(exc)
+        text = _message(exc)
         if "timed out" in text.lower():
             raise TransientError("the response stalled (read timed out)", errno.ETIMEDOUT) from None
         raise TransientError(f"reading the response failed: {text}", errno.EIO) from None
@@ -289,7 +289,7 @@ def _finish(resp: Any) -> None:
 
 
 def _connection_error(reason: BaseException) -> TransientError:
-    text = _first_line(reason)
+    text = _message(reason)
     if "timed out" in text.lower():
         return TransientError("cannot connect: timed out", errno.ETIMEDOUT, connection=True)
     if "refused" in text.lower():
@@ -297,9 +297,8 @@ def _connection_error(reason: BaseException) -> TransientError:
     return TransientError(f"cannot connect: {text}", errno.EHOSTUNREACH, connection=True)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    text = text.splitlines()[0]
+def _message(exc: BaseException) -> str:
+    text = first_line(exc)
     # urllib3 messages repeat the pool object's repr; keep the part after it
     if ": " in text and text.startswith("<"):
         text = text.split(": ", 1)[1]
@@ -325,7 +324,7 @@ class FsspecTransport:
         try:
             self._fs, self._path = fsspec.core.url_to_fs(url, **storage_options)
         except (ImportError, ValueError) as exc:  # e.g. "Install s3fs to access S3"
-            raise RemoteError(f"{self.name}: {_first_line(exc)}") from None
+            raise RemoteError(f"{self.name}: {_message(exc)}") from None
 
     def _info(self) -> RemoteVersion:
         try:
@@ -335,7 +334,7 @@ class FsspecTransport:
         except PermissionError:
             raise PermanentError("access denied", errno.EACCES) from None
         except Exception as exc:  # noqa: BLE001 (each backend raises its own network errors)
-            raise TransientError(f"cannot stat: {_first_line(exc)}", errno.EIO, connection=True) from None
+            raise TransientError(f"cannot stat: {_message(exc)}", errno.EIO, connection=True) from None
         if info.get("type") not in (None, "file"):
             raise PermanentError(f"is a {info.get('type')}, not a file", errno.EISDIR)
         size = info.get("size")
@@ -368,7 +367,7 @@ class FsspecTransport:
         except FileNotFoundError:
             raise PackChangedError("the pack is gone from the filesystem") from None
         except Exception as exc:  # noqa: BLE001
-            raise TransientError(f"read failed: {_first_line(exc)}", errno.EIO, connection=True) from None
+            raise TransientError(f"read failed: {_message(exc)}", errno.EIO, connection=True) from None
         if len(data) != length:
             raise PackChangedError(f"asked for {length} bytes at {start}, got {len(data)}: the pack changed?")
         return bytes(data)

@@ -81,8 +81,9 @@ def read_png(path: Path) -> np.ndarray:
         return np.asarray(img.convert("RGBA")).copy()
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:120] or "image"
+def safe_name(name: str) -> str:
+    """`name` as a file name: runs of anything but letters, digits, ``_.-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:150] or "image"
 
 
 def assert_image_close(
@@ -121,7 +122,7 @@ def assert_image_close(
         return db
     paths: dict[str, Path] = {}
     if out_dir is not None:
-        folder, stem = Path(out_dir), _safe(name)
+        folder, stem = Path(out_dir), safe_name(name)
         paths = {
             "actual": write_png(a, folder / f"{stem}-actual.png"),
             "expected": write_png(b, folder / f"{stem}-expected.png"),

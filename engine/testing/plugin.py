@@ -24,7 +24,6 @@ The plugin changes nothing for tests that use none of these; ``-p no:texstream``
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .images import assert_image_close, read_png, write_png
+from .images import assert_image_close, read_png, safe_name, write_png
 
 __all__ = ["GoldenImage"]
 
@@ -137,16 +136,12 @@ def streamer(gl_context: object) -> Iterator[object]:
     assert not left, f"GL objects left behind after the test: {left} (release what the test made)"
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:150] or "test"
-
-
 @pytest.fixture
 def texstream_artifacts(request: pytest.FixtureRequest) -> Path:
     """This test's folder for images written by failed comparisons (created when first written)."""
     base = request.config.getoption("--texstream-artifacts")
     root = Path(base) if base else Path(request.config.rootpath) / "texstream-artifacts"
-    return root / _safe(request.node.nodeid)
+    return root / safe_name(request.node.nodeid)
 
 
 @dataclass
@@ -180,7 +175,7 @@ def golden(request: pytest.FixtureRequest, texstream_artifacts: Path) -> Iterato
     name = kwargs.get("name") or (marker.args[0] if marker is not None and marker.args else None)
     folder = Path(kwargs["folder"]) if kwargs.get("folder") else Path(request.node.path).parent / "golden"
     check = GoldenImage(
-        folder / f"{_safe(name or request.node.name)}.png",
+        folder / f"{safe_name(name or request.node.name)}.png",
         float(kwargs.get("min_psnr", 45.0)),
         bool(request.config.getoption("--texstream-update-golden")),
         texstream_artifacts,
