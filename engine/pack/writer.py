@@ -16,13 +16,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
 
+from .. import _io
 from ..errors import EngineError
 from . import codec
 from .format import (
@@ -72,7 +72,7 @@ class PackWriter:
         self._done = False
         fd, self._tmp = create_temp(self.path)
         try:
-            self._file = os.fdopen(fd, "w+b", buffering=1 << 20)
+            self._file = _io.fdopen(fd, "w+b", buffering=1 << 20)
         except BaseException:
             os.close(fd)
             self._tmp.unlink(missing_ok=True)
@@ -140,7 +140,11 @@ class PackWriter:
             parts.append(blob)
             parts.append(b"\0" * pad)
         parts.pop()  # no padding after the last one: the next write pads as it needs
-        self._file.write(b"".join(parts))
+        try:
+            self._file.write(b"".join(parts))  # writes to disk whenever the buffer fills
+        except OSError as exc:
+            self.abort()
+            raise _naming(exc, self.path) from None
         entries = self._index[index]
         entries["offset"], entries["stored_size"] = offsets, sizes
         entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
@@ -186,12 +190,15 @@ class PackWriter:
             f.write(index_bytes)
             assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
             f.flush()
-            os.fchmod(f.fileno(), output_mode())
-            os.fsync(f.fileno())
+            _io.fchmod(f.fileno(), output_mode())
+            _io.fsync(f.fileno())
             f.close()
-            os.replace(self._tmp, self.path)
+            _io.replace(self._tmp, self.path)
             self._done = True
             _fsync_dir(self.path.parent)
+        except OSError as exc:
+            self.abort()
+            raise _naming(exc, self.path) from None
         except BaseException:
             self.abort()
             raise
@@ -236,6 +243,12 @@ def output_mode() -> int:
     mask = os.umask(0o077)  # no /proc: read it by setting it, and put it back at once
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """`exc` naming the pack being written: not its hidden temporary file, and not no file at all
+    (a failed write or fsync names none)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def _temp_pattern(path: Path) -> re.Pattern[str]:
@@ -285,7 +298,7 @@ def create_temp(path: Path) -> tuple[int, Path]:
         raise EngineError(f"output folder {folder} does not exist")
     remove_stale_temps(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+        fd, tmp = _io.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
     except OSError as exc:  # name the output the user gave, not the hidden temporary file
         raise EngineError(f"cannot write {path}: {exc.strerror or exc}") from None
     return fd, Path(tmp)
@@ -293,11 +306,11 @@ def create_temp(path: Path) -> tuple[int, Path]:
 
 def _fsync_dir(folder: Path) -> None:
     try:
-        fd = os.open(folder if str(folder) else ".", os.O_RDONLY)
+        fd = _io.open(folder if str(folder) else ".", os.O_RDONLY)
     except OSError:
         return
     try:
-        os.fsync(fd)
+        _io.fsync(fd)
     except OSError:
         pass
     finally:

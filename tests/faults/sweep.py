@@ -1,0 +1,111 @@
+"""The fault sweep: run a job once for every file operation it does, that operation failing each time.
+
+`sweep` counts the job's operations with a dry run, then for every n makes the n-th fail (once,
+then again as a fault that persists: a disk that stays full) and checks after each run:
+
+- the job raised one clear error (the caller's `check_error`), or absorbed the fault and still
+  wrote exactly the good output;
+- the fault met the operation the dry run said would be n-th (the job is deterministic);
+- the output folder holds what it held before (no temporary file, no half-written file) and the
+  good output written before the sweep is byte for byte untouched;
+- the next run, with no fault, succeeds and writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from texstream.testing.faults import Fault, inject, record
+
+# Kinds a full disk (or quota) fails; the rest fail as a dying disk does, with EIO.
+SPACE_KINDS = frozenset({"open", "write", "pwrite", "truncate", "fallocate", "mkdir"})
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did."""
+
+    operations: int = 0  # in the dry run
+    runs: int = 0  # runs with a fault armed
+    injected: int = 0  # faults that were met
+    failed: int = 0  # runs that ended in a clear error
+    absorbed: int = 0  # runs that met their fault and still wrote the good output
+    kinds: Counter[str] = field(default_factory=Counter)  # faults injected, by operation kind
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items()))
+        return (
+            f"{self.operations} operations, {self.injected} faults injected in {self.runs} runs "
+            f"({self.failed} failed cleanly, {self.absorbed} absorbed); by kind: {kinds}"
+        )
+
+
+def error_code(kind: str, n: int) -> int:
+    """The errno the n-th operation fails with: ENOSPC or EDQUOT (alternately) where space runs
+    out, EIO elsewhere."""
+    if kind in SPACE_KINDS:
+        return errno.ENOSPC if n % 2 else errno.EDQUOT
+    return errno.EIO
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (recursively) with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sweep(
+    job: Callable[[], None],
+    *,
+    folder: Path,
+    output: Path,
+    check_error: Callable[[BaseException, Fault], None],
+    kinds: frozenset[str] | None = None,
+) -> SweepReport:
+    """Sweep `job` (which writes `output` inside `folder`) over its operations of `kinds` (None: all).
+
+    `job` raises on failure; `check_error(exc, fault)` asserts the error is clear. The good output
+    must already exist (written by `job` before the sweep).
+    """
+    assert output.is_file(), "write the good output once before the sweep"
+    before = listing(folder)
+    good = output.read_bytes()
+    with record() as dry:
+        job()
+    assert listing(folder) == before, "a run without faults must rewrite the same bytes"
+    plan = [op for op in dry.operations if kinds is None or op.kind in kinds]
+    report = SweepReport(operations=len(plan))
+    assert plan, "the job did no file operation of the swept kinds"
+    for n, op in enumerate(plan, 1):
+        faults = [Fault(at=n, errno=error_code(op.kind, n), kinds=kinds)]
+        if op.kind in SPACE_KINDS:  # and a disk that stays full from there on
+            faults.append(Fault(at=n, errno=errno.ENOSPC, kinds=kinds, persistent=True))
+        for fault in faults:
+            report.runs += 1
+            error: BaseException | None = None
+            with inject(fault) as log:
+                try:
+                    job()
+                except Exception as exc:  # noqa: BLE001 - checked right below
+                    error = exc
+            where = f"fault {fault} (operation {n}: {op.kind} {op.target})"
+            met = log.injected
+            assert met, f"{where} was never met: the job's operations are not deterministic"
+            assert met[0].kind == op.kind, f"{where} met a {met[0].kind} instead"
+            report.injected += len(met)
+            report.kinds.update(m.kind for m in met)
+            if error is None:
+                report.absorbed += 1
+            else:
+                report.failed += 1
+                check_error(error, fault)
+            after = listing(folder)
+            assert after.keys() == before.keys(), f"{where} left {sorted(after.keys() ^ before.keys())}"
+            assert after == before, f"{where} changed files: the good output must be untouched"
+            job()  # the next run, with no fault, succeeds
+            assert output.read_bytes() == good, f"the run after {where} wrote other bytes"
+            assert listing(folder) == before, f"the run after {where} left other files"
+    return report
