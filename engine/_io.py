@@ -41,13 +41,12 @@ __all__ = [
     "pwrite",
     "replace",
     "set_fault_hook",
+    "sync_folder",
     "write",
 ]
 
 FaultHook = Callable[[str, Any], None]
 """Called as ``hook(kind, target)`` before an operation; raises OSError to make it fail."""
-
-_builtin_open = open
 
 
 def _fallocate(fd: int, offset: int, length: int) -> None:
@@ -185,6 +184,21 @@ def _checked(hook: FaultHook) -> dict[str, Any]:
         "mmap": _mmap_checked,
         "makedirs": _makedirs_checked,
     }
+
+
+def sync_folder(folder: str | os.PathLike[str]) -> None:
+    """fsync a folder, so a rename into it survives a crash; best effort: once a file is renamed
+    into place it is the output, and a folder that cannot be synced is no reason to report failure."""
+    try:
+        fd = open(os.fspath(folder) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def set_fault_hook(hook: FaultHook | None) -> None:

@@ -195,7 +195,7 @@ class PackWriter:
             f.close()
             _io.replace(self._tmp, self.path)
             self._done = True
-            _fsync_dir(self.path.parent)
+            _io.sync_folder(self.path.parent)
         except OSError as exc:
             self.abort()
             raise _naming(exc, self.path) from None
@@ -302,16 +302,3 @@ def create_temp(path: Path) -> tuple[int, Path]:
     except OSError as exc:  # name the output the user gave, not the hidden temporary file
         raise EngineError(f"cannot write {path}: {exc.strerror or exc}") from None
     return fd, Path(tmp)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = _io.open(folder if str(folder) else ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        _io.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

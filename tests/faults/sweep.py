@@ -8,7 +8,7 @@ then again as a fault that persists: a disk that stays full) and checks after ea
 - the fault met the operation the dry run said would be n-th (the job is deterministic);
 - the output folder holds what it held before (no temporary file, no half-written file) and the
   good output written before the sweep is byte for byte untouched;
-- the next run, with no fault, succeeds and writes the same bytes.
+- the next run, with no fault, succeeds and writes what it should.
 """
 
 from __future__ import annotations
@@ -61,21 +61,25 @@ def sweep(
     job: Callable[[], None],
     *,
     folder: Path,
-    output: Path,
     check_error: Callable[[BaseException, Fault], None],
+    check_output: Callable[[], None],
+    reset: Callable[[], None] = lambda: None,
     kinds: frozenset[str] | None = None,
 ) -> SweepReport:
-    """Sweep `job` (which writes `output` inside `folder`) over its operations of `kinds` (None: all).
+    """Sweep `job` (which writes inside `folder`) over its operations of `kinds` (None: all).
 
-    `job` raises on failure; `check_error(exc, fault)` asserts the error is clear. The good output
-    must already exist (written by `job` before the sweep).
+    `job` raises on failure; `check_error(exc, fault)` asserts the error is clear; `check_output()`
+    asserts what a run that succeeded wrote; `reset()` returns the folder to its state before such
+    a run (nothing to do for a job that rewrites the same bytes). Whatever `folder` holds when the
+    sweep starts (the good output of an earlier run) must stay byte for byte as it is.
     """
-    assert output.is_file(), "write the good output once before the sweep"
     before = listing(folder)
-    good = output.read_bytes()
+    assert before, "write the good output once before the sweep"
     with record() as dry:
         job()
-    assert listing(folder) == before, "a run without faults must rewrite the same bytes"
+    check_output()
+    reset()
+    assert listing(folder) == before, "a run without faults must leave the same files after reset()"
     plan = [op for op in dry.operations if kinds is None or op.kind in kinds]
     report = SweepReport(operations=len(plan))
     assert plan, "the job did no file operation of the swept kinds"
@@ -99,6 +103,8 @@ def sweep(
             report.kinds.update(m.kind for m in met)
             if error is None:
                 report.absorbed += 1
+                check_output()
+                reset()
             else:
                 report.failed += 1
                 check_error(error, fault)
@@ -106,6 +112,17 @@ def sweep(
             assert after.keys() == before.keys(), f"{where} left {sorted(after.keys() ^ before.keys())}"
             assert after == before, f"{where} changed files: the good output must be untouched"
             job()  # the next run, with no fault, succeeds
-            assert output.read_bytes() == good, f"the run after {where} wrote other bytes"
+            check_output()
+            reset()
             assert listing(folder) == before, f"the run after {where} left other files"
     return report
+
+
+def same_bytes(output: Path) -> Callable[[], None]:
+    """A `check_output` for a job that rewrites `output` with the bytes it holds now."""
+    good = output.read_bytes()
+
+    def check() -> None:
+        assert output.read_bytes() == good, f"{output} was rewritten with other bytes"
+
+    return check

@@ -1,0 +1,69 @@
+"""`texstream bake` and `texstream generate` with each file operation failing in turn: one line, no
+half-written pack, the previous pack untouched, and the next bake succeeds."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from texstream.apps.cli import main
+from texstream.testing.faults import Fault
+
+from .sweep import same_bytes, sweep
+
+log = logging.getLogger(__name__)
+
+
+class CommandFailed(Exception):
+    def __init__(self, code: int, stderr: str) -> None:
+        super().__init__(f"exit {code}: {stderr!r}")
+        self.code, self.stderr = code, stderr
+
+
+@pytest.fixture
+def tiny_image(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    path = tmp_path / "tiny.png"
+    Image.fromarray(rng.integers(0, 255, (96, 160, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["bake", "generate"])
+def test_every_operation_of_a_bake_fails_with_one_line(
+    tmp_path: Path, tiny_image: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_folder = tmp_path / "out"
+    out_folder.mkdir()
+    out = out_folder / "tiny.tpk"
+    common = ["--jobs", "1", "--no-progress", "--tile", "64"]
+    argv = (
+        ["bake", str(tiny_image), str(out), *common]
+        if command == "bake"
+        else ["generate", str(out), "--size", "200", *common]
+    )
+
+    def run() -> None:
+        capsys.readouterr()
+        code = main(argv)
+        err = capsys.readouterr().err
+        if code != 0:
+            raise CommandFailed(code, err)
+
+    def check(exc: BaseException, fault: Fault) -> None:
+        assert isinstance(exc, CommandFailed), f"{fault}: {exc!r}"
+        assert exc.code == 1, f"{fault}: {exc}"
+        lines = exc.stderr.splitlines()
+        assert len(lines) == 1, f"{fault}: {exc.stderr!r}"
+        line = lines[0]
+        assert line.startswith(f"texstream {command}: ") and str(out) in line, f"{fault}: {line!r}"
+        assert os.strerror(fault.errno) in line, f"{fault}: {line!r}"
+
+    run()
+    report = sweep(run, folder=out_folder, check_error=check, check_output=same_bytes(out))
+    log.info("%s: %s", command, report)
+    assert report.failed > 0
