@@ -8,12 +8,14 @@ then again as a fault that persists: a disk that stays full) and checks after ea
 - the fault met the operation the dry run said would be n-th (the job is deterministic);
 - the output folder holds what it held before (no temporary file, no half-written file) and the
   good output written before the sweep is byte for byte untouched;
+- no file descriptor was left open;
 - the next run, with no fault, succeeds and writes what it should.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,11 @@ def error_code(kind: str, n: int) -> int:
     if kind in SPACE_KINDS:
         return errno.ENOSPC if n % 2 else errno.EDQUOT
     return errno.EIO
+
+
+def open_descriptors() -> set[str]:
+    """The descriptors this process has open (Linux: /proc/self/fd)."""
+    return set(os.listdir("/proc/self/fd"))
 
 
 def listing(folder: Path) -> dict[str, bytes]:
@@ -90,12 +97,15 @@ def sweep(
         for fault in faults:
             report.runs += 1
             error: BaseException | None = None
+            descriptors = open_descriptors()
             with inject(fault) as log:
                 try:
                     job()
                 except Exception as exc:  # noqa: BLE001 - checked right below
                     error = exc
             where = f"fault {fault} (operation {n}: {op.kind} {op.target})"
+            leaked = open_descriptors() - descriptors
+            assert not leaked, f"{where} left descriptors {sorted(leaked)} open"
             met = log.injected
             assert met, f"{where} was never met: the job's operations are not deterministic"
             assert met[0].kind == op.kind, f"{where} met a {met[0].kind} instead"
