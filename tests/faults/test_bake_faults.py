@@ -3,6 +3,7 @@ half-written pack, the previous pack untouched, and the next bake succeeds."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from PIL import Image
 
 from texstream.apps.cli import main
-from texstream.testing.faults import Fault
+from texstream.testing.faults import Fault, inject
 
 from .sweep import same_bytes, sweep
 
@@ -67,3 +68,19 @@ def test_every_operation_of_a_bake_fails_with_one_line(
     report = sweep(run, folder=out_folder, check_error=check, check_output=same_bytes(out))
     log.info("%s: %s", command, report)
     assert report.failed > 0
+
+
+def test_a_disk_that_fills_during_a_parallel_bake_ends_it_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With worker processes running: they are stopped, the pack is not half-written, the next bake works."""
+    out = tmp_path / "p.tpk"
+    argv = ["generate", str(out), "--size", "600", "--jobs", "2", "--no-progress", "--tile", "64"]
+    with inject(Fault(at=1, errno=errno.ENOSPC, kinds=frozenset({"write"}), persistent=True)) as log_:
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert log_.injected
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"texstream generate: {out}: ") and os.strerror(errno.ENOSPC) in err, err
+    assert os.listdir(tmp_path) == []
+    assert main(argv) == 0 and os.listdir(tmp_path) == ["p.tpk"]

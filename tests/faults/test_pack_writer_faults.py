@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from texstream.errors import EngineError
 from texstream.pack import PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
@@ -61,10 +60,3 @@ def test_a_fault_in_a_folder_sync_after_the_rename_keeps_the_new_pack(tmp_path: 
         write_pack(out)
     assert [op.kind for op in log_.injected] == ["fsync"]
     assert sorted(os.listdir(tmp_path)) == ["p.tpk"]
-
-
-def test_faults_are_refused_with_an_unknown_kind() -> None:
-    with pytest.raises(ValueError, match="unknown operation kinds"):
-        Fault(at=1, kinds=frozenset({"wirte"}))
-    with pytest.raises(ValueError, match="counts from 1"):
-        Fault(at=0)
