@@ -149,7 +149,10 @@ def _checked(hook: FaultHook) -> dict[str, Any]:
         os.chmod(path, mode)
 
     def _replace(src: Any, dst: Any) -> None:
-        hook("replace", dst)
+        try:
+            hook("replace", dst)
+        except OSError as exc:  # as rename(2)'s error reads: both names
+            raise OSError(exc.errno, exc.strerror, os.fspath(src), None, os.fspath(dst)) from None
         os.replace(src, dst)
 
     def _ftruncate(fd: int, length: int) -> None:

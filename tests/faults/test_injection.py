@@ -90,3 +90,14 @@ def test_faults_are_refused_with_an_unknown_kind() -> None:
         Fault(at=1, kinds=frozenset({"wirte"}))
     with pytest.raises(ValueError, match="counts from 1"):
         Fault(at=0)
+
+
+def test_injected_errors_name_what_the_system_call_would(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"a")
+    with inject(Fault(at=1, kinds=frozenset({"replace"}))), pytest.raises(OSError) as raised:
+        _io.replace(tmp_path / "a", tmp_path / "b")
+    assert (raised.value.filename, raised.value.filename2) == (str(tmp_path / "a"), str(tmp_path / "b"))
+    assert (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with inject(Fault(at=1, errno=errno.EACCES)), pytest.raises(PermissionError) as denied:
+        _io.open(tmp_path / "c", os.O_RDWR | os.O_CREAT)
+    assert denied.value.filename == str(tmp_path / "c") and not (tmp_path / "c").exists()
