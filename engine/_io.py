@@ -1,8 +1,9 @@
 """The file operations of the engine's writers, in one place, so tests can make any of them fail.
 
 The pack writer (and so every bake), the source download and the remote cache do their file
-operations through the functions here: `open`, `mkstemp`, `fdopen`, `write`, `pwrite`, `pread`,
-`fsync`, `fchmod`, `chmod`, `replace`, `ftruncate`, `fallocate`, `mmap`, `makedirs`. Each is the
+operations through the functions here: `open`, `mkstemp`, `fdopen`, `write`, `pwrite`, `read`,
+`pread`, `fsync`, `fdatasync`, `fchmod`, `chmod`, `replace`, `ftruncate`, `fallocate`, `mmap`,
+`makedirs` (and `sync_folder`, built on them). Each is the
 plain `os` (or `tempfile`, `mmap`) function itself, so the indirection costs one attribute lookup,
 the same as ``os.pwrite``. Call them as attributes (``_io.pwrite(...)``), never imported by name:
 a test hook rebinds them.
@@ -31,14 +32,17 @@ __all__ = [
     "chmod",
     "fallocate",
     "fchmod",
+    "fdatasync",
     "fdopen",
     "fsync",
+    "hooked",
     "makedirs",
     "mkstemp",
     "mmap",
     "open",
     "pread",
     "pwrite",
+    "read",
     "replace",
     "set_fault_hook",
     "sync_folder",
@@ -64,8 +68,10 @@ _PLAIN: dict[str, Any] = {
     "fdopen": os.fdopen,
     "write": os.write,
     "pwrite": os.pwrite,
+    "read": os.read,
     "pread": os.pread,
     "fsync": os.fsync,
+    "fdatasync": os.fdatasync,
     "fchmod": os.fchmod,
     "chmod": os.chmod,
     "replace": os.replace,
@@ -80,8 +86,10 @@ mkstemp = tempfile.mkstemp
 fdopen = os.fdopen
 write = os.write
 pwrite = os.pwrite
+read = os.read
 pread = os.pread
 fsync = os.fsync
+fdatasync = os.fdatasync
 fchmod = os.fchmod
 chmod = os.chmod
 replace = os.replace
@@ -132,6 +140,10 @@ def _checked(hook: FaultHook) -> dict[str, Any]:
         hook("pwrite", fd)
         return os.pwrite(fd, data, offset)
 
+    def _read(fd: int, length: int) -> bytes:
+        hook("read", fd)
+        return os.read(fd, length)
+
     def _pread(fd: int, length: int, offset: int) -> bytes:
         hook("pread", fd)
         return os.pread(fd, length, offset)
@@ -139,6 +151,10 @@ def _checked(hook: FaultHook) -> dict[str, Any]:
     def _fsync(fd: int) -> None:
         hook("fsync", fd)
         os.fsync(fd)
+
+    def _fdatasync(fd: int) -> None:
+        hook("fsync", fd)
+        os.fdatasync(fd)
 
     def _fchmod(fd: int, mode: int) -> None:
         hook("chmod", fd)
@@ -177,8 +193,10 @@ def _checked(hook: FaultHook) -> dict[str, Any]:
         "fdopen": _fdopen,
         "write": _write,
         "pwrite": _pwrite,
+        "read": _read,
         "pread": _pread,
         "fsync": _fsync,
+        "fdatasync": _fdatasync,
         "fchmod": _fchmod,
         "chmod": _chmod,
         "replace": _replace,

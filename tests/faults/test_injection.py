@@ -11,11 +11,20 @@ import pytest
 from texstream import _io
 from texstream.testing.faults import Fault, inject, record
 
+OPERATIONS = sorted(set(_io.__all__) - {"FaultHook", "hooked", "set_fault_hook", "sync_folder"})
+
 
 def test_outside_a_block_the_operations_are_the_plain_functions(tmp_path: Path) -> None:
+    plain = {name: getattr(_io, name) for name in OPERATIONS}
+    assert (plain["pwrite"], plain["fsync"], plain["replace"], plain["open"]) == (
+        os.pwrite,
+        os.fsync,
+        os.replace,
+        os.open,
+    )
     with inject(Fault(at=1)):
-        assert _io.pwrite is not os.pwrite
-    assert (_io.pwrite, _io.fsync, _io.replace, _io.open) == (os.pwrite, os.fsync, os.replace, os.open)
+        assert [name for name in OPERATIONS if getattr(_io, name) is plain[name]] == []  # every one checked
+    assert {name: getattr(_io, name) for name in OPERATIONS} == plain  # and every one back
     with pytest.raises(ZeroDivisionError), inject(Fault(at=5)):
         1 / 0  # noqa: B018 - an error inside the block takes the hook off too
     assert _io.pwrite is os.pwrite and not _io.hooked()
