@@ -71,14 +71,17 @@ def sweep(
     check_error: Callable[[BaseException, Fault], None],
     check_output: Callable[[], None],
     reset: Callable[[], None] = lambda: None,
+    after_failure: Callable[[], None] = lambda: None,
     kinds: frozenset[str] | None = None,
 ) -> SweepReport:
     """Sweep `job` (which writes inside `folder`) over its operations of `kinds` (None: all).
 
     `job` raises on failure; `check_error(exc, fault)` asserts the error is clear; `check_output()`
     asserts what a run that succeeded wrote; `reset()` returns the folder to its state before such
-    a run (nothing to do for a job that rewrites the same bytes). Whatever `folder` holds when the
-    sweep starts (the good output of an earlier run) must stay byte for byte as it is.
+    a run (nothing to do for a job that rewrites the same bytes); `after_failure()` checks and
+    removes what a failed run may rightly keep (a job of two steps keeps the first one's finished
+    output). Whatever `folder` holds when the sweep starts (the good output of an earlier run) must
+    stay byte for byte as it is.
     """
     before = listing(folder)
     assert before, "write the good output once before the sweep"
@@ -118,6 +121,7 @@ def sweep(
             else:
                 report.failed += 1
                 check_error(error, fault)
+                after_failure()
             after = listing(folder)
             assert after.keys() == before.keys(), f"{where} left {sorted(after.keys() ^ before.keys())}"
             assert after == before, f"{where} changed files: the good output must be untouched"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from PIL import Image
 
 from texstream.apps.cli import main
+from texstream.remote.nginx import LocalNginx
 from texstream.testing.faults import Fault, inject
 
 from .sweep import same_bytes, sweep
@@ -84,3 +86,60 @@ def test_a_disk_that_fills_during_a_parallel_bake_ends_it_with_one_line(
     assert err.startswith(f"texstream generate: {out}: ") and os.strerror(errno.ENOSPC) in err, err
     assert os.listdir(tmp_path) == []
     assert main(argv) == 0 and os.listdir(tmp_path) == ["p.tpk"]
+
+
+def test_every_operation_of_a_bake_from_a_url_fails_with_one_line(
+    tmp_path: Path,
+    tiny_image: Path,
+    nginx: LocalNginx,
+    served: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The download and the bake in one command: a failure in either is one line naming the file."""
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    monkeypatch.setenv("TEXSTREAM_CACHE", str(work / "cache"))
+    shutil.copy(tiny_image, served / "tiny.png")
+    out = work / "out" / "tiny.tpk"
+    argv = ["bake", nginx.url("tiny.png"), str(out), "--jobs", "1", "--no-progress", "--tile", "64"]
+    sources = work / "cache" / "sources"
+
+    def run() -> None:
+        capsys.readouterr()
+        code = main(argv)
+        err = capsys.readouterr().err
+        if code != 0:
+            raise CommandFailed(code, err)
+
+    def check(exc: BaseException, fault: Fault) -> None:
+        assert isinstance(exc, CommandFailed) and exc.code == 1, f"{fault}: {exc!r}"
+        lines = exc.stderr.splitlines()
+        assert len(lines) == 1, f"{fault}: {exc.stderr!r}"
+        line = lines[0]
+        assert line.startswith("texstream bake: "), f"{fault}: {line!r}"
+        assert str(out) in line or str(sources) in line, f"{fault}: {line!r}"
+        assert os.strerror(fault.errno) in line, f"{fault}: {line!r}"
+
+    def forget_download() -> None:  # each run downloads again
+        shutil.rmtree(sources)
+
+    def keep_only_whole_downloads() -> None:
+        """A bake that failed after its download keeps the downloaded file: whole, never a temporary one."""
+        if sources.exists():
+            for p in sources.iterdir():
+                assert p.name.endswith("-tiny.png") and p.read_bytes() == tiny_image.read_bytes(), p
+            forget_download()
+
+    run()
+    forget_download()
+    report = sweep(
+        run,
+        folder=work,
+        check_error=check,
+        check_output=same_bytes(out),
+        reset=forget_download,
+        after_failure=keep_only_whole_downloads,
+    )
+    log.info("bake from a URL: %s", report)
+    assert {"pwrite", "write", "replace"} <= report.kinds.keys()
