@@ -2,7 +2,7 @@
 
 `download(url)` probes the file's size and version (ETag / Last-Modified / fsspec info), then fetches
 it in ranges of `CHUNK` bytes, each checked against that version, into a temporary file beside the
-target (the pack writer's `create_temp`), renamed into place when complete:
+target (the pack writer's `create_temp`), fsynced and renamed into place when complete:
 ``<cache>/sources/<hash of URL and version>-<name>``. A later call for the same version finds it there
 and fetches nothing. A file larger than the disk's free space (less a margin) is refused before a
 byte is written; a failed download removes its temporary file, and one left by a killed process is
