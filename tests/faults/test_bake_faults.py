@@ -47,7 +47,7 @@ def test_every_operation_of_a_bake_fails_with_one_line(
     argv = (
         ["bake", str(tiny_image), str(out), *common]
         if command == "bake"
-        else ["generate", str(out), "--size", "200", *common]
+        else ["generate", str(out), "--size", "512", "--format", "rgba8", "--supercompression", "none", *common]
     )
 
     def run() -> None:
