@@ -237,7 +237,7 @@ def test_bake_picks_the_format_and_warns_once_when_alpha_is_dropped(tmp_path: Pa
     done = run_cli("bake", str(cut), str(tmp_path / "forced.tpk"), "--format", "bc1", *common)
     assert done.returncode == 0
     assert done.stderr.splitlines() == [
-        "texstream.bake.pipeline: cut.png has alpha; bc1 drops it (use --format bc3 or bc7)"
+        "texstream.bake.format_choice: cut.png has alpha; bc1 drops it (use --format bc3 or bc7)"
     ]
     with PackReader(tmp_path / "forced.tpk") as r:
         assert r.header.texel_format.name == "BC1" and r.metadata["format_auto"] is False and r.metadata["alpha"]
