@@ -432,9 +432,9 @@ def run_path(
             rig.draw(pose)
             telemetry.gpu_end()
             throttle.frame_done()
-            if rec["uploads"] or rec["evicted"]:
+            if rec.uploads or rec.evicted:
                 refetch.check(i)
-            mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
+            mb_s_peak = max(mb_s_peak, rec.upload_mb_s)
             pressure_peak = max([pressure_peak] + [n / c for n, c in s.pressure(s.sampled_pages).values()])
             if conv is not None:
                 conv.after_draw(i, pose, rig.fbo)

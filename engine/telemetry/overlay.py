@@ -44,6 +44,7 @@ from .font import GlyphAtlas, load_font
 
 if TYPE_CHECKING:
     from ..runtime.streamer import Streamer, VirtualTexture
+    from .schema import FrameRecord
     from .stats import Telemetry
 
 __all__ = ["LEVEL_COLOURS", "Overlay"]
@@ -402,7 +403,7 @@ class Overlay:
         return x + sw + self.char * 0.4
 
     def _content(
-        self, b: _Batch, tel: Telemetry, f: dict[str, Any], st: Streamer, x0: float, y: float, cw: float
+        self, b: _Batch, tel: Telemetry, f: FrameRecord, st: Streamer, x0: float, y: float, cw: float
     ) -> float:
         lh, ch = self.font.line_height, self.char
         gap = max(2.0, round(lh * 0.25))
@@ -411,12 +412,12 @@ class Overlay:
         x = b.text("texstream", x0, y, ACCENT) + ch
         count = len(st.textures)
         b.text(f"{count} texture{'s' if count != 1 else ''}", x, y, DIM)
-        right = f"frame {f['frame']}  {fps:5.1f} fps"
+        right = f"frame {f.frame}  {fps:5.1f} fps"
         b.text(right, x0 + cw - self.font.measure(right), y, DIM)
         y += lh + gap
 
         # VRAM: used / budget, a bar with one segment per pool (+ page tables, ring, feedback), peak mark
-        budget, vram, peak = f["budget_bytes"], f["vram_bytes"], f["vram_peak_bytes"]
+        budget, vram, peak = f.budget_bytes, f.vram_bytes, f.vram_peak_bytes
         frac = vram / budget if budget else 0.0
         self._pairs(
             b,
@@ -430,7 +431,7 @@ class Overlay:
         y += lh
         bar_h = max(6.0, round(lh * 0.6))
         b.rect(x0, y, x0 + cw, y + bar_h, GRAPH_BG, BACK)
-        groups = self._vram_groups(f["vram_breakdown"], st)
+        groups = self._vram_groups(f.vram_breakdown, st)
         x = x0
         for _name, nbytes, colour in groups:
             w = cw * nbytes / budget if budget else 0.0
@@ -451,13 +452,13 @@ class Overlay:
             x += w
         y += lh
         y = self._working_set(b, f, x0, y, cw, bar_h, gap)
-        bias = f["mip_bias"]
+        bias = f.mip_bias
         self._pairs(
             b,
             [
                 ("mip bias", f"{bias:.2f}", WARN if bias > 0 else TEXT),
-                ("headroom", _mib(f["headroom_bytes"]), TEXT),
-                ("budget", f["budget_source"], DIM),
+                ("headroom", _mib(f.headroom_bytes), TEXT),
+                ("budget", f.budget_source, DIM),
             ],
             x0,
             y,
@@ -465,12 +466,12 @@ class Overlay:
         y += lh + gap
 
         # tiles and uploads
-        missing = f["missing_pages"]
+        missing = f.missing_pages
         self._pairs(
             b,
             [
-                ("resident", str(f["resident_tiles"]), TEXT),
-                ("wanted", str(f["wanted_pages"]), TEXT),
+                ("resident", str(f.resident_tiles), TEXT),
+                ("wanted", str(f.wanted_pages), TEXT),
                 ("missing", str(missing), WARN if missing else TEXT),
             ],
             x0,
@@ -480,35 +481,33 @@ class Overlay:
         self._pairs(
             b,
             [
-                ("in flight", str(f["in_flight"]), TEXT),
-                ("queued", str(f["queued"]), TEXT),
-                ("uploads", f"{f['uploads']}/frame", TEXT),
+                ("in flight", str(f.in_flight), TEXT),
+                ("queued", str(f.queued), TEXT),
+                ("uploads", f"{f.uploads}/frame", TEXT),
             ],
             x0,
             y,
         )
         y += lh
-        if f["remote_packs"]:  # packs read by URL: network rate and latency, the disk cache filling
-            state = ("offline", WARN) if f["net_offline"] else (f"p95 {f['net_latency_p95_ms']:.1f} ms", TEXT)
+        if f.remote_packs:  # packs read by URL: network rate and latency, the disk cache filling
+            state = ("offline", WARN) if f.net_offline else (f"p95 {f.net_latency_p95_ms:.1f} ms", TEXT)
             self._pairs(
                 b,
                 [
-                    ("net", f"{f['net_mb_s']:.1f} MB/s", TEXT),
+                    ("net", f"{f.net_mb_s:.1f} MB/s", TEXT),
                     ("latency", state[0], state[1]),
-                    ("failed", str(f["net_failed_requests"]), WARN if f["net_failed_requests"] else TEXT),
+                    ("failed", str(f.net_failed_requests), WARN if f.net_failed_requests else TEXT),
                 ],
                 x0,
                 y,
             )
             y += lh
-            cache = (
-                f"{_mib(f['cache_bytes'])} / {_mib(f['cache_capacity_bytes'])}" if f["cache_capacity_bytes"] else "off"
-            )
-            self._pairs(b, [("disk cache", cache, TEXT), ("hits", f"{f['cache_hit_rate']:.0%}", TEXT)], x0, y)
+            cache = f"{_mib(f.cache_bytes)} / {_mib(f.cache_capacity_bytes)}" if f.cache_capacity_bytes else "off"
+            self._pairs(b, [("disk cache", cache, TEXT), ("hits", f"{f.cache_hit_rate:.0%}", TEXT)], x0, y)
             y += lh
         mbs = tel.history("upload_mb_s")
         top = _nice_ceiling(max(0.1, float(np.nanmax(mbs)) if mbs.size else 0.1))
-        self._pairs(b, [("upload", f"{f['upload_mb_s']:.1f} MB/s", UPLOAD_COLOUR)], x0, y)
+        self._pairs(b, [("upload", f"{f.upload_mb_s:.1f} MB/s", UPLOAD_COLOUR)], x0, y)
         y += lh
         gh = float(round(lh * 2.2))
         self._bar_graph(b, mbs, top, x0, y, cw, gh, tel.history_capacity, UPLOAD_COLOUR)
@@ -519,42 +518,42 @@ class Overlay:
         self._pairs(
             b,
             [
-                ("latency p50", f"{f['latency_p50_frames']:.0f}", TEXT),
-                ("p95", f"{f['latency_p95_frames']:.0f}", TEXT),
-                ("p99", f"{f['latency_p99_frames']:.0f} frames", TEXT),
+                ("latency p50", f"{f.latency_p50_frames:.0f}", TEXT),
+                ("p95", f"{f.latency_p95_frames:.0f}", TEXT),
+                ("p99", f"{f.latency_p99_frames:.0f} frames", TEXT),
             ],
             x0,
             y,
         )
         y += lh
-        stalls = f["ring_stalls_frame"]
+        stalls = f.ring_stalls_frame
         self._pairs(
             b,
             [
-                ("I/O queue", f"{f['queued'] + f['in_flight']}", TEXT),
-                ("ring", f"{f['ring_occupancy']:.0%}", TEXT),
-                ("stalls", f"{f['ring_stalls']}", WARN if stalls else TEXT),
+                ("I/O queue", f"{f.queued + f.in_flight}", TEXT),
+                ("ring", f"{f.ring_occupancy:.0%}", TEXT),
+                ("stalls", f"{f.ring_stalls}", WARN if stalls else TEXT),
             ],
             x0,
             y,
         )
         y += lh
-        age = f["feedback_age"]
+        age = f.feedback_age
         self._pairs(
             b,
             [
                 ("feedback age", "-" if age < 0 else str(age), WARN if age > 4 else TEXT),
-                ("evictions", f"{f['evictions_per_s']:.0f}/s", TEXT),
+                ("evictions", f"{f.evictions_per_s:.0f}/s", TEXT),
             ],
             x0,
             y,
         )
         y += lh
-        corrupt = f["corrupt_tiles"]
+        corrupt = f.corrupt_tiles
         self._pairs(
             b,
             [
-                ("re-fetched", str(f["total_refetched"]), TEXT),
+                ("re-fetched", str(f.total_refetched), TEXT),
                 ("corrupt tiles", str(corrupt), BAD if corrupt else TEXT),
             ],
             x0,
@@ -569,7 +568,7 @@ class Overlay:
         self._pairs(
             b,
             [
-                ("CPU update", f"{f['update_ms']:.2f} ms", CPU_COLOUR),
+                ("CPU update", f"{f.update_ms:.2f} ms", CPU_COLOUR),
                 ("GPU", "-" if gpu_now is None else f"{gpu_now:.2f} ms", GPU_COLOUR),
             ],
             x0,
@@ -597,11 +596,11 @@ class Overlay:
         return y
 
     def _working_set(
-        self, b: _Batch, f: dict[str, Any], x0: float, y: float, cw: float, bar_h: float, gap: float
+        self, b: _Batch, f: FrameRecord, x0: float, y: float, cw: float, bar_h: float, gap: float
     ) -> float:
         """What the view wants at full detail against the cache it must fit in. The VRAM bar is full from
         the first frame (the pools take the whole budget up front); this bar shows the pressure."""
-        need, room = f["working_set_bytes"], f["stream_cache_bytes"]
+        need, room = f.working_set_bytes, f.stream_cache_bytes
         frac = need / room if room else 0.0
         colour = BAD if frac > 1.0 else WARN if frac > 0.85 else WORKING_SET_COLOUR
         self._pairs(b, [("working set", f"{_mib(need)} / cache {_mib(room)} ({frac:.0%})", colour)], x0, y)
