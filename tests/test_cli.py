@@ -16,17 +16,13 @@ from PIL import Image
 
 from texstream.apps.cli import main
 from texstream.pack import PackReader
+from texstream.testing import psnr
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=300)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import Overlay, Telemetry
 from texstream.telemetry.overlay import LEVEL_COLOURS, NO_LEVEL_COLOUR
+from texstream.testing import psnr
 
 from .conftest import Packs, streamer_config
 
@@ -47,11 +48,6 @@ def canvas(gl_context: moderngl.Context) -> Iterator[moderngl.Framebuffer]:
 def read(fbo: moderngl.Framebuffer) -> np.ndarray:
     w, h = fbo.size
     return np.frombuffer(fbo.read(components=4, alignment=1), np.uint8).reshape(h, w, 4)[::-1].copy()
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def test_hud_changes_only_its_rectangle(gl_context: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
