@@ -164,9 +164,9 @@ def test_residency_minimap_colours(gl_context: moderngl.Context, packs: Packs, o
     with Streamer(gl_context, streamer_config()) as streamer:
         vt = streamer.open(packs.small)
         top = vt.table.level_count - 1
-        pinned = overlay._residency_image(vt)  # noqa: SLF001
+        pinned = overlay.residency_image(vt)  # noqa: SLF001
         streamer.make_all_resident(vt)
-        full = overlay._residency_image(vt)  # noqa: SLF001
+        full = overlay.residency_image(vt)  # noqa: SLF001
     tx, ty = int(vt.table.tiles_x[0]), int(vt.table.tiles_y[0])
     assert pinned.shape == full.shape == (ty, tx, 4)
     first_pinned = vt.table.first_pinned_level  # pages sample the finest pinned level
