@@ -26,8 +26,7 @@ from .remote import PackChangedError, RemoteError
 from .runtime.frame_stats import StreamerStats, StreamTotals
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
 from .telemetry import Overlay, Telemetry
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "AddressMode",

@@ -26,9 +26,9 @@ from texstream.pack.format import TexelFormat
 from texstream.scene.paths import flythrough
 from texstream.scene.terrain import sky_clear_colour
 from texstream.telemetry import Overlay, validate_frame, validate_summary
+from texstream.units import MIB
 
 BUDGET_MB = 24
-MIB = 1 << 20
 SUMMARY_TITLE = "texstream GPU memory summary"
 
 

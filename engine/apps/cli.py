@@ -243,8 +243,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     write_image(result.frames[-1], out)
     last = result.telemetry[-1]
     print(
-        f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
-        f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB"
+        f"wrote {out}: {w} x {h}, {args.frames} frames, {last.resident_tiles} tiles resident, "
+        f"VRAM {last.vram_bytes / 2**20:.1f} / {last.budget_bytes / 2**20:.1f} MiB"
     )
     return 0
 

@@ -28,7 +28,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import moderngl
 import numpy as np
@@ -42,7 +41,7 @@ from ..runtime.tiles import MAX_TEXTURES
 from ..scene.gallery import GalleryLayout, GalleryScene, gallery_flight
 from ..scene.paths import DEMO_WAYPOINTS, FLYTHROUGH_WAYPOINTS, CameraPath, Pose, flythrough
 from ..scene.terrain import TerrainScene, sky_clear_colour
-from ..telemetry import Overlay, Telemetry, memory_summary
+from ..telemetry import FrameRecord, Overlay, Telemetry, memory_summary
 from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset, ensure_gallery
 
 log = logging.getLogger(__name__)
@@ -154,7 +153,7 @@ class Demo:
             raise
         self.show_overlay = cfg.overlay
 
-    def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> dict[str, Any]:
+    def frame(self, pose: Pose, fbo: moderngl.Framebuffer, fb_size: tuple[int, int]) -> FrameRecord:
         """Update the streamer, draw the scene (and the overlay); returns the frame's telemetry record."""
         record = self.telemetry.update()
         fbo.viewport = (0, 0, fb_size[0], fb_size[1])  # the window's may have been resized since
@@ -220,11 +219,11 @@ class RunReport:
         ]
 
 
-def run_report(demo: Demo, records: list[dict[str, Any]], loop_seconds: float) -> RunReport:
+def run_report(demo: Demo, records: list[FrameRecord], loop_seconds: float) -> RunReport:
     st = demo.streamer
     headers = [vt.header for vt in st.textures]
-    upd = np.array([r["update_ms"] for r in records])
-    gpu = np.array([r["gpu_ms"] for r in records if r["gpu_ms"] is not None])
+    upd = np.array([r.update_ms for r in records])
+    gpu = np.array([r.gpu_ms for r in records if r.gpu_ms is not None])
     p50, p95, p99 = (float(v) for v in np.percentile(upd, [50, 95, 99]))
     last = records[-1]
     return RunReport(
@@ -235,18 +234,18 @@ def run_report(demo: Demo, records: list[dict[str, Any]], loop_seconds: float) -
         textures=len(headers),
         texels=sum(h.width * h.height for h in headers),
         all_resident_bytes=sum(h.tile_count * h.tile_raw_size for h in headers),
-        budget_bytes=int(last["budget_bytes"]),
+        budget_bytes=int(last.budget_bytes),
         fps=len(records) / loop_seconds if loop_seconds > 0 else 0.0,
         update_ms_p50=p50,
         update_ms_p95=p95,
         update_ms_p99=p99,
         gpu_ms_p50=float(np.percentile(gpu, 50)) if gpu.size else None,
-        vram_peak_bytes=int(last["vram_peak_bytes"]),
-        working_set_peak_bytes=max(int(r["working_set_bytes"]) for r in records),
-        stream_cache_bytes=int(last["stream_cache_bytes"]),
-        max_mip_bias=max(float(r["mip_bias"]) for r in records),
-        resident_tiles=int(last["resident_tiles"]),
-        uploads=sum(int(r["uploads"]) for r in records),
+        vram_peak_bytes=int(last.vram_peak_bytes),
+        working_set_peak_bytes=max(int(r.working_set_bytes) for r in records),
+        stream_cache_bytes=int(last.stream_cache_bytes),
+        max_mip_bias=max(float(r.mip_bias) for r in records),
+        resident_tiles=int(last.resident_tiles),
+        uploads=sum(int(r.uploads) for r in records),
     )
 
 

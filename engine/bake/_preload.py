@@ -3,6 +3,6 @@ the tables every worker uses are loaded and built once there, and each forked wo
 
 from __future__ import annotations
 
-from .pipeline import warm_worker_tables
+from .bands import warm_worker_tables
 
 warm_worker_tables()

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineError, SourceError, first_line
-from .pipeline import BandJob, CutJob, JobResult, Settings, run_job_in_this_process
+from .bands import run_job_in_this_process
+from .jobs import BandJob, CutJob, JobResult, Settings
 from .source import Source, VipsSource
 from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt
 

@@ -117,7 +117,7 @@ class HttpTransport:
     def __init__(self, url: str, *, max_requests: int, connect_timeout_s: float, read_timeout_s: float) -> None:
         import urllib3
 
-        from .. import __version__
+        from ..version import __version__
 
         self.url = url
         self.name = redact(url)

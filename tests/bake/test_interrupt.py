@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from texstream.bake import bake, pipeline, workers
+from texstream.bake import bake, bands, jobs, workers
 from texstream.bake.source import VipsSource
 from texstream.config import BakeConfig
 from texstream.pack import TexelFormat
@@ -205,8 +205,8 @@ def test_workers_are_not_forked_from_the_bake_process() -> None:
     from texstream.bake.mips import Transfer
     from texstream.pack import PackHeader
 
-    state = pipeline._WorkerState(pipeline.Settings(PackHeader(width=64, height=64), Transfer(True, True), "fast", 3))
-    pool = workers.WorkerPool(2, pipeline._init_worker, (state,), pipeline._run_job)
+    state = bands.WorkerState(jobs.Settings(PackHeader(width=64, height=64), Transfer(True, True), "fast", 3))
+    pool = workers.WorkerPool(2, bands.init_worker, (state,), bands.run_job)
     try:
         for pid in pool.pids:
             st = _stat(pid)
