@@ -265,9 +265,10 @@ class RemoteFile:
             raise ValueError("read_into needs a writable buffer")
         err = self.read_runs(np.array([offset], np.int64), np.array([len(out)], np.int64), buf, np.zeros(1, np.int64))
         if err[0]:
-            raise RemoteError(
-                f"{self.name}: cannot read {len(out)} bytes at {offset}: {self.describe_error(int(err[0]))}"
-            )
+            why = self.describe_error(int(err[0]))
+            if self._last_error and self._last_error not in why:
+                why = f"{why} ({self._last_error})"
+            raise RemoteError(f"{self.name}: cannot read {len(out)} bytes at {offset}: {why}")
 
     def read_runs(self, starts: np.ndarray, lengths: np.ndarray, buf: np.ndarray, where: np.ndarray) -> np.ndarray:
         """Read run i (`lengths[i]` bytes at file offset `starts[i]`) into `buf[where[i]:]`.

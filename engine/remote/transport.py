@@ -58,6 +58,7 @@ __all__ = [
 
 READ_CHUNK = 256 << 10  # bytes read from a response at a time (the deadline is checked between reads)
 MAX_REDIRECTS = 5  # hops followed for one request
+DRAIN_BYTES = 4096  # a body left unread up to this long is read, so its connection is kept
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _DELAY_SECONDS = re.compile(r"\d{1,12}", re.ASCII)
@@ -527,10 +528,15 @@ def _read_body(resp: Any, length: int, deadline: float) -> bytes:
 
 
 def _finish(resp: Any) -> None:
-    """Give the connection back when the body was read to its end, else drop it."""
+    """Give the connection back once the body is read to its end (a short one, as error pages and
+    redirects have, is read now), else drop it."""
     try:
-        if not resp.isclosed() and resp.length_remaining not in (0, None):
-            resp.close()  # unread bytes: the connection cannot carry another request
+        if not resp.isclosed():
+            left = resp.length_remaining
+            if left is not None and left <= DRAIN_BYTES:
+                resp.drain_conn()  # the connection can carry the next request only after the whole body
+            else:
+                resp.close()  # unread bytes, or a body of unknown length
     finally:
         resp.release_conn()
 
