@@ -1,9 +1,11 @@
-"""`VirtualTexture.source_status` while streaming over HTTP from a real nginx: OK, STALE once the
-pack changed on the server (the view keeps its fallback, tiles fail), and OK again with the view
-converging once the server serves the opened version again."""
+"""Streaming over HTTP through failures: `VirtualTexture.source_status` from a real nginx (OK, STALE
+once the pack changed on the server while the view keeps its fallback, OK again with the view
+converging once the server serves the opened version again), and transient failures mid-stream
+retried and counted in the network summary."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import time
@@ -23,6 +25,7 @@ from texstream.scene.camera import View
 from texstream.testing import psnr
 
 from ..runtime.test_streamer import CONVERGED_DB
+from .conftest import ScriptedServer, reset, send
 from .test_remote_streaming import SIZE, config, converge, disk_frame
 
 pytestmark = pytest.mark.gl
@@ -75,3 +78,35 @@ def test_source_status_goes_stale_and_recovers(
 def test_a_local_pack_is_always_ok(gl_context: moderngl.Context, packs: dict) -> None:
     with Streamer(gl_context, config(None)) as s:
         assert s.open(packs["a"]).source_status.state is SourceState.OK
+
+
+def test_transient_failures_mid_stream_are_retried_and_counted(
+    gl_context: moderngl.Context, renderer: PlaneRenderer, scripted: ScriptedServer, packs: dict
+) -> None:
+    """Every range's first try answered 503 or cut by a reset, as a loaded server or a proxy does:
+    the view converges with no failed tile, and the network summary counts one retry per failure."""
+    data = packs["a"].read_bytes()
+    scripted.files["p.tpk"] = data
+    tried: set[str | None] = set()
+
+    def first_try_fails(h: http.server.BaseHTTPRequestHandler, n: int) -> bool:
+        asked = h.headers.get("Range")
+        if n == 0 or asked in tried:
+            return False
+        tried.add(asked)
+        if len(tried) % 2:
+            send(h, 503, {"Retry-After": "0", "Content-Length": "0"})
+        else:
+            reset(h)
+        return True
+
+    scripted.script = first_try_fails
+    expect = disk_frame(gl_context, renderer, packs["a"])
+    with Streamer(gl_context, config(None, retries=1)) as s:
+        vt = s.open(scripted.url())
+        converge(s, renderer, vt)
+        net = s.network()
+        assert psnr(renderer.read(), expect) >= CONVERGED_DB
+        assert s.stats().totals.failed == 0 and vt.failed_loads == 0
+    assert len(tried) >= 4
+    assert net.failed_requests == len(tried) and net.retries == len(tried)
