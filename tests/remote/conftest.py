@@ -114,7 +114,7 @@ class ScriptedServer:
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     def url(self, path: str = "p.tpk") -> str:
         return f"http://127.0.0.1:{self.port}/{path}"

@@ -60,11 +60,13 @@ def in_two_seconds() -> str:
     [(503, lambda: "1"), (429, in_two_seconds), (429, lambda: None), (502, lambda: None)],
     ids=["503-seconds", "429-http-date", "429", "502"],
 )
-def test_unavailable_then_ok_opens(scripted: ScriptedServer, pack: Path, status: int, retry_after) -> None:  # noqa: ANN001
+def test_unavailable_then_ok_opens(
+    scripted: ScriptedServer, pack: Path, cache_folder: Path, status: int, retry_after
+) -> None:  # noqa: ANN001
     scripted.files["p.tpk"] = pack.read_bytes()
     answer = unavailable(status, retry_after())
     scripted.script = lambda h, n: n == 0 and (answer(h) or True)
-    with PackReader(scripted.url(), fast(None, request_deadline_s=5.0, retries=2)) as r:
+    with PackReader(scripted.url(), fast(cache_folder, request_deadline_s=5.0, retries=2)) as r:
         assert all_tiles(r) == local_tiles(pack)
         s = r.remote.stats()
         assert (s.retries, s.failed_requests) == (1, 1)
@@ -97,19 +99,21 @@ def test_unavailable_for_good_is_one_line_after_the_retries(scripted: ScriptedSe
 
 
 @pytest.mark.parametrize("hang_up", [close_without_answer, reset], ids=["closed", "reset"])
-def test_closed_connection_is_retried_at_once(scripted: ScriptedServer, pack: Path, hang_up) -> None:  # noqa: ANN001
+def test_closed_connection_is_retried_at_once(
+    scripted: ScriptedServer, pack: Path, cache_folder: Path, hang_up
+) -> None:  # noqa: ANN001
     """A keep-alive connection the server dropped (nginx after 75 s idle) costs one immediate retry,
     even with no retries configured: the open and a read mid-stream both go through."""
     scripted.files["p.tpk"] = pack.read_bytes()
     scripted.script = lambda h, n: n in (0, 2) and (hang_up(h) or True)
-    with PackReader(scripted.url(), fast(None, retries=0, block_kb=16)) as r:
+    with PackReader(scripted.url(), fast(cache_folder, retries=0, block_kb=16)) as r:
         assert all_tiles(r) == local_tiles(pack)
         s = r.remote.stats()
         assert s.retries == 2 and s.failed_requests == 2
 
 
 # ---- mid-stream --------------------------------------------------------------------------------------
-def test_reset_mid_body_is_retried_and_counted(scripted: ScriptedServer, pack: Path) -> None:
+def test_reset_mid_body_is_retried_and_counted(scripted: ScriptedServer, pack: Path, cache_folder: Path) -> None:
     """Every range's first try is cut by a reset halfway through its body: every tile still arrives
     right, and the network counters show one retry per failed request."""
     data = pack.read_bytes()
@@ -129,14 +133,14 @@ def test_reset_mid_body_is_retried_and_counted(scripted: ScriptedServer, pack: P
         return True
 
     scripted.script = half_then_reset
-    with PackReader(scripted.url(), fast(None, retries=2, block_kb=16, max_request_kb=64)) as r:
+    with PackReader(scripted.url(), fast(cache_folder, retries=2, block_kb=16, max_request_kb=64)) as r:
         assert all_tiles(r) == local_tiles(pack)
         s = r.remote.stats()
     assert len(cut) >= 3
     assert s.failed_requests == len(cut) and s.retries == len(cut)
 
 
-def test_mid_stream_503s_are_retried_with_retry_after(scripted: ScriptedServer, pack: Path) -> None:
+def test_mid_stream_503s_are_retried_with_retry_after(scripted: ScriptedServer, pack: Path, cache_folder: Path) -> None:
     data = pack.read_bytes()
     scripted.files["p.tpk"] = data
     refused: set[str | None] = set()
@@ -151,7 +155,7 @@ def test_mid_stream_503s_are_retried_with_retry_after(scripted: ScriptedServer, 
         return True
 
     scripted.script = first_try_refused
-    with PackReader(scripted.url(), fast(None, retries=1, block_kb=16, max_request_kb=64)) as r:
+    with PackReader(scripted.url(), fast(cache_folder, retries=1, block_kb=16, max_request_kb=64)) as r:
         assert all_tiles(r) == local_tiles(pack)
         s = r.remote.stats()
     assert len(refused) >= 3 and s.retries == len(refused) and not s.offline
