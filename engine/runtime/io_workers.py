@@ -498,6 +498,9 @@ class IOWorkers:
                         if self._hook is not None:
                             self._hook(batch)
                         status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
+                        if self._failing:  # a read without an exception ends its source's failing episode
+                            with self._lock:
+                                self._failing.discard(batch.source)
                 except BaseException as exc:  # unexpected: the batch fails, the error surfaces in drain()
                     status = np.full(len(batch), ReadStatus.IO_ERROR, np.int32)
                     code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
@@ -508,10 +511,6 @@ class IOWorkers:
                             self._failing.add(batch.source)
                             if self._fatal is None:
                                 self._fatal = exc
-                else:
-                    if self._failing:
-                        with self._lock:
-                            self._failing.discard(batch.source)
                 with self._lock:  # one decision with overdue(): given up or not
                     abandoned = batch.batch_id in self._abandoned
                     self._abandoned.discard(batch.batch_id)

@@ -20,7 +20,7 @@ from texstream.pack.reader import PackReader
 from texstream.remote import RemoteError
 from texstream.remote.transport import AddressScope, address_scope, redirect_refusal
 
-from .conftest import ScriptedServer, send
+from .conftest import Script, ScriptedServer, send
 from .conftest import fast_remote as fast
 
 SAME_ORIGIN, SAME_SITE, NONE = RedirectPolicy.SAME_ORIGIN, RedirectPolicy.SAME_SITE, RedirectPolicy.NONE
@@ -159,7 +159,7 @@ def other(pack: Path) -> ScriptedServer:
     server.stop()
 
 
-def redirect_to(location: str, status: int = 302):  # noqa: ANN201
+def redirect_to(location: str, status: int = 302) -> Script:
     def answer(h: http.server.BaseHTTPRequestHandler, n: int) -> bool:
         send(h, status, {"Location": location, "Content-Length": "0"})
         return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import email.utils
 import http.server
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,18 +40,23 @@ def local_tiles(pack: Path) -> list[bytes]:
         return all_tiles(r)
 
 
-def unavailable(status: int, retry_after: str | None):  # noqa: ANN201
+def unavailable(
+    status: int, retry_after: Callable[[], str | None] = lambda: None
+) -> Callable[[http.server.BaseHTTPRequestHandler], None]:
+    """An answer of `status`, with the Retry-After `retry_after()` gives when the request arrives."""
+
     def answer(h: http.server.BaseHTTPRequestHandler) -> None:
         headers = {"Content-Length": "0"}
-        if retry_after is not None:
-            headers["Retry-After"] = retry_after
+        value = retry_after()
+        if value is not None:
+            headers["Retry-After"] = value
         send(h, status, headers)
 
     return answer
 
 
 def in_two_seconds() -> str:
-    """An HTTP date (whole seconds, so at least one second away)."""
+    """An HTTP date (whole seconds, so more than one second away)."""
     return email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=2), usegmt=True)
 
 
@@ -61,10 +67,10 @@ def in_two_seconds() -> str:
     ids=["503-seconds", "429-http-date", "429", "502"],
 )
 def test_unavailable_then_ok_opens(
-    scripted: ScriptedServer, pack: Path, cache_folder: Path, status: int, retry_after
-) -> None:  # noqa: ANN001
+    scripted: ScriptedServer, pack: Path, cache_folder: Path, status: int, retry_after: Callable[[], str | None]
+) -> None:
     scripted.files["p.tpk"] = pack.read_bytes()
-    answer = unavailable(status, retry_after())
+    answer = unavailable(status, retry_after)
     scripted.script = lambda h, n: n == 0 and (answer(h) or True)
     with PackReader(scripted.url(), fast(cache_folder, request_deadline_s=5.0, retries=2)) as r:
         assert all_tiles(r) == local_tiles(pack)
@@ -77,7 +83,7 @@ def test_unavailable_then_ok_opens(
 def test_retry_after_past_the_deadline_fails_at_once(scripted: ScriptedServer, pack: Path) -> None:
     """A server asking for 10 hours of quiet: one request, one line, no 10-hour sleep."""
     scripted.files["p.tpk"] = pack.read_bytes()
-    answer = unavailable(503, "36000")
+    answer = unavailable(503, lambda: "36000")
     scripted.script = lambda h, n: answer(h) or True
     cfg = fast(None, request_deadline_s=2.0, retries=3)
     t0 = time.monotonic()
@@ -91,7 +97,7 @@ def test_retry_after_past_the_deadline_fails_at_once(scripted: ScriptedServer, p
 
 def test_unavailable_for_good_is_one_line_after_the_retries(scripted: ScriptedServer, pack: Path) -> None:
     scripted.files["p.tpk"] = pack.read_bytes()
-    answer = unavailable(503, None)
+    answer = unavailable(503)
     scripted.script = lambda h, n: answer(h) or True
     with pytest.raises(RemoteError, match=r"^http://127\.0\.0\.1:\d+/p\.tpk: HTTP 503 Service Unavailable$"):
         PackReader(scripted.url(), fast(None, retries=2))
@@ -100,8 +106,11 @@ def test_unavailable_for_good_is_one_line_after_the_retries(scripted: ScriptedSe
 
 @pytest.mark.parametrize("hang_up", [close_without_answer, reset], ids=["closed", "reset"])
 def test_closed_connection_is_retried_at_once(
-    scripted: ScriptedServer, pack: Path, cache_folder: Path, hang_up
-) -> None:  # noqa: ANN001
+    scripted: ScriptedServer,
+    pack: Path,
+    cache_folder: Path,
+    hang_up: Callable[[http.server.BaseHTTPRequestHandler], None],
+) -> None:
     """A keep-alive connection the server dropped (nginx after 75 s idle) costs one immediate retry,
     even with no retries configured: the open and a read mid-stream both go through."""
     scripted.files["p.tpk"] = pack.read_bytes()
@@ -144,7 +153,7 @@ def test_mid_stream_503s_are_retried_with_retry_after(scripted: ScriptedServer, 
     data = pack.read_bytes()
     scripted.files["p.tpk"] = data
     refused: set[str | None] = set()
-    answer = unavailable(503, "0")
+    answer = unavailable(503, lambda: "0")
 
     def first_try_refused(h: http.server.BaseHTTPRequestHandler, n: int) -> bool:
         asked = h.headers.get("Range")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import moderngl
@@ -17,7 +18,7 @@ from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.errors import EngineError
 from texstream.runtime.io_workers import ReadBatch
-from texstream.runtime.streamer import Streamer
+from texstream.runtime.streamer import Streamer, VirtualTexture
 from texstream.scene.camera import View
 
 pytestmark = pytest.mark.gl
@@ -32,7 +33,14 @@ def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def frames_until(s: Streamer, renderer: PlaneRenderer, vt, done, view: View = VIEW, seconds: float = 30.0) -> list[str]:  # noqa: ANN001
+def frames_until(
+    s: Streamer,
+    renderer: PlaneRenderer,
+    vt: VirtualTexture,
+    done: Callable[[], bool],
+    view: View = VIEW,
+    seconds: float = 30.0,
+) -> list[str]:
     """Frames of `view` until `done()`; the EngineErrors update() raised on the way."""
     raised: list[str] = []
     deadline = time.monotonic() + seconds
