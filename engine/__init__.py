@@ -9,7 +9,7 @@ on the library (command line, demo, benchmarks) live in ``texstream.apps``.
 
 from __future__ import annotations
 
-from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig, cache_dir
+from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
 from .errors import (
     BudgetError,
     EngineError,
@@ -22,7 +22,7 @@ from .errors import (
 )
 from .gl.shaders import preprocess, program
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
-from .remote import PackChangedError, RemoteError
+from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
 from .runtime.frame_stats import StreamerStats, StreamTotals
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
 from .telemetry import Overlay, Telemetry
@@ -43,10 +43,13 @@ __all__ = [
     "PackHeader",
     "PackReader",
     "PackWriter",
+    "RedirectPolicy",
     "RemoteConfig",
     "RemoteError",
     "ShaderError",
     "SourceError",
+    "SourceState",
+    "SourceStatus",
     "Streamer",
     "StreamerConfig",
     "StreamerStats",

@@ -24,6 +24,7 @@ from ..gl import enums
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
+from ..remote import SourceState, SourceStatus
 from .page_table import TexturePages
 from .pools import CachePool
 from .tiles import TileRange
@@ -94,6 +95,18 @@ class VirtualTexture:
     def corrupt_tiles(self) -> int:
         """How many distinct tiles of this texture failed to load (corrupt, truncated, unreadable)."""
         return int(np.count_nonzero(self._failed))
+
+    @property
+    def source_status(self) -> SourceStatus:
+        """Whether the pack's bytes can be read now (read-only; owned by the pack's remote file).
+
+        ``status.state`` is `SourceState.OK` for a local pack; for one read by URL it is OFFLINE while
+        its server cannot be reached (or asked to wait) and STALE once the pack changed on the server:
+        tiles not yet loaded then fail, until the server serves the opened version again (tiles load
+        again) or the program reopens the pack to see the new one. ``status.reason`` says why.
+        """
+        remote = self.reader.remote
+        return remote.status() if remote is not None else SourceStatus(SourceState.OK)
 
     def mark_failed(self, tile_ids: np.ndarray) -> None:
         """Record failed loads of these tile ids (the streamer's call)."""
