@@ -24,6 +24,7 @@ from .gl.shaders import preprocess, program
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
 from .remote import PackChangedError, RemoteError
 from .runtime.frame_stats import StreamerStats, StreamTotals
+from .runtime.origin import Origin
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
 from .telemetry import Overlay, Telemetry
 
@@ -37,6 +38,7 @@ __all__ = [
     "EngineError",
     "GLError",
     "IOStatus",
+    "Origin",
     "Overlay",
     "PackChangedError",
     "PackFormatError",

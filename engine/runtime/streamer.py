@@ -53,6 +53,7 @@ from .feedback import FeedbackRing
 from .feedback_reduce import FeedbackReducer, Wanted
 from .frame_stats import FrameStats, StreamerStats, streamer_stats
 from .io_workers import ReadHook
+from .origin import Origin
 from .page_table import PageTableBuffer, PageTables
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
@@ -160,7 +161,7 @@ class Streamer:
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
-    def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
+    def open(self, path: str | os.PathLike[str], *, origin: Origin | str = Origin.BOTTOM_LEFT) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
 
         Parameters
@@ -169,6 +170,9 @@ class Streamer:
             A pack file, or a URL: ``http(s)://`` (range requests) or any filesystem fsspec knows
             (``s3://``, ``gs://``, ... with its backend installed), read through the disk cache of
             `StreamerConfig.remote`.
+        origin : Origin or str, optional
+            Which image row texture coordinate v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL
+            and moderngl convention) or `Origin.TOP_LEFT` (glTF, DirectX). See `VirtualTexture.origin`.
 
         Returns
         -------
@@ -189,6 +193,7 @@ class Streamer:
             Too many textures open, or the streamer is released.
         """
         self._check_open()
+        origin = Origin.parse(origin)
         reader = PackReader(path, self.config.remote)
         vt: VirtualTexture | None = None
         try:
@@ -209,7 +214,7 @@ class Streamer:
                 self._space.unregister(tex_id)
                 raise
             self._tables.add_texture(tex_id, self.config.pinned_levels)
-            vt = VirtualTexture(self, tex_id, reader, pool, tiles)
+            vt = VirtualTexture(self, tex_id, reader, pool, tiles, origin)
             self.textures.append(vt)
             self._by_id[tex_id] = vt
             assert self._uploader is not None

@@ -22,7 +22,6 @@ import numpy as np
 
 from ..gl.shaders import program as load_program
 from ..runtime.streamer import VirtualTexture
-from ..runtime.texture import max_anisotropy
 from .paths import CameraPath, Keyframe, Pose
 from .terrain import SKY
 
@@ -103,7 +102,7 @@ def instance_records(textures: Sequence[VirtualTexture], rects: np.ndarray) -> n
         h = vt.header
         out["size"][i] = (h.width, h.height, 1.0 / h.width, 1.0 / h.height)
         out["tile"][i] = (h.tile_size, h.border, h.slot_size, 0.0)
-        out["meta"][i] = (h.level_count, vt.tiles.start, int(h.address_mode), max_anisotropy(h.border))
+        out["meta"][i] = vt.shader_meta  # level count, page-table base, wrap/origin flags, anisotropy
     return out
 
 
