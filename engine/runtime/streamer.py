@@ -45,6 +45,7 @@ import numpy as np
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
+from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters, NetworkSummary, summarize
@@ -131,6 +132,7 @@ class Streamer:
         self.config = config = config or StreamerConfig()
         self.gl = GLExt(ctx, debug=config.debug_gl)
         check_bindings(self.gl)
+        register_includes(ctx)  # plain ctx.program() resolves #include "texstream/vt.glsl" too
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
         self.frame = 0

@@ -21,6 +21,7 @@ import moderngl
 import numpy as np
 
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from ..runtime.streamer import VirtualTexture
 from .paths import CameraPath, Keyframe, Pose
 from .terrain import SKY
@@ -118,7 +119,7 @@ class GalleryScene:
         self.fog_distance = max(layout.extent) * 0.45  # world units at which fog reaches 63 %
         self._released = False
         self._objects: list[moderngl.Buffer | moderngl.VertexArray] = []
-        self.program = load_program(ctx, vertex="gallery_vs.glsl", fragment="gallery_fs.glsl")
+        self.program = load_program(ctx, vertex=shader_file("gallery_vs.glsl"), fragment=shader_file("gallery_fs.glsl"))
         try:
             self.quad = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
             records = instance_records(self.textures, layout.rects())

@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import GLError
 from ..gl.gl_ext import GLExt
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from .font import GlyphAtlas, load_font
 
 if TYPE_CHECKING:
@@ -298,7 +299,9 @@ class Overlay:
 
         made: list[Any] = []  # released again if a later step fails
         try:
-            self.program = load_program(ctx, vertex="overlay_vs.glsl", fragment="overlay_fs.glsl")
+            self.program = load_program(
+                ctx, vertex=shader_file("overlay_vs.glsl"), fragment=shader_file("overlay_fs.glsl")
+            )
             made.append(self.program)
             self.program["u_font"].value = texture_units[0]
             self.program["u_minimap"].value = texture_units[1]

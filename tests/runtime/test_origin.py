@@ -116,12 +116,17 @@ def dominant(colour: tuple[int, ...]) -> str:
     ("origin", "expected"),
     [
         (None, {"top-left": "red", "top-right": "green", "bottom-left": "blue", "bottom-right": "white"}),
-        (ts.Origin.BOTTOM_LEFT, {"top-left": "red", "top-right": "green", "bottom-left": "blue", "bottom-right": "white"}),
+        (
+            ts.Origin.BOTTOM_LEFT,
+            {"top-left": "red", "top-right": "green", "bottom-left": "blue", "bottom-right": "white"},
+        ),
         (ts.Origin.TOP_LEFT, {"top-left": "blue", "top-right": "white", "bottom-left": "red", "bottom-right": "green"}),
     ],
     ids=["default", "bottom-left", "top-left"],
 )
-def test_corners_land_where_the_origin_says(screen: Screen, pack: Path, origin: ts.Origin | None, expected: dict) -> None:
+def test_corners_land_where_the_origin_says(
+    screen: Screen, pack: Path, origin: ts.Origin | None, expected: dict
+) -> None:
     with ts.Streamer(screen.ctx) as streamer:
         vt = streamer.open(pack) if origin is None else streamer.open(pack, origin=origin)
         assert vt.origin is (origin or ts.Origin.BOTTOM_LEFT)
