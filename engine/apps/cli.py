@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..config import BakeConfig
-from ..errors import EngineError
+from ..errors import BudgetError, EngineError
 from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
 
 log = logging.getLogger("texstream")
@@ -452,6 +452,8 @@ def _describe_error(exc: BaseException) -> tuple[str, int]:
     """One line and an exit code: usage (2) for bad arguments or values, data (1) for the rest."""
     if isinstance(exc, UsageError | ValueError):  # ValueErrors from the engine name the bad value
         return str(exc), EXIT_USAGE
+    if isinstance(exc, BudgetError):  # the advice in this program's words: its flag, not the config field
+        return exc.advice("--budget-mb", None), EXIT_DATA
     if isinstance(exc, EngineError):  # already one line naming the file (a missing pack too)
         return str(exc), EXIT_DATA
     if isinstance(exc, FileNotFoundError):
