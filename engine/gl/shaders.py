@@ -43,6 +43,7 @@ import logging
 import os
 import posixpath
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
@@ -434,8 +435,9 @@ def load_source(
 
 def register_includes(ctx: moderngl.Context) -> None:
     """Make ``#include "texstream/vt.glsl"`` (and ``texstream/common.glsl``) work in plain
-    ``ctx.program()`` calls, through moderngl's ``ctx.includes``. A `Streamer` does this for its
-    context; calling it again is harmless.
+    ``ctx.program()`` calls, through moderngl's ``ctx.includes``, and in moderngl-window's
+    ``load_program`` when moderngl-window is imported (its shader finders learn ``texstream/``).
+    A `Streamer` does this for its context; calling it again is harmless.
 
     Parameters
     ----------
@@ -445,6 +447,10 @@ def register_includes(ctx: moderngl.Context) -> None:
     for name in INCLUDABLE:
         if name not in ctx.includes:
             ctx.includes[name] = preprocess(ShaderFile(name)).flat_text
+    if "moderngl_window" in sys.modules:  # only where the application uses it: never imported here
+        from .window_finder import register_finder
+
+        register_finder()
 
 
 # ---- compiling --------------------------------------------------------------------------------

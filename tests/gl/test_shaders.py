@@ -313,3 +313,40 @@ def test_vt_names_without_the_include_say_which_include(gl_context: moderngl.Con
     assert message.startswith("fragment shader uses VT_")
     assert "<fragment>:3" in message and 'add #include "texstream/vt.glsl"' in message
     assert info.value.stage == "fragment"
+
+
+MGLW_PROGRAM = """#version 450 core
+#if defined VERTEX_SHADER
+#include "texstream/common.glsl"
+out vec2 v_uv;
+void main() { v_uv = ts_fullscreen_uv(gl_VertexID); gl_Position = ts_fullscreen_position(gl_VertexID); }
+#elif defined FRAGMENT_SHADER
+#include "texstream/vt.glsl"
+VT_DECLARE(u_vt)
+in vec2 v_uv;
+out vec4 f_color;
+void main() { f_color = VT_SAMPLE(u_vt, v_uv); }
+#endif
+"""
+
+
+@pytest.mark.gl
+def test_moderngl_window_load_program_finds_texstream_includes(
+    gl_context: moderngl.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mglw = pytest.importorskip("moderngl_window")
+    from moderngl_window import resources
+    from moderngl_window.conf import settings
+    from moderngl_window.exceptions import ImproperlyConfigured
+    from moderngl_window.meta import ProgramDescription
+
+    (tmp_path / "streamed.glsl").write_text(MGLW_PROGRAM)
+    monkeypatch.setattr(settings, "PROGRAM_FINDERS", ["moderngl_window.finders.program.FilesystemFinder"])
+    monkeypatch.setattr(settings, "PROGRAM_DIRS", [tmp_path])
+    mglw.activate_context(ctx=gl_context)
+    with pytest.raises(ImproperlyConfigured, match="texstream/common.glsl"):  # moderngl-window alone
+        resources.programs.load(ProgramDescription(path="streamed.glsl"))
+    ts.register_includes(gl_context)
+    prog = resources.programs.load(ProgramDescription(path="streamed.glsl"))
+    assert "u_vt_cache" in prog
+    prog.release()
