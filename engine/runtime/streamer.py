@@ -97,9 +97,6 @@ class Streamer:
         The context the textures are drawn with (OpenGL 4.3 or later with buffer storage).
     config : StreamerConfig, optional
         Streaming configuration; default ``StreamerConfig()``.
-    read_hook : callable, optional
-        Called on an I/O thread before each batch of tile reads, with the batch: fault injection
-        in tests (it may sleep, block or raise). Leave it None in programs.
 
     Raises
     ------
@@ -127,6 +124,8 @@ class Streamer:
         if config is not None and not isinstance(config, StreamerConfig):
             raise TypeError(f"config must be a StreamerConfig, got {type(config).__name__}")
         self._owner = threading.get_ident()
+        # read_hook: called on an I/O thread before each batch of tile reads, with the batch; fault
+        # injection for tests (it may sleep, block or raise), not part of the documented API.
         self._read_hook = read_hook
         self.ctx = ctx
         self.config = config = config or StreamerConfig()
