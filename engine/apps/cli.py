@@ -349,7 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output image (.png)")
     s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
     s.add_argument(
-        "--view", default="0.5,0.5,1", help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees"
+        "--view",
+        default="0.5,0.5,1",
+        help="cx,cy,zoom[,tilt,yaw]: image point at the centre (fractions from top-left), pixels per texel, degrees",
     )
     s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
     s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
