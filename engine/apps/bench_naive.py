@@ -34,7 +34,9 @@ class _NaiveScene:
 
         self.ctx, self.size = ctx, size
         self.program = load_program(
-            ctx, vertex=shader_file("terrain_vs.glsl"), fragment=shader_file("naive_terrain_fs.glsl")
+            ctx,
+            vertex=shader_file("texstream/terrain_vs.glsl"),
+            fragment=shader_file("texstream/naive_terrain_fs.glsl"),
         )
         self.vbo = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])

@@ -24,7 +24,9 @@ class PlaneRenderer:
 
     def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
         self.ctx, self.size = ctx, size
-        self.program = load_program(ctx, vertex=shader_file("plane_vs.glsl"), fragment=shader_file("plane_fs.glsl"))
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+        )
         quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
         self.vbo = ctx.buffer(quad.tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])

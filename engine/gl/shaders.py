@@ -330,8 +330,9 @@ def shader_file(path: str | os.PathLike[str]) -> ShaderFile:
     Parameters
     ----------
     path : str or os.PathLike
-        An absolute path, a path relative to one of the ``include_dirs`` given with it, or one of
-        texstream's shipped shaders (``"texstream/vt.glsl"``; the prefix is optional).
+        An absolute path; a relative one, looked up in the ``include_dirs`` given with it, then in
+        the working folder, then among texstream's shipped shaders; or ``"texstream/<name>"``,
+        one of texstream's shipped shaders only.
 
     Returns
     -------
@@ -363,8 +364,8 @@ def _top_file(stage: StageArg, name: str | None, include_dirs: Sequence[Path | s
 
 
 def _find_file(path: str | Path, name: str | None, include_dirs: Sequence[Path | str]) -> _File:
-    # A file: absolute, in a user folder, relative to the working folder (a Path), or in texstream's
-    # folder (texstream/ prefix optional).
+    # A file: absolute, in a user folder, relative to the working folder, or in texstream's folder
+    # (texstream/ prefix optional; with it, only there).
     root = shader_root()
     source_or_name = str(path)
     rel = posixpath.normpath(source_or_name.replace(os.sep, "/"))
@@ -375,8 +376,7 @@ def _find_file(path: str | Path, name: str | None, include_dirs: Sequence[Path |
         candidates.append(Path(source_or_name).resolve())
     else:
         candidates.extend((Path(d) / rel).resolve() for d in include_dirs)
-        if isinstance(path, Path):
-            candidates.append(path.resolve())
+        candidates.append(Path(rel).resolve())
         candidates.append(rel)
     for cand in candidates:
         found = _open(root, cand, name)

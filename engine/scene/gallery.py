@@ -119,7 +119,9 @@ class GalleryScene:
         self.fog_distance = max(layout.extent) * 0.45  # world units at which fog reaches 63 %
         self._released = False
         self._objects: list[moderngl.Buffer | moderngl.VertexArray] = []
-        self.program = load_program(ctx, vertex=shader_file("gallery_vs.glsl"), fragment=shader_file("gallery_fs.glsl"))
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/gallery_vs.glsl"), fragment=shader_file("texstream/gallery_fs.glsl")
+        )
         try:
             self.quad = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
             records = instance_records(self.textures, layout.rects())

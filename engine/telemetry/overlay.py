@@ -300,7 +300,7 @@ class Overlay:
         made: list[Any] = []  # released again if a later step fails
         try:
             self.program = load_program(
-                ctx, vertex=shader_file("overlay_vs.glsl"), fragment=shader_file("overlay_fs.glsl")
+                ctx, vertex=shader_file("texstream/overlay_vs.glsl"), fragment=shader_file("texstream/overlay_fs.glsl")
             )
             made.append(self.program)
             self.program["u_font"].value = texture_units[0]

@@ -254,10 +254,14 @@ def test_program_takes_modernlgs_keyword_names(gl_context: moderngl.Context) -> 
 
 
 @pytest.mark.gl
-def test_program_takes_files_explicitly(gl_context: moderngl.Context, tmp_path: Path) -> None:
+def test_program_takes_files_explicitly(
+    gl_context: moderngl.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "my.vert").write_text(VT_VS)
     (tmp_path / "my.frag").write_text(VT_FS)
+    monkeypatch.chdir(tmp_path)  # a relative file name is found in the working folder
     for prog in (
+        ts.program(gl_context, vertex_path="my.vert", fragment_shader=ts.shader_file("my.frag")),
         ts.program(gl_context, vertex_path=tmp_path / "my.vert", fragment_path=str(tmp_path / "my.frag")),
         ts.program(gl_context, vertex=tmp_path / "my.vert", fragment_shader=ts.shader_file(tmp_path / "my.frag")),
         ts.program(
