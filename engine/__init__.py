@@ -1,10 +1,13 @@
 """texstream: stream huge block-compressed textures into a moderngl program inside a VRAM budget.
 
 The public API is what this module exports (``import texstream as ts``): the `Streamer` and its
-`VirtualTexture`, the configurations, the errors, the shader loader (`program`, `preprocess`: they
-resolve ``#include "texstream/vt.glsl"``), per-frame `Telemetry` and its `Overlay`, and the pack
-reader and writer. Everything else is internal and may change between versions; the programs built
-on the library (command line, demo, benchmarks) live in ``texstream.apps``.
+`VirtualTexture` (with its texture-coordinate `Origin`), the configurations, the errors, the shader
+loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
+`register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
+(`FrameStats`, `StreamerStats`, `StreamTotals`), `FrameThrottle` for headless loops, per-frame
+`Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal and may
+change between versions; the programs built on the library (command line, demo, benchmarks) live in
+``texstream.apps``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from .errors import (
     SourceError,
     TileCorruptError,
 )
-from .gl.shaders import preprocess, program
+from .gl.objects import FrameThrottle
+from .gl.shaders import ShaderFile, preprocess, program, register_includes, shader_file
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
 from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
-from .runtime.frame_stats import StreamerStats, StreamTotals
+from .runtime.frame_stats import FrameStats, StreamerStats, StreamTotals
+from .runtime.origin import Origin
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
-from .telemetry import Overlay, Telemetry
+from .telemetry import FrameRecord, Overlay, Telemetry
 from .version import __version__
 
 __all__ = [
@@ -34,8 +39,12 @@ __all__ = [
     "BudgetConfig",
     "BudgetError",
     "EngineError",
+    "FrameRecord",
+    "FrameStats",
+    "FrameThrottle",
     "GLError",
     "IOStatus",
+    "Origin",
     "Overlay",
     "PackChangedError",
     "PackFormatError",
@@ -47,6 +56,7 @@ __all__ = [
     "RemoteConfig",
     "RemoteError",
     "ShaderError",
+    "ShaderFile",
     "SourceError",
     "SourceState",
     "SourceStatus",
@@ -63,4 +73,6 @@ __all__ = [
     "cache_dir",
     "preprocess",
     "program",
+    "register_includes",
+    "shader_file",
 ]

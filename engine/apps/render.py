@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config import BudgetConfig, StreamerConfig
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from ..runtime.streamer import Streamer, VirtualTexture
 from ..scene.camera import View, plane_mvp
 from ..telemetry import Telemetry
@@ -23,7 +24,9 @@ class PlaneRenderer:
 
     def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
         self.ctx, self.size = ctx, size
-        self.program = load_program(ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+        )
         quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
         self.vbo = ctx.buffer(quad.tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])

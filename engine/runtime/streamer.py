@@ -45,6 +45,7 @@ import numpy as np
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
+from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters, NetworkSummary, summarize
@@ -53,7 +54,8 @@ from .feedback import FeedbackRing
 from .feedback_reduce import FeedbackReducer, Wanted
 from .frame_stats import FrameStats, StreamerStats, streamer_stats
 from .io_workers import ReadHook
-from .page_table import PageTableBuffer, PageTables
+from .origin import Origin
+from .page_table import ENTRY_BYTES, PageTableBuffer, PageTables
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
 from .requests import RequestScheduler
@@ -95,9 +97,6 @@ class Streamer:
         The context the textures are drawn with (OpenGL 4.3 or later with buffer storage).
     config : StreamerConfig, optional
         Streaming configuration; default ``StreamerConfig()``.
-    read_hook : callable, optional
-        Called on an I/O thread before each batch of tile reads, with the batch: fault injection
-        in tests (it may sleep, block or raise). Leave it None in programs.
 
     Raises
     ------
@@ -125,11 +124,14 @@ class Streamer:
         if config is not None and not isinstance(config, StreamerConfig):
             raise TypeError(f"config must be a StreamerConfig, got {type(config).__name__}")
         self._owner = threading.get_ident()
+        # read_hook: called on an I/O thread before each batch of tile reads, with the batch; fault
+        # injection for tests (it may sleep, block or raise), not part of the documented API.
         self._read_hook = read_hook
         self.ctx = ctx
         self.config = config = config or StreamerConfig()
         self.gl = GLExt(ctx, debug=config.debug_gl)
         check_bindings(self.gl)
+        register_includes(ctx)  # plain ctx.program() resolves #include "texstream/vt.glsl" too
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
         self.frame = 0
@@ -160,7 +162,7 @@ class Streamer:
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
-    def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
+    def open(self, path: str | os.PathLike[str], *, origin: Origin | str = Origin.BOTTOM_LEFT) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
 
         Parameters
@@ -169,6 +171,9 @@ class Streamer:
             A pack file, or a URL: ``http(s)://`` (range requests) or any filesystem fsspec knows
             (``s3://``, ``gs://``, ... with its backend installed), read through the disk cache of
             `StreamerConfig.remote`.
+        origin : Origin or str, optional
+            Which image row texture coordinate v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL
+            and moderngl convention) or `Origin.TOP_LEFT` (glTF, DirectX). See `VirtualTexture.origin`.
 
         Returns
         -------
@@ -189,6 +194,7 @@ class Streamer:
             Too many textures open, or the streamer is released.
         """
         self._check_open()
+        origin = Origin.parse(origin)
         reader = PackReader(path, self.config.remote)
         vt: VirtualTexture | None = None
         try:
@@ -209,17 +215,22 @@ class Streamer:
                 self._space.unregister(tex_id)
                 raise
             self._tables.add_texture(tex_id, self.config.pinned_levels)
-            vt = VirtualTexture(self, tex_id, reader, pool, tiles)
+            vt = VirtualTexture(self, tex_id, reader, pool, tiles, origin)
             self.textures.append(vt)
             self._by_id[tex_id] = vt
             assert self._uploader is not None
             self._uploader.add_source(tex_id, reader)
             self._plan_pools()
             self._load_pinned(vt)
-        except BaseException:
+        except BaseException as exc:
             if vt is not None:
                 self.close(vt)
             reader.close()
+            if isinstance(exc, BudgetError):
+                minimum = max(self._open_minimum_budget(h, key), exc.minimum_bytes or 0)
+                # fewer pinned levels are named where one pinned level would lower the advised MiB
+                fewer = -(-self._open_minimum_budget(h, key, 1) // 2**20) < -(-minimum // 2**20)
+                raise BudgetError(f"{path}: {exc.problem}", minimum_bytes=minimum, pinned_levels=fewer) from None
             raise
         log.info("opened %s as texture %d (%s)", path, tex_id, pool.name)
         return vt
@@ -276,9 +287,60 @@ class Streamer:
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
 
-    def _ring_size(self, tile_bytes: int) -> int:
+    def _ring_size(self, tile_bytes: int, budget: int | None = None) -> int:
         # The ring takes at most a quarter of the budget (small budgets would otherwise be all ring).
-        return max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
+        budget = self.budget.budget if budget is None else budget
+        return max(min(self.config.ring_mb << 20, budget // 4), 16 * tile_bytes)
+
+    # ---- budget advice: the smallest budget that fits, for BudgetError messages ------------------
+    def _minimum_budget(self, fixed: int, tile_bytes: int) -> int:
+        """Smallest budget B with fixed + ring(B) <= B: the ring grows with the budget (a quarter of
+        it, up to ring_mb), so B is the fixed point of B = fixed + ring(B), reached from below."""
+        if self._uploader is not None:
+            tile_bytes = max(tile_bytes, self._uploader.ring.slot_bytes)
+        b = fixed + self._ring_size(tile_bytes, fixed)
+        for _ in range(64):
+            nxt = fixed + self._ring_size(tile_bytes, b)
+            if nxt <= b:
+                break
+            b = nxt
+        return b
+
+    def _pinned_layers_bytes(
+        self, extra: tuple[PoolKey, PackHeader] | None = None, full: int = -1, levels: int | None = None
+    ) -> int:
+        """Bytes of the whole layers every pool's pinned tiles take (a pool holds at least one layer),
+        with texture `extra` added; texture id `full` counts all its tiles, not just its pinned ones;
+        `levels` pinned levels instead of the configured ones."""
+        levels = self.config.pinned_levels if levels is None else levels
+
+        def pinned(h: PackHeader) -> int:
+            return int(h.level_first[-1] - h.level_first[max(0, h.level_count - levels)])
+
+        tiles: dict[PoolKey, int] = {}
+        geometry = {}
+        for pool in self._pool_set:
+            geometry[pool.key] = pool.geometry
+            tiles[pool.key] = sum(
+                vt.header.tile_count if t == full else pinned(vt.header)
+                for t in pool.textures
+                if (vt := self._by_id.get(t)) is not None
+            )
+        if extra is not None:
+            key, h = extra
+            geometry.setdefault(key, self._pool_set.geometry(h))
+            tiles[key] = tiles.get(key, 0) + pinned(h)
+        total = 0
+        for key, g in geometry.items():
+            total += max(g.round_up(tiles[key]), g.cells) // g.cells * g.layer_bytes
+        return total
+
+    def _open_minimum_budget(self, h: PackHeader, key: PoolKey, levels: int | None = None) -> int:
+        """The smallest budget in which the open textures and `h` fit: feedback, page tables, the
+        pinned levels' layers of every pool and the staging ring."""
+        pages = PageTableBuffer.entries_for(self._space.used + HEADER + h.tile_count) * ENTRY_BYTES
+        fixed = self.budget.reserved("feedback") + pages + self._pinned_layers_bytes((key, h), levels=levels)
+        return self._minimum_budget(fixed, h.tile_raw_size)
 
     def _ensure_uploader(self, tile_bytes: int) -> None:
         if self._uploader is not None and self._uploader.ring.slot_bytes >= tile_bytes:
@@ -354,10 +416,7 @@ class Streamer:
         if np.any(alloc.slots < 0):
             got = alloc.slots[alloc.slots >= 0]
             vt.pool.free(got)
-            raise BudgetError(
-                f"{vt.path}: {ids.size} tiles need cache slots; the {vt.pool.name} pool has "
-                f"{got.size} to give (raise --budget-mb)"
-            )
+            raise BudgetError(f"{vt.path}: {ids.size} tiles need cache slots and the tile cache has {got.size} to give")
         if pin:
             vt.pool.pin(alloc.slots)
         return alloc.slots
@@ -606,10 +665,13 @@ class Streamer:
         pool = vt.pool
         others = pool.evictable_mask(self.frame) & (pool.tex != vt.id)
         if ids.size > pool.free_count + int(np.count_nonzero(others)):
+            pages = self.budget.reserved("feedback") + self.budget.reserved("page-tables")
+            fixed = pages + self._pinned_layers_bytes(full=vt.id)
             raise BudgetError(
                 f"{vt.path}: all {vt.header.tile_count} tiles need "
-                f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache; the "
-                f"{pool.name} pool holds {pool.capacity} slots (raise --budget-mb)"
+                f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache and the "
+                f"tile cache holds {pool.capacity} slots",
+                minimum_bytes=self._minimum_budget(fixed, vt.header.tile_raw_size),
             )
         held = self._tables.own[have].astype(np.int64)
         newly = held[~pool.pinned[held]]

@@ -25,6 +25,7 @@ from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import SourceState, SourceStatus
+from .origin import Origin, meta_flags
 from .page_table import TexturePages
 from .pools import CachePool
 from .tiles import TileRange
@@ -75,21 +76,49 @@ class VirtualTexture:
         The pack's reader (owned by the texture; closed with it).
     lod_bias : float
         Added to the level the shader samples (positive: blurrier, fewer tiles). Default 0.
+    origin : Origin
+        Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL convention) or
+        `Origin.TOP_LEFT` (glTF, DirectX). Set by ``Streamer.open(path, origin=...)``; may be
+        changed at any time (the next `bind` uses it).
     failed_loads : int
         Load attempts that failed (a tile retried and failing again counts again).
     closed : bool
         True once the texture or its streamer is closed.
     """
 
-    def __init__(self, streamer: Streamer, tex_id: int, reader: PackReader, pool: CachePool, tiles: TileRange) -> None:
+    def __init__(
+        self,
+        streamer: Streamer,
+        tex_id: int,
+        reader: PackReader,
+        pool: CachePool,
+        tiles: TileRange,
+        origin: Origin = Origin.BOTTOM_LEFT,
+    ) -> None:
         self.streamer, self.id, self.reader, self.pool, self.tiles = streamer, tex_id, reader, pool, tiles
         self.header: PackHeader = reader.header
         self.path = reader.path
         self.table = TexturePages(streamer._tables, tex_id)  # made by its streamer, on its tables
         self.lod_bias = 0.0
+        self.origin = origin
         self._failed = np.zeros(tiles.stop - tiles.start, bool)  # tiles whose load failed at least once
         self.failed_loads = 0  # load attempts that failed (a tile retried and failing again counts again)
         self.closed = False
+
+    @property
+    def origin(self) -> Origin:
+        return self._origin
+
+    @origin.setter
+    def origin(self, value: Origin | str) -> None:
+        self._origin = Origin.parse(value)
+
+    @property
+    def shader_meta(self) -> tuple[int, int, int, int]:
+        """``VTInfo.meta`` of this texture (level count, page-table base, flags, max anisotropy), for
+        programs that pass a texture's description per instance instead of through `bind`."""
+        h = self.header
+        return (h.level_count, self.tiles.start, meta_flags(h.address_mode, self.origin), max_anisotropy(h.border))
 
     @property
     def corrupt_tiles(self) -> int:
@@ -145,7 +174,7 @@ class VirtualTexture:
             f"{name}_cache": pool.unit,
             f"{name}.size": (h.width, h.height, 1.0 / h.width, 1.0 / h.height),
             f"{name}.tile": (h.tile_size, h.border, h.slot_size, 1.0 / g.layer_size[0]),
-            f"{name}.meta": (h.level_count, self.tiles.start, int(h.address_mode), max_anisotropy(h.border)),
+            f"{name}.meta": self.shader_meta,
             f"{name}.cells": (g.cells_x, g.cells, 0, 0),
             f"{name}.bias": (self.lod_bias, 0.0, 0.0, 0.0),
         }

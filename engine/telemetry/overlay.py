@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import GLError
 from ..gl.gl_ext import GLExt
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from .hud_layout import LEVEL_COLOURS, NO_LEVEL_COLOUR, TEXT, HudLayout, MinimapAtlas
 from .quads import BACK, Colour, QuadBatch
 
@@ -126,7 +127,9 @@ class Overlay:
 
         made: list[Any] = []  # released again if a later step fails
         try:
-            self.program = load_program(ctx, vertex="overlay_vs.glsl", fragment="overlay_fs.glsl")
+            self.program = load_program(
+                ctx, vertex=shader_file("texstream/overlay_vs.glsl"), fragment=shader_file("texstream/overlay_fs.glsl")
+            )
             made.append(self.program)
             self.program["u_font"].value = texture_units[0]
             self.program["u_minimap"].value = texture_units[1]
