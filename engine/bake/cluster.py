@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import EngineError, SourceError, first_line
 from .pipeline import BandJob, CutJob, JobResult, Settings, run_job_in_this_process
 from .source import Source, VipsSource
-from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt
+from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt, worker_start_environment
 
 try:
     import dask
@@ -123,7 +123,7 @@ class ClusterConnection:
 
         resource_tracker.ensure_running()
         try:
-            with _group_signals_blocked(), warnings.catch_warnings():
+            with worker_start_environment(), _group_signals_blocked(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "port 8787 is in use" and the like: not the bake's business
                 local = LocalCluster(
                     n_workers=workers,
