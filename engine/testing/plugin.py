@@ -74,6 +74,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from .._shadow import shadow_message, shadowing_folder
+
+    if (folder := shadowing_folder()) is not None:  # texstream's own tests would fail without saying why
+        config.issue_config_time_warning(pytest.PytestConfigWarning(shadow_message(folder)), stacklevel=2)
     config.addinivalue_line(
         "markers",
         f"{GOLDEN_MARKER}(name=None, min_psnr=45.0, folder=None): the image given to the `golden` fixture is "
@@ -117,6 +121,10 @@ def _gl_errors(ctx: object, limit: int = 16) -> list[str]:
 @pytest.fixture(scope="session")
 def gl_context(request: pytest.FixtureRequest) -> Iterator[object]:
     """A standalone OpenGL 4.5 core context through EGL (see the module docstring)."""
+    from .._shadow import shadow_message, shadowing_folder
+
+    if (folder := shadowing_folder()) is not None:
+        pytest.fail(shadow_message(folder), pytrace=False)
     from ..errors import GLError
     from ..gl.context import headless_context
 
