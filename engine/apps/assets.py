@@ -110,9 +110,11 @@ def ensure_gallery(
     workers = min(len(todo), jobs or os.cpu_count() or 1)
     from ..bake.workers import forget_start_environment, worker_start_environment
 
-    # Processes start while tasks are submitted: with the bake workers' start environment (nothing
-    # imported from the working folder; see texstream.bake.workers).
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=forget_start_environment)
+    # Processes start (multiprocessing's resource tracker with the pool's queues, the bakers as tasks
+    # are submitted) with the bake workers' start environment: nothing imported from the working
+    # folder (see texstream.bake.workers).
+    with worker_start_environment():
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=forget_start_environment)
     with pool:
         with worker_start_environment():
             futures = [pool.submit(_bake_recipe, r, p) for r, p in todo]

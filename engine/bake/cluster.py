@@ -121,7 +121,8 @@ class ClusterConnection:
         # be Dask's event-loop thread, the one that starts (and restarts) the worker processes.
         from multiprocessing import resource_tracker
 
-        resource_tracker.ensure_running()
+        with worker_start_environment():  # it is a `python -c` process too
+            resource_tracker.ensure_running()
         try:
             with worker_start_environment(), _group_signals_blocked(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "port 8787 is in use" and the like: not the bake's business

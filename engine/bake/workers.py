@@ -110,16 +110,24 @@ def forget_start_environment() -> None:
         os.environ.pop(_SAFE_PATH, None)
 
 
-def report_error_line(error_line: str) -> None:
-    """In a worker that is about to die of an exception: send its first line to the bake process."""
+def report_error_line(error_line: str) -> bool:
+    """In a worker that is about to die of an exception: send its first line to the bake process,
+    which reports it; whether it was sent."""
     address = os.environ.get(ERROR_SOCKET)
     if not address or not hasattr(socket, "AF_UNIX"):
-        return
+        return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(f"{os.getpid()} {error_line}".encode()[:2048], "\0" + address)
     except OSError:
-        pass  # the bake process is gone or busy: the traceback on stderr still says it
+        return False  # the bake process is gone or busy: the traceback on stderr says it
+    return True
+
+
+def _quiet() -> bool:
+    """Whether a worker that reported its error leaves the traceback out (the bake prints the one
+    line; TEXSTREAM_DEBUG=1 keeps the traceback, as for the command line's own errors)."""
+    return os.environ.get("TEXSTREAM_DEBUG") != "1"
 
 
 def install_error_report_hook() -> None:
@@ -128,8 +136,8 @@ def install_error_report_hook() -> None:
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        report_error_line(f"{kind.__name__}: {first_line(exc)}")
-        previous(kind, exc, tb)
+        if not (report_error_line(f"{kind.__name__}: {first_line(exc)}") and _quiet()):
+            previous(kind, exc, tb)
 
     sys.excepthook = hook
 
@@ -300,8 +308,9 @@ def _worker_main(
     _tie_to_parent(lifeline, parent)
     try:
         init(*initargs)
-    except BaseException as exc:
-        report_error_line(f"{type(exc).__name__}: {first_line(exc)}")
+    except Exception as exc:
+        if report_error_line(f"{type(exc).__name__}: {first_line(exc)}") and _quiet():
+            raise SystemExit(1) from None  # the bake prints the line; no traceback on the shared stderr
         raise
     while True:
         try:
@@ -355,7 +364,8 @@ def start_context() -> BaseContext:
 
     with _start_lock:
         ctx.set_forkserver_preload(["texstream.bake._preload"])  # pipeline and its tables
-        resource_tracker.ensure_running()  # first: it unblocks the signals it blocks for its start
+        with worker_start_environment():  # it is a `python -c` process too
+            resource_tracker.ensure_running()  # first: it unblocks the signals it blocks for its start
         env = _forkserver_env()
         os.environ.update(env)  # only for the server's start: it copies the environment
         try:
