@@ -16,10 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import __version__
+from .._shadow import check_not_shadowed
 from ..config import BakeConfig
 from ..errors import BudgetError, EngineError
 from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+
+check_not_shadowed()  # a `texstream` folder imported in place of the package: say which, not "no __version__"
 
 log = logging.getLogger("texstream")
 
@@ -308,6 +310,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- entry point ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     p = _Parser(prog="texstream", description="Stream huge block-compressed textures into a VRAM budget.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     p.add_argument("--version", action="version", version=f"texstream {__version__}")

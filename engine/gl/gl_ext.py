@@ -560,6 +560,12 @@ class GLExt:
         """Count the context's live GL objects of each kind by asking the driver about every name up
         to `probe` (glIsBuffer, glIsTexture, ...), whoever made them; sync objects are this layer's
         fences not yet deleted. For leak checks in tests and soak runs (a few ms: not per frame)."""
+        counts = {kind: len(names) for kind, names in self.live_names(probe).items()}
+        return LiveObjects(**counts, syncs=self.live_syncs)
+
+    def live_names(self, probe: int = 4096) -> dict[str, frozenset[int]]:
+        """The names of the context's live GL objects of each kind up to `probe`, as `live_objects`
+        counts them (for leak checks that say which objects were left, and who made them)."""
         f = self.functions
         flag = ctypes.c_int(0)
 
@@ -583,8 +589,7 @@ class GLExt:
             "programs": alive(f.glIsProgram, f.glGetProgramiv),
             "shaders": alive(f.glIsShader, f.glGetShaderiv),
         }
-        counts = {kind: sum(1 for name in range(1, probe + 1) if is_kind(name)) for kind, is_kind in checks.items()}
-        return LiveObjects(**counts, syncs=self.live_syncs)
+        return {kind: frozenset(n for n in range(1, probe + 1) if is_kind(n)) for kind, is_kind in checks.items()}
 
     def throttle(self, depth: int = 2) -> FrameThrottle:
         """A `FrameThrottle` for a headless loop: at most `depth` frames queued on the GPU."""

@@ -12,13 +12,16 @@ gets the mode a plain ``open()`` would give it (0666 less the umask), not mkstem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import numpy as np
 
@@ -58,10 +61,27 @@ class EncodedTiles:
         return len(self.stored)
 
 
-class PackWriter:
-    """Collects tiles into a new pack; use as a context manager or call commit()/abort()."""
+def open_buffered(fd: int) -> BinaryIO:
+    """The temporary file's descriptor as the buffered file the writer writes through."""
+    return _io.fdopen(fd, "w+b", buffering=1 << 20)
 
-    def __init__(self, path: str | os.PathLike[str], header: PackHeader, metadata: dict | None = None) -> None:
+
+class PackWriter:
+    """Collects tiles into a new pack; use as a context manager or call commit()/abort().
+
+    A failed write, flush, fsync or rename (a full disk, a quota, an I/O error) raises one
+    `EngineError` naming the output and its temporary file, after removing that file.
+    `open_file` turns the temporary file's descriptor into the file written through (tests inject
+    write failures there)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: PackHeader,
+        metadata: dict | None = None,
+        *,
+        open_file: Callable[[int], BinaryIO] = open_buffered,
+    ) -> None:
         self.path = Path(path)
         self.header = header
         self.metadata = dict(metadata or {})
@@ -72,16 +92,30 @@ class PackWriter:
         self._done = False
         fd, self._tmp = create_temp(self.path)
         try:
-            self._file = _io.fdopen(fd, "w+b", buffering=1 << 20)
+            self._file = open_file(fd)
         except BaseException:
             os.close(fd)
             self._tmp.unlink(missing_ok=True)
             raise
         try:
-            self._file.write(b"\0" * header.payload_offset)  # header, level table, index: filled at commit
+            with self._writing():
+                self._file.write(b"\0" * header.payload_offset)  # header, level table, index: filled at commit
         except BaseException:
             self.abort()
             raise
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """An OSError in the block becomes one line naming the output and its temporary file (which
+        is removed): a bare "No space left on device" does not say where."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise EngineError(
+                f"cannot write {self.path}: {reason} (writing its temporary file {self._tmp.name}, removed)"
+            ) from None
 
     # ---- tiles ----------------------------------------------------------------------------------
     def add_tile(self, level: int, x: int, y: int, raw: bytes | memoryview) -> None:
@@ -140,11 +174,8 @@ class PackWriter:
             parts.append(blob)
             parts.append(b"\0" * pad)
         parts.pop()  # no padding after the last one: the next write pads as it needs
-        try:
-            self._file.write(b"".join(parts))  # writes to disk whenever the buffer fills
-        except OSError as exc:
-            self.abort()
-            raise _naming(exc, self.path) from None
+        with self._writing():
+            self._file.write(b"".join(parts))
         entries = self._index[index]
         entries["offset"], entries["stored_size"] = offsets, sizes
         entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
@@ -169,41 +200,43 @@ class PackWriter:
             if len(meta) > MAX_METADATA:
                 raise ValueError(f"metadata is {len(meta)} bytes, over the {MAX_METADATA}-byte cap")
             payload_end = self._pos
-            f = self._file
-            f.write(meta)
-            stored = self._index.copy()  # version 2: each check binds the tile's position
-            stored["checksum"] ^= position_mix(np.arange(stored.size, dtype=np.int64))
-            index_bytes = stored.tobytes()
-            level_bytes = self.header.level_table.tobytes()
-            head = pack_header_bytes(
-                self.header,
-                metadata_offset=payload_end,
-                metadata_size=len(meta),
-                payload_end=payload_end,
-                index_checksum=codec.checksum(index_bytes),
-                level_checksum=codec.checksum(level_bytes),
-            )
-            f.seek(0)
-            f.write(head)
-            f.write(level_bytes)
-            assert f.tell() == self.header.index_offset
-            f.write(index_bytes)
-            assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
-            f.flush()
-            _io.fchmod(f.fileno(), output_mode())
-            _io.fsync(f.fileno())
-            f.close()
-            _io.replace(self._tmp, self.path)
-            self._done = True
-            _io.sync_folder(self.path.parent)
-        except OSError as exc:
-            self.abort()
-            raise _naming(exc, self.path) from None
+            with self._writing():
+                self._write_tail(meta, payload_end)
         except BaseException:
             self.abort()
             raise
         log.info("wrote %s: %d tiles, %d bytes", self.path, self.header.tile_count, payload_end + len(meta))
         return self.path
+
+    def _write_tail(self, meta: bytes, payload_end: int) -> None:
+        """Metadata, index, level table and header; flushed, fsynced and renamed onto the output."""
+        f = self._file
+        f.write(meta)
+        stored = self._index.copy()  # version 2: each check binds the tile's position
+        stored["checksum"] ^= position_mix(np.arange(stored.size, dtype=np.int64))
+        index_bytes = stored.tobytes()
+        level_bytes = self.header.level_table.tobytes()
+        head = pack_header_bytes(
+            self.header,
+            metadata_offset=payload_end,
+            metadata_size=len(meta),
+            payload_end=payload_end,
+            index_checksum=codec.checksum(index_bytes),
+            level_checksum=codec.checksum(level_bytes),
+        )
+        f.seek(0)
+        f.write(head)
+        f.write(level_bytes)
+        assert f.tell() == self.header.index_offset
+        f.write(index_bytes)
+        assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
+        f.flush()
+        _io.fchmod(f.fileno(), output_mode())
+        _io.fsync(f.fileno())
+        f.close()
+        _io.replace(self._tmp, self.path)
+        self._done = True
+        _io.sync_folder(self.path.parent)
 
     def abort(self) -> None:
         """Drop the temporary file; the output path is left as it was. Idempotent."""
@@ -243,12 +276,6 @@ def output_mode() -> int:
     mask = os.umask(0o077)  # no /proc: read it by setting it, and put it back at once
     os.umask(mask)
     return 0o666 & ~mask
-
-
-def _naming(exc: OSError, path: Path) -> OSError:
-    """`exc` naming the pack being written: not its hidden temporary file, and not no file at all
-    (a failed write or fsync names none)."""
-    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def _temp_pattern(path: Path) -> re.Pattern[str]:
