@@ -27,9 +27,11 @@ DOCS = ROOT / "docs"
 TESTED_BLOCK = re.compile(r"<!-- tests/test_docs.py runs this block -->\n```python\n(.*?)```", re.S)
 EMBED_BLOCK = re.compile(r"<!-- tests/test_docs.py runs this block: (\w+) -->\n```python\n(.*?)```", re.S)
 EMBED_TOOLKITS = {"pygame": "pygame", "pyglet": "pyglet", "qt": "PySide6"}  # block name -> module it needs
-# ![alt](target "title"){ attrs } and <img src="target">: the pictures a page shows
+# the pictures a page shows: Markdown images (plain or <bracketed> targets, with a title or not) and <img>
 IMAGE_REF = re.compile(
-    r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img\b[^>]*\bsrc=[\"']([^\"']+)[\"']", re.I
+    r"!\[[^\]]*\]\(\s*(?:<([^>]+)>|([^)\s]+))(?:\s+\"[^\"]*\")?\s*\)"  # ![alt](target "title"), ![alt](<tar get>)
+    r"|<img\b[^>]*\bsrc=[\"']([^\"']+)[\"']",  # <img src="target">
+    re.I,
 )
 IMAGES_BUDGET = 3 * 2**20  # docs/images in all: the repository carries them
 
@@ -70,13 +72,14 @@ def image_references() -> list[tuple[Path, str]]:
     refs = []
     for page in sorted(DOCS.glob("**/*.md")):
         text = page.read_text(encoding="utf-8")
-        refs += [(page, a or b) for a, b in IMAGE_REF.findall(text)]
+        refs += [(page, next(g for g in groups if g)) for groups in IMAGE_REF.findall(text)]
     return refs
 
 
 def test_image_reference_pattern_finds_both_spellings() -> None:
     text = '![a](images/x.png) and ![b](<images/y z.svg> "title"){ width=600 } and <img alt="c" src="images/w.png">'
-    assert [a or b for a, b in IMAGE_REF.findall(text)] == ["images/x.png", "images/y z.svg", "images/w.png"]
+    found = [next(g for g in groups if g) for groups in IMAGE_REF.findall(text)]
+    assert found == ["images/x.png", "images/y z.svg", "images/w.png"]
 
 
 def test_every_image_a_page_shows_exists() -> None:
@@ -99,14 +102,15 @@ def test_every_image_a_page_shows_exists() -> None:
 
 
 def embedding_blocks() -> dict[str, str]:
+    """The page's programs by toolkit, and "shaders": the module they share (fullscreen_shaders.py)."""
     blocks = dict(EMBED_BLOCK.findall((DOCS / "embedding.md").read_text(encoding="utf-8")))
-    assert sorted(blocks) == sorted(EMBED_TOOLKITS), sorted(blocks)
+    assert sorted(blocks) == sorted([*EMBED_TOOLKITS, "shaders"]), sorted(blocks)
     return blocks
 
 
-@pytest.mark.parametrize("toolkit", sorted(EMBED_TOOLKITS))
-def test_embedding_program_compiles(toolkit: str) -> None:
-    compile(embedding_blocks()[toolkit], f"docs/embedding.md ({toolkit})", "exec")
+@pytest.mark.parametrize("block", sorted([*EMBED_TOOLKITS, "shaders"]))
+def test_embedding_program_compiles(block: str) -> None:
+    compile(embedding_blocks()[block], f"docs/embedding.md ({block})", "exec")
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +127,10 @@ def test_embedding_program_runs_under_xvfb(toolkit: str, xvfb: str, small_pack: 
     module = EMBED_TOOLKITS[toolkit]
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed: the {toolkit} program is only compiled")
+    blocks = embedding_blocks()
     program = tmp_path / f"{toolkit}_app.py"
-    program.write_text(embedding_blocks()[toolkit], encoding="utf-8")
+    program.write_text(blocks[toolkit], encoding="utf-8")
+    (tmp_path / "fullscreen_shaders.py").write_text(blocks["shaders"], encoding="utf-8")
     env = dict(os.environ, DISPLAY=xvfb, QT_QPA_PLATFORM="offscreen", SDL_AUDIODRIVER="dummy")
     proc = subprocess.run(
         [sys.executable, str(program), str(small_pack), "20"],
