@@ -146,7 +146,7 @@ def throughput_chart(run: dict) -> str:
         [values],
         [BLUE],
         "tiles/s",
-        notes=[f"{v / ceiling:.2f}x the ceiling" if i else "" for i, v in enumerate(values)],
+        notes=[f"{v / ceiling:.2g}x the ceiling" if i else "" for i, v in enumerate(values)],
     )
     return chart.svg()
 
