@@ -515,7 +515,7 @@ class BlockCache:
             )
             for slot in stale.tolist():
                 self._drop(slot)
-            where = np.full(block_count, -1, np.int64)
+            where = np.full(block_count, -1, np.int32)
             held = np.flatnonzero(e["pack"] == pack_id)
             where[e["block"][held]] = held
             self._maps[pack_id] = where
