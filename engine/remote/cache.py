@@ -385,9 +385,10 @@ def _read_bounded(path: Path, limit: int) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(f.fd).st_mode):
+        st = os.fstat(f.fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
-        return f.pread(limit, 0)
+        return f.pread(min(limit, st.st_size), 0)
     finally:
         f.close()
 
@@ -437,7 +438,7 @@ class BlockCache:
             raise
         except OSError as exc:
             self.close()
-            raise CacheUnavailable(f"{directory}: {exc.strerror or exc}") from None
+            raise CacheUnavailable(f"{exc.filename or directory}: {exc.strerror or exc}") from None
 
     def _open_files(self) -> None:
         d = self.directory

@@ -22,7 +22,7 @@ from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
 from texstream.errors import PackFormatError
 from texstream.pack.reader import PackReader
-from texstream.remote.cache import BlockCache, CacheOp, FailNth, fault_hook, parse_cache_files
+from texstream.remote.cache import BlockCache, CacheOp, CacheUnavailable, FailNth, fault_hook, parse_cache_files
 from texstream.remote.nginx import LocalNginx
 
 from .conftest import fast_remote
@@ -335,3 +335,24 @@ def test_blocks_cached_by_a_killed_process_are_found(
         assert tiles(r) == tiles(local)
         s = r.remote.stats()
         assert s.requests == 1 and s.cache_misses == 0 and s.cache_hits > 0
+
+
+def test_odd_files_in_the_folder_never_hang_or_crash(tmp_path: Path) -> None:
+    """A FIFO named like the snapshot is ignored (never opened for a blocking read) and replaced; a
+    symlink named like the journal makes the folder unavailable (one clear reason), not followed."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.mkfifo(folder / "index.dat")
+    cache = BlockCache(folder, 8 * BLOCK, BLOCK)
+    pack_id, url_id = BlockCache.pack_ids("http://example.invalid/p.tpk", "v1")
+    cache.adopt(pack_id, url_id, 2)
+    cache.put(pack_id, url_id, 0, b"\1" * BLOCK)
+    cache.close()
+    assert (folder / "index.dat").is_file()
+    found, out = _read_all(folder, pack_id, 2)
+    assert found.tolist() == [True, False] and out[0].tobytes() == b"\1" * BLOCK
+    (folder / "journal.dat").unlink()
+    (folder / "journal.dat").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CacheUnavailable, match=r"journal\.dat: Too many levels of symbolic links"):
+        BlockCache(folder, 8 * BLOCK, BLOCK)
+    assert not (tmp_path / "elsewhere").exists()
