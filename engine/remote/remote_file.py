@@ -206,7 +206,8 @@ class RemoteFile:
             self._cache = _SharedCache.acquire(config)
             if self._cache is not None:
                 self._pack_id, self._url_id = BlockCache.pack_ids(url, self.version.key())
-                freed = self._cache.adopt(self._pack_id, self._url_id)
+                blocks = -(-self.size // config.block_bytes)
+                freed = self._cache.adopt(self._pack_id, self._url_id, blocks)
                 if freed:
                     log.info("%s changed since it was cached: %d old blocks dropped", self.name, freed)
                 self._store(0, first)
@@ -288,40 +289,49 @@ class RemoteFile:
         ok = ~past
         counts = np.where(ok, last - first + 1, 0)
         needed = np.unique(np.repeat(first, counts) + _ramp(counts)) if counts.sum() else np.zeros(0, np.int64)
-        data: dict[int, bytes] = {}
-        missing: list[int] = []
+        # every needed block lands in one row of `blocks`: a run's blocks are adjacent rows, so each
+        # run is then one copy; the rows come from the first bytes kept in memory, the disk cache
+        # (one read per stretch adjacent there) or the network
+        blocks = np.empty((needed.size, block), np.uint8)
+        flat = blocks.reshape(-1)
+        block_len = np.minimum(self.size - needed * block, block)  # the pack's last block may be short
+        head_rows = int(np.searchsorted(needed, -(-len(self._head) // block)))
+        for r in range(head_rows):
+            b = int(needed[r])
+            piece = self._head[b * block : (b + 1) * block]
+            flat[r * block : r * block + len(piece)] = np.frombuffer(piece, np.uint8)
+        have = np.zeros(needed.size, bool)
+        have[:head_rows] = True
         cache = self._cache
-        head_blocks = -(-len(self._head) // block)
-        for b in needed.tolist():
-            if b < head_blocks:
-                data[b] = self._head[b * block : (b + 1) * block]
-                continue
-            got = cache.get(self._pack_id, b) if cache is not None else None
-            if got is None:
-                missing.append(b)
-            else:
-                data[b] = got
+        if cache is not None and head_rows < needed.size:
+            have[head_rows:] = cache.read_blocks(
+                self._pack_id, needed[head_rows:], block_len[head_rows:], blocks[head_rows:]
+            )
+        missing = needed[~have].tolist()
         with self._lock:
             self._hits += len(needed) - len(missing)
             self._misses += len(missing)
-        failed: dict[int, int] = {}  # block -> errno
+        failed = np.zeros(needed.size, np.int32)  # errno per row
         for span, outcome in self._fetch_all(self._spans(missing)):
+            row = int(np.searchsorted(needed, span.first))
+            rows = row + span.last - span.first + 1
             if isinstance(outcome, int):
-                for b in range(span.first, span.last + 1):
-                    failed[b] = outcome
+                failed[row:rows] = outcome
                 continue
-            for b in range(span.first, span.last + 1):
-                data[b] = outcome[(b - span.first) * block : (b - span.first + 1) * block]
+            flat[row * block : row * block + len(outcome)] = np.frombuffer(outcome, np.uint8)
             self._store(span.first, outcome)
-        for i in np.flatnonzero(ok).tolist():
-            s, e, at = int(starts[i]), int(ends[i]), int(where[i])
-            for b in range(int(first[i]), int(last[i]) + 1):
-                if b in failed:
-                    err[i] = failed[b]
-                    break
-                lo, hi = max(s, b * block), min(e, (b + 1) * block)
-                piece = data[b]
-                buf[at + lo - s : at + hi - s] = np.frombuffer(piece, np.uint8, hi - lo, lo - b * block)
+        runs = np.flatnonzero(ok)
+        row0 = np.searchsorted(needed, first[runs])
+        bad_before = np.concatenate([[0], np.cumsum(failed != 0)])
+        run_failed = bad_before[row0 + (last - first)[runs] + 1] - bad_before[row0] > 0
+        for i, r in zip(runs[run_failed].tolist(), row0[run_failed].tolist(), strict=True):
+            rows_of_run = failed[r : r + int(last[i] - first[i]) + 1]
+            err[i] = rows_of_run[rows_of_run != 0][0]
+        good = ~run_failed
+        src = (row0 * block + starts[runs] - first[runs] * block)[good]
+        size = (ends - starts)[runs][good]
+        for s0, at, n_run in zip(src.tolist(), where[runs][good].tolist(), size.tolist(), strict=True):
+            buf[at : at + n_run] = flat[s0 : s0 + n_run]
         return err
 
     def _spans(self, blocks: list[int]) -> list[_Span]:
@@ -497,23 +507,26 @@ class RemoteFile:
             )
 
     def _store(self, first_block: int, data: bytes) -> None:
-        """Cache `data`, which starts at `first_block`, block by block."""
-        cache = self._cache
-        if cache is None:
-            return
-        block = self.config.block_bytes
-        for k in range(0, len(data), block):
-            cache.put(self._pack_id, self._url_id, first_block + k // block, data[k : k + block])
+        """Cache `data`, which starts at `first_block`."""
+        if self._cache is not None:
+            self._cache.put(self._pack_id, self._url_id, first_block, data)
 
     def forget(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
         """Drop the cached blocks under these byte ranges (tiles that failed their checksum)."""
-        cache = self._cache
-        if cache is None:
+        if self._cache is None:
             return
         block = self.config.block_bytes
-        for start, size in zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist(), strict=True):
-            for b in range(int(start) // block, (int(start) + int(size) - 1) // block + 1):
-                cache.discard(self._pack_id, b)
+        lo = np.asarray(offsets, np.int64) // block
+        hi = (np.asarray(offsets, np.int64) + np.asarray(sizes, np.int64) - 1) // block
+        counts = np.maximum(hi - lo + 1, 0)
+        self._cache.discard(self._pack_id, np.repeat(lo, counts) + _ramp(counts))
+
+    def drop_cached(self) -> int:
+        """Forget every cached block of this pack (its metadata read through the cache did not parse:
+        the next reads fetch from the server); how many blocks were dropped."""
+        if self._cache is None:
+            return 0
+        return self._cache.discard_pack(self._pack_id)
 
     def check_version(self) -> bool:
         """Ask the server whether the pack is still the version opened (after a checksum failure:
@@ -562,7 +575,7 @@ class RemoteFile:
                 cache_misses=self._misses,
                 latency_ms=tuple(self._latency),
                 offline=time.monotonic() < self._offline_until,
-                cache=cache.stats() if cache is not None else None,
+                cache=cache.stats() if cache is not None and cache.active else None,
             )
 
 
