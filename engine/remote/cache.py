@@ -56,6 +56,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from .. import _io
+
 __all__ = [
     "BlockCache",
     "CacheImage",
@@ -181,16 +183,17 @@ def _check(op: CacheOp, path: str) -> None:
 
 
 class _File:
-    """A file descriptor and its path; every call goes through the fault hook."""
+    """A file descriptor and its path; every call goes through the fault hook, and through
+    `texstream._io` (so `texstream.testing.faults` sweeps the cache like every other writer)."""
 
     def __init__(self, path: Path, flags: int, mode: int = 0o600) -> None:
         self.path = str(path)
         _check(CacheOp.OPEN, self.path)
-        self.fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        self.fd = _io.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
 
     def pread(self, size: int, offset: int) -> bytes:
         _check(CacheOp.PREAD, self.path)
-        return os.pread(self.fd, size, offset)
+        return _io.pread(self.fd, size, offset)
 
     def preadv(self, buffers: list[memoryview], offset: int) -> int:
         _check(CacheOp.PREAD, self.path)
@@ -199,16 +202,16 @@ class _File:
     def pwrite(self, data: bytes | memoryview, offset: int) -> None:
         """All of `data` at `offset`; a short write is an OSError (ENOSPC), as the disk is full."""
         _check(CacheOp.PWRITE, self.path)
-        if os.pwrite(self.fd, data, offset) != len(data):
+        if _io.pwrite(self.fd, data, offset) != len(data):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
 
     def fsync(self) -> None:
         _check(CacheOp.FSYNC, self.path)
-        os.fsync(self.fd)
+        _io.fsync(self.fd)
 
     def truncate(self, size: int) -> None:
         _check(CacheOp.TRUNCATE, self.path)
-        os.ftruncate(self.fd, size)
+        _io.ftruncate(self.fd, size)
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -221,7 +224,7 @@ class _File:
 
 def _rename(src: Path, dst: Path) -> None:
     _check(CacheOp.RENAME, str(dst))
-    os.replace(src, dst)
+    _io.replace(src, dst)
 
 
 def _unlink(path: Path) -> None:

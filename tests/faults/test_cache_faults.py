@@ -25,18 +25,29 @@ URL = "http://127.0.0.1:9/pack.tpk"
 rng = np.random.default_rng(11)
 BLOCKS = [rng.bytes(BLOCK if i % 3 else BLOCK // 3) for i in range(16)]  # some shorter than a block
 PACK, URL_ID = BlockCache.pack_ids(URL, "v1")
-EARLIER, _ = BlockCache.pack_ids(URL, "v0")  # blocks cached before the sweep
+EARLIER, EARLIER_URL_ID = BlockCache.pack_ids("http://127.0.0.1:9/other.tpk", "v1")  # cached before the sweep
 KEPT = 6
 
 
+def _get(cache: BlockCache, pack: int, count: int) -> list[bytes | None]:
+    """Blocks 0..count-1 of `pack` as the cache serves them: bytes, or None for a miss."""
+    lengths = np.array([len(b) for b in BLOCKS[:count]], np.int64)
+    out = np.zeros((count, BLOCK), np.uint8)
+    found = cache.read_blocks(pack, np.arange(count, dtype=np.int64), lengths, out)
+    return [out[i, : lengths[i]].tobytes() if found[i] else None for i in range(count)]
+
+
 def use_cache(folder: Path, pack: int, count: int = len(BLOCKS)) -> tuple[list[bytes | None], list[bytes | None]]:
-    """Open the cache, put `count` blocks of `pack`, get them back and the `KEPT` of the earlier
-    version, close: what each get returned."""
+    """Open the cache, put `count` blocks of `pack`, get them back and the `KEPT` of an earlier pack,
+    close: what each read returned."""
     cache = BlockCache(folder, SLOTS * BLOCK, BLOCK)
     try:
+        cache.adopt(pack, URL_ID if pack == PACK else EARLIER_URL_ID, len(BLOCKS))
+        if pack != EARLIER:
+            cache.adopt(EARLIER, EARLIER_URL_ID, len(BLOCKS))
         for i, data in enumerate(BLOCKS[:count]):
-            cache.put(pack, URL_ID, i, data)
-        return [cache.get(pack, i) for i in range(count)], [cache.get(EARLIER, i) for i in range(KEPT)]
+            cache.put(pack, URL_ID if pack == PACK else EARLIER_URL_ID, i, data)
+        return _get(cache, pack, count), _get(cache, EARLIER, KEPT)
     finally:
         cache.close()
 
