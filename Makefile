@@ -5,12 +5,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint docs clean
+.PHONY: demo test bench lint docs clean fuzz fuzz-native
 
+# `make fuzz`: total seconds of coverage-guided fuzzing, split evenly over the targets in tests/fuzz.
+FUZZ_SECONDS ?= 600
+
+# The fuzz extra (atheris) is installed too: `make test` includes a short fuzz run of every parser of
+# outside bytes (tests/fuzz).
 $(STAMP): pyproject.toml setup.py engine/native/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,cluster,docs,demos,testing]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,cluster,docs,demos,testing,fuzz]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,6 +23,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --timeout=900 tests
+
+# Long fuzz run: every target for FUZZ_SECONDS in all, coverage and crashes summarized per target (crash
+# inputs are saved under tests/fuzz/crashes/<target>/, where the tests replay them), then the compiled
+# helper under ASan+UBSan on the seed corpus and every saved crash.
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz.run all --seconds $(FUZZ_SECONDS)
+	$(PY) -m tests.fuzz.native_asan .cache/native-asan
+
+fuzz-native: $(STAMP)
+	$(PY) -m tests.fuzz.native_asan .cache/native-asan
 
 bench: $(STAMP)
 	$(VENV)/bin/texstream bench

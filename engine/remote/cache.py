@@ -47,6 +47,7 @@ ENTRY = np.dtype(
     ]
 )
 GEOMETRY_VERSION = 1
+MAX_STAMP = 1 << 62  # use stamps count up from 1; one at or past this was not written by the cache
 
 
 class CacheUnavailable(Exception):
@@ -85,19 +86,29 @@ class BlockCache:
         except OSError as exc:
             self.close()
             raise CacheUnavailable(f"{directory}: {exc.strerror or exc}") from None
-        valid = self.index["pack"] != 0
-        self._where = {
-            (int(p), int(b)): int(s)
-            for s, p, b in zip(
-                np.flatnonzero(valid).tolist(),
-                self.index["pack"][valid].tolist(),
-                self.index["block"][valid].tolist(),
-                strict=True,
-            )
-        }
+        # index.dat is read back from disk, so it is outside bytes: an entry the cache cannot have
+        # written (a length past the block size, a negative block, a use stamp near the counter's
+        # end, a second slot for the same block) is emptied before anything trusts it.
+        index = self.index
+        impossible = (index["pack"] != 0) & (
+            (index["length"] == 0)
+            | (index["length"] > self.block_bytes)
+            | (index["block"] < 0)
+            | (index["stamp"] >= np.uint64(MAX_STAMP))
+        )
+        index["pack"][impossible] = 0
+        valid = index["pack"] != 0
+        self._where = {}
+        for s, p, b in zip(
+            np.flatnonzero(valid).tolist(), index["pack"][valid].tolist(), index["block"][valid].tolist(), strict=True
+        ):
+            if self._where.setdefault((int(p), int(b)), int(s)) != s:
+                index["pack"][s] = 0
+        valid = index["pack"] != 0
+        index["length"][~valid] = 0
         self._free = np.flatnonzero(~valid).tolist()
         self._writing: set[int] = set()
-        self._clock = int(self.index["stamp"].max(initial=0)) + 1
+        self._clock = int(index["stamp"][valid].max(initial=0)) + 1
         self.used_bytes = int(self.index["length"][valid].sum(dtype=np.int64))
 
     def _open_files(self) -> None:

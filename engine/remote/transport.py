@@ -34,11 +34,13 @@ __all__ = [
     "RemoteVersion",
     "TransientError",
     "Transport",
+    "parse_content_length",
+    "parse_content_range",
     "redact",
 ]
 
 READ_CHUNK = 256 << 10  # bytes read from a response at a time (the deadline is checked between reads)
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,18})-(\d{1,18})/(\d{1,18})", re.ASCII)  # digits as parse_content_length takes
 
 
 class RemoteError(EngineError):
@@ -114,7 +116,17 @@ def redact(url: str) -> str:
 class HttpTransport:
     """HTTP(S) range requests over a urllib3 connection pool (thread-safe, keep-alive)."""
 
-    def __init__(self, url: str, *, max_requests: int, connect_timeout_s: float, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_requests: int,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        pool: Any = None,
+    ) -> None:
+        """`pool`: an object with urllib3.PoolManager's `request` and `clear` to send the requests
+        through instead of a new PoolManager (the fuzz harness answers them without a network)."""
         import urllib3
 
         from .. import __version__
@@ -122,7 +134,7 @@ class HttpTransport:
         self.url = url
         self.name = redact(url)
         self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
+        self._pool = pool or urllib3.PoolManager(
             num_pools=4,
             maxsize=max_requests,
             retries=urllib3.Retry(total=5, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=True),
@@ -217,17 +229,7 @@ class HttpTransport:
         raise PermanentError(f"unexpected HTTP {status} {resp.reason or ''}".rstrip())
 
     def _content_range(self, resp: Any) -> tuple[int, int, int]:
-        text = resp.headers.get("Content-Range", "")
-        m = _CONTENT_RANGE.fullmatch(text.strip())
-        if m is None:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        first, last, total = (int(v) for v in m.groups())
-        if not first <= last < total:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        length = _content_length(resp)
-        if length is not None and length != last - first + 1:
-            raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
-        return first, last, total
+        return parse_content_range(resp.headers.get("Content-Range", ""), resp.headers.get("Content-Length"))
 
     @staticmethod
     def _version(resp: Any, size: int) -> RemoteVersion:
@@ -243,12 +245,32 @@ def _differs(seen: str | None, opened: str | None) -> bool:
 
 
 def _content_length(resp: Any) -> int | None:
-    text = resp.headers.get("Content-Length")
+    return parse_content_length(resp.headers.get("Content-Length"))
+
+
+def parse_content_length(text: str | None) -> int | None:
+    """The value of a Content-Length header (None when absent); PermanentError unless it is 1 to 18
+    ASCII digits."""
     if text is None:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise PermanentError(f"bad Content-Length {text[:40]!r}")
     return int(text)
+
+
+def parse_content_range(text: str, content_length: str | None = None) -> tuple[int, int, int]:
+    """(first, last, total) of a ``Content-Range: bytes first-last/total`` header, checked against
+    the response's Content-Length header when it has one; PermanentError for anything else."""
+    m = _CONTENT_RANGE.fullmatch(text.strip())
+    if m is None:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    first, last, total = (int(v) for v in m.groups())
+    if not first <= last < total:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    length = parse_content_length(content_length)
+    if length is not None and length != last - first + 1:
+        raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
+    return first, last, total
 
 
 def _read_body(resp: Any, length: int, deadline: float) -> bytes:

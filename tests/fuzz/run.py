@@ -1,0 +1,193 @@
+"""Coverage-guided fuzzing of the targets in tests/fuzz/harness.py with atheris (libFuzzer for Python).
+
+One target per process (atheris sets up once per process)::
+
+    python -m tests.fuzz.run one TARGET [--runs N | --seconds S] [--crashes DIR] [--work DIR]
+    python -m tests.fuzz.run all --seconds S [--crashes DIR]   # every target in turn, S split evenly
+
+The seed corpus (tests/fuzz/corpus/TARGET) is read, never written: new inputs go to the work folder.
+An input that breaks a target's contract is saved as ``DIR/TARGET/crash-<sha1>`` (a hang as
+timeout-, a huge allocation as oom-) and fails the run; tests/fuzz/test_fuzz.py replays every file
+saved there, so a crash found becomes a regression test once its file is committed.
+
+Memory is bounded twice: libFuzzer's -rss_limit_mb, and an address-space limit set in the fuzz
+process itself (RLIMIT_AS, a fixed margin above what the interpreter holds after start-up), so an
+allocation a hostile size asks for fails at once as MemoryError, which the target reports as a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+CORPUS = HERE / "corpus"
+CRASHES = HERE / "crashes"
+TARGET_NAMES = ("header", "pack", "metadata", "tile", "content_range", "http", "cache")
+ADDRESS_MARGIN = 1 << 30  # bytes of address space a fuzz process may take beyond its start-up size
+INPUT_TIMEOUT_S = 10  # one input running longer is a hang
+MAX_LEN = 64 << 10  # longest input the fuzzer makes (the pack seeds are a few KiB)
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _bound_memory() -> None:
+    size = _vm_size()
+    if size:
+        limit = size + ADDRESS_MARGIN
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def fuzz_one(target: str, runs: int | None, seconds: int | None, crashes: Path, work: Path) -> None:
+    """Fuzz `target` in this process (does not return: libFuzzer exits when done)."""
+    import atheris
+
+    with atheris.instrument_imports(include=["texstream", "tests.fuzz.harness"]):
+        from tests.fuzz import harness
+
+    test_one = harness.TARGETS[target]
+    if target == "cache":
+        harness._cache_layout()  # learn the layout before memory is bounded and fuzzing starts
+    work.mkdir(parents=True, exist_ok=True)
+    (crashes / target).mkdir(parents=True, exist_ok=True)
+    args = [
+        sys.argv[0],
+        str(work),
+        str(CORPUS / target),
+        f"-artifact_prefix={crashes / target}/",
+        f"-timeout={INPUT_TIMEOUT_S}",
+        "-rss_limit_mb=3072",
+        f"-max_len={MAX_LEN}",
+        "-print_final_stats=1",
+    ]
+    if runs is not None:
+        args += [f"-runs={runs}", "-seed=1"]
+    if seconds is not None:
+        args.append(f"-max_total_time={seconds}")
+    _bound_memory()
+    atheris.Setup(args, test_one)
+    atheris.Fuzz()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    target: str
+    ok: bool
+    runs: int
+    seconds: float
+    coverage: int
+    features: int
+    corpus: int
+    crashes: list[Path]
+    tail: str
+
+    def line(self) -> str:
+        rate = self.runs / self.seconds if self.seconds else 0.0
+        found = ", ".join(p.name for p in self.crashes) or "none"
+        state = "ok" if self.ok else "FAILED"
+        return (
+            f"{self.target:<14} {state:<6} {self.runs:>10,} inputs {rate:>8,.0f}/s  cov {self.coverage:>5}"
+            f"  ft {self.features:>6}  corpus {self.corpus:>5}  crashes: {found}"
+        )
+
+
+def _last_int(pattern: str, text: str) -> int:
+    hits = re.findall(pattern, text)
+    return int(hits[-1]) if hits else 0
+
+
+def run_target(
+    target: str,
+    *,
+    runs: int | None = None,
+    seconds: int | None = None,
+    crashes: Path = CRASHES,
+    work: Path | None = None,
+    timeout_s: float | None = None,
+) -> Summary:
+    """Fuzz one target in a child process; its libFuzzer statistics and the crash files it wrote."""
+    crashes = crashes.absolute()
+    before = set((crashes / target).glob("*")) if (crashes / target).is_dir() else set()
+    with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as tmp:
+        command = [sys.executable, "-m", "tests.fuzz.run", "one", target, "--crashes", str(crashes)]
+        command += ["--work", str(work or Path(tmp) / "work")]
+        if runs is not None:
+            command += ["--runs", str(runs)]
+        if seconds is not None:
+            command += ["--seconds", str(seconds)]
+        started = time.monotonic()
+        proc = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+        )
+        elapsed = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    found = sorted(set((crashes / target).glob("*")) - before) if (crashes / target).is_dir() else []
+    return Summary(
+        target=target,
+        ok=proc.returncode == 0 and not found,
+        runs=_last_int(r"stat::number_of_executed_units:\s*(\d+)", out) or _last_int(r"Done (\d+) runs", out),
+        seconds=elapsed,
+        coverage=_last_int(r"cov: (\d+)", out),
+        features=_last_int(r"ft: (\d+)", out),
+        corpus=_last_int(r"corp: (\d+)", out),
+        crashes=found,
+        tail=out[-6000:],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("one", help="fuzz one target in this process")
+    one.add_argument("target", choices=TARGET_NAMES)
+    one.add_argument("--runs", type=int)
+    one.add_argument("--seconds", type=int)
+    one.add_argument("--crashes", type=Path, default=CRASHES)
+    one.add_argument("--work", type=Path)
+    every = sub.add_parser("all", help="fuzz every target in turn and summarize")
+    every.add_argument("--seconds", type=int, default=600, help="total time, split evenly (default 600)")
+    every.add_argument("--crashes", type=Path, default=CRASHES)
+    every.add_argument("--targets", default=",".join(TARGET_NAMES), help="comma-separated subset")
+    args = parser.parse_args(argv)
+    if args.command == "one":
+        work = args.work or Path(tempfile.mkdtemp(prefix=f"fuzz-{args.target}-"))
+        fuzz_one(args.target, args.runs, args.seconds, args.crashes, work)
+        return 0
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        print("make fuzz needs atheris: pip install -e '.[fuzz]'", file=sys.stderr)
+        return 2
+    targets = [t for t in args.targets.split(",") if t]
+    each = max(1, args.seconds // len(targets))
+    work_root = ROOT / ".cache" / "fuzz"  # kept between runs: the next run starts from what this one found
+    print(f"fuzzing {len(targets)} targets for {each} s each; crashes go to {args.crashes}/<target>/")
+    summaries = []
+    for target in targets:
+        s = run_target(target, seconds=each, crashes=args.crashes, work=work_root / target)
+        summaries.append(s)
+        print(s.line(), flush=True)
+        if not s.ok:
+            print(s.tail, file=sys.stderr)
+    total = sum(s.runs for s in summaries)
+    crashed = sum(len(s.crashes) for s in summaries)
+    print(f"total: {total:,} inputs in {sum(s.seconds for s in summaries):.0f} s, {crashed} crash file(s)")
+    return 0 if all(s.ok for s in summaries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

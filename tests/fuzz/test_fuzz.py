@@ -1,0 +1,118 @@
+"""The fuzz targets as tests: the seed corpus and every saved crash replay through each target's
+contract in-process, and a short coverage-guided run of each target (atheris, a fixed number of
+inputs from a fixed seed) must find no crash. `make fuzz` runs the same targets for longer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.require import skip_unless_required
+
+from . import harness
+from .run import CORPUS, CRASHES, ROOT, TARGET_NAMES, run_target
+
+# Inputs per target in the short run: about 60 s for all seven on one loaded core of the 2-core box
+# (the pack and cache targets write and open files: ~1,000 inputs/s; the parsers run at 10-40k/s).
+SHORT_RUNS = {
+    "header": 20_000,
+    "pack": 4_000,
+    "metadata": 20_000,
+    "tile": 40_000,
+    "content_range": 40_000,
+    "http": 15_000,
+    "cache": 1_200,
+}
+MAX_CORPUS_BYTES = 2 << 20
+
+
+def _inputs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
+
+
+def test_every_target_has_seeds_and_a_short_run() -> None:
+    assert set(harness.TARGETS) == set(TARGET_NAMES) == set(SHORT_RUNS)
+    for target in TARGET_NAMES:
+        assert _inputs(CORPUS / target), f"no seed inputs for {target}"
+
+
+def test_the_seed_corpus_stays_small() -> None:
+    total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
+    assert total < MAX_CORPUS_BYTES, total
+
+
+@pytest.mark.parametrize("target", TARGET_NAMES)
+def test_seeds_and_saved_crashes_keep_the_contract(target: str) -> None:
+    """Every committed input (seeds, and crashes found before and fixed) parses or raises the
+    documented error; a crash file that fails here is a regression."""
+    for path in _inputs(CORPUS / target) + _inputs(CRASHES / target):
+        try:
+            harness.run_one(target, path.read_bytes())
+        except BaseException as exc:
+            raise AssertionError(f"{target} input {path.relative_to(ROOT)}: {type(exc).__name__}: {exc}") from exc
+
+
+def test_the_pack_seeds_open_and_read() -> None:
+    """The valid seeds must reach past the header checks, or the fuzzer starts from nothing."""
+    from texstream.pack.reader import PackReader
+
+    opened = 0
+    for path in _inputs(CORPUS / "pack"):
+        if "-cut" in path.name:
+            continue
+        body = harness.pack_bytes(path.read_bytes())
+        tmp = harness._scratch_dir() / "seed.tpk"
+        tmp.write_bytes(body)
+        with PackReader(tmp) as r:
+            assert r.verify() == []
+            opened += 1
+    assert opened >= 4
+
+
+def test_a_contract_break_is_reported_as_a_crash() -> None:
+    """The targets do not swallow what they must report: an undocumented exception escapes."""
+    assert harness.pack_bytes(bytes([harness.FIX_HEADER]) + b"x" * 10) == b"x" * 10
+    with pytest.raises(harness.ContractViolation):
+        harness._one_line(ValueError("two\nlines"))
+
+
+@pytest.mark.parametrize("target", TARGET_NAMES)
+def test_short_fuzz_run_finds_no_crash(target: str, tmp_path: Path) -> None:
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        skip_unless_required("fuzz", "atheris is not installed (pip install -e '.[fuzz]')")
+    summary = run_target(target, runs=SHORT_RUNS[target], crashes=tmp_path / "crashes", timeout_s=300)
+    saved = [p.read_bytes()[:200] for p in summary.crashes]
+    assert summary.ok, f"{target}: {summary.line()}\ninputs: {saved}\n{summary.tail}"
+    assert summary.runs >= SHORT_RUNS[target], summary.line()
+    assert summary.coverage > 0, summary.line()
+
+
+def test_the_fuzz_driver_reports_an_undocumented_exception(tmp_path: Path) -> None:
+    """A target that raises something else fails the run and leaves its input as a crash file (the
+    driver is what `make test` and `make fuzz` trust)."""
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        skip_unless_required("fuzz", "atheris is not installed (pip install -e '.[fuzz]')")
+    script = (
+        "import sys\n"
+        "from tests.fuzz import harness, run\n"
+        "def broken(data):\n"
+        "    if b'[[[' in data:\n"
+        "        raise KeyError('undocumented')\n"
+        "harness.TARGETS['metadata'] = broken\n"
+        f"run.fuzz_one('metadata', 200000, None, __import__('pathlib').Path({str(tmp_path)!r}), "
+        f"__import__('pathlib').Path({str(tmp_path / 'work')!r}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert "KeyError: 'undocumented'" in proc.stdout + proc.stderr
+    crashes = list((tmp_path / "metadata").glob("crash-*"))
+    assert len(crashes) == 1 and b"[[[" in crashes[0].read_bytes()
