@@ -88,7 +88,7 @@ class BlockCache:
             raise CacheUnavailable(f"{directory}: {exc.strerror or exc}") from None
         # index.dat is read back from disk, so it is outside bytes: an entry the cache cannot have
         # written (a length past the block size, a negative block, a use stamp near the counter's
-        # end, a second slot for the same block) is emptied before anything trusts it.
+        # end) is emptied before anything trusts it.
         index = self.index
         impossible = (index["pack"] != 0) & (
             (index["length"] == 0)
@@ -97,15 +97,17 @@ class BlockCache:
             | (index["stamp"] >= np.uint64(MAX_STAMP))
         )
         index["pack"][impossible] = 0
+        index["length"][impossible] = 0
         valid = index["pack"] != 0
-        self._where = {}
-        for s, p, b in zip(
-            np.flatnonzero(valid).tolist(), index["pack"][valid].tolist(), index["block"][valid].tolist(), strict=True
-        ):
-            if self._where.setdefault((int(p), int(b)), int(s)) != s:
-                index["pack"][s] = 0
-        valid = index["pack"] != 0
-        index["length"][~valid] = 0
+        self._where = {
+            (int(p), int(b)): int(s)
+            for s, p, b in zip(
+                np.flatnonzero(valid).tolist(),
+                index["pack"][valid].tolist(),
+                index["block"][valid].tolist(),
+                strict=True,
+            )
+        }
         self._free = np.flatnonzero(~valid).tolist()
         self._writing: set[int] = set()
         self._clock = int(index["stamp"][valid].max(initial=0)) + 1

@@ -4,6 +4,7 @@ One target per process (atheris sets up once per process)::
 
     python -m tests.fuzz.run one TARGET [--runs N | --seconds S] [--crashes DIR] [--work DIR]
     python -m tests.fuzz.run all --seconds S [--crashes DIR]   # every target in turn, S split evenly
+    python -m tests.fuzz.run replay [TARGET...]                # the seeds and saved crashes, no fuzzer
 
 The seed corpus (tests/fuzz/corpus/TARGET) is read, never written: new inputs go to the work folder.
 An input that breaks a target's contract is saved as ``DIR/TARGET/crash-<sha1>`` (a hang as
@@ -32,6 +33,18 @@ ROOT = HERE.parent.parent
 CORPUS = HERE / "corpus"
 CRASHES = HERE / "crashes"
 TARGET_NAMES = ("header", "pack", "metadata", "tile", "content_range", "http", "cache")
+# Modules whose code paths guide the fuzzer: the parsers and what they call. Importing texstream
+# imports the whole package, and instrumenting all of it would cost seconds of start-up per target for
+# code no target reaches, so these modules' functions are instrumented after the import.
+INSTRUMENTED = (
+    "texstream.pack.format",
+    "texstream.pack.reader",
+    "texstream.pack.codec",
+    "texstream.remote.transport",
+    "texstream.remote.cache",
+    "texstream.errors",
+    "tests.fuzz.harness",
+)
 ADDRESS_MARGIN = 1 << 30  # bytes of address space a fuzz process may take beyond its start-up size
 INPUT_TIMEOUT_S = 10  # one input running longer is a hang
 MAX_LEN = 64 << 10  # longest input the fuzzer makes (the pack seeds are a few KiB)
@@ -52,12 +65,58 @@ def _bound_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
+def replay(targets: list[str]) -> list[str]:
+    """Run every seed and saved crash of `targets` through its target in this process, memory bounded
+    as when fuzzing; one line per input that breaks the contract."""
+    from tests.fuzz import harness
+
+    if "cache" in targets:
+        harness._cache_layout()
+    _bound_memory()
+    failures = []
+    for target in targets:
+        files = [
+            p for folder in (CORPUS / target, CRASHES / target) if folder.is_dir() for p in sorted(folder.iterdir())
+        ]
+        for path in files:
+            try:
+                harness.run_one(target, path.read_bytes())
+            except BaseException as exc:  # noqa: BLE001 (anything else is what this reports)
+                text = str(exc).splitlines()[0] if str(exc) else ""
+                failures.append(f"{path.relative_to(ROOT)}: {type(exc).__name__}: {text[:300]}")
+    return failures
+
+
+def _instrument(atheris: object) -> None:
+    """Add coverage instrumentation to every function and method defined in INSTRUMENTED."""
+    import inspect
+
+    def functions(namespace: dict, module: str) -> list:
+        found = []
+        for value in namespace.values():
+            if isinstance(value, staticmethod | classmethod):
+                value = value.__func__
+            if isinstance(value, property):
+                found += [f for f in (value.fget, value.fset) if f is not None]
+            elif inspect.isfunction(value) and value.__module__ == module:
+                found.append(value)
+            elif inspect.isclass(value) and value.__module__ == module:
+                found += functions(dict(vars(value)), module)
+        return found
+
+    for name in INSTRUMENTED:
+        module = sys.modules[name]
+        for func in functions(dict(vars(module)), name):
+            atheris.instrument_func(func)
+
+
 def fuzz_one(target: str, runs: int | None, seconds: int | None, crashes: Path, work: Path) -> None:
     """Fuzz `target` in this process (does not return: libFuzzer exits when done)."""
     import atheris
 
-    with atheris.instrument_imports(include=["texstream", "tests.fuzz.harness"]):
-        from tests.fuzz import harness
+    from tests.fuzz import harness
+
+    _instrument(atheris)
 
     test_one = harness.TARGETS[target]
     if target == "cache":
@@ -162,7 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     every.add_argument("--seconds", type=int, default=600, help="total time, split evenly (default 600)")
     every.add_argument("--crashes", type=Path, default=CRASHES)
     every.add_argument("--targets", default=",".join(TARGET_NAMES), help="comma-separated subset")
+    again = sub.add_parser("replay", help="replay the seeds and saved crashes (no fuzzer needed)")
+    again.add_argument("targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGET_NAMES)} (default: all)")
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        unknown = sorted(set(args.targets) - set(TARGET_NAMES))
+        if unknown:
+            parser.error(f"unknown target(s) {', '.join(unknown)} (choose from {', '.join(TARGET_NAMES)})")
+        failures = replay(args.targets or list(TARGET_NAMES))
+        for line in failures:
+            print(line)
+        print(f"replay: {len(failures)} input(s) broke their target's contract")
+        return 1 if failures else 0
     if args.command == "one":
         work = args.work or Path(tempfile.mkdtemp(prefix=f"fuzz-{args.target}-"))
         fuzz_one(args.target, args.runs, args.seconds, args.crashes, work)
