@@ -45,7 +45,7 @@ INSTRUMENTED = (
     "texstream.errors",
     "tests.fuzz.harness",
 )
-ADDRESS_MARGIN = 1 << 30  # bytes of address space a fuzz process may take beyond its start-up size
+ADDRESS_MARGIN = 512 << 20  # bytes of address space a fuzz process may take beyond its start-up size
 INPUT_TIMEOUT_S = 10  # one input running longer is a hang
 MAX_LEN = 64 << 10  # longest input the fuzzer makes (the pack seeds are a few KiB)
 

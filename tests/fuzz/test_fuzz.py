@@ -128,3 +128,21 @@ def test_the_fuzz_driver_reports_an_undocumented_exception(tmp_path: Path) -> No
     assert "KeyError: 'undocumented'" in proc.stdout + proc.stderr
     crashes = list((tmp_path / "metadata").glob("crash-*"))
     assert len(crashes) == 1 and b"[[[" in crashes[0].read_bytes()
+
+
+def test_a_huge_allocation_is_a_crash_in_the_bounded_child() -> None:
+    """The address-space bound the fuzz and replay processes set turns an allocation a hostile size
+    asks for into a reported failure, not a machine swapping (the cache's 4 GiB read was one)."""
+    script = (
+        "from tests.fuzz import harness, run\n"
+        "def greedy(data):\n"
+        "    if b'[[[' in data:\n"
+        "        bytearray(run.ADDRESS_MARGIN * 2)\n"
+        "harness.TARGETS['metadata'] = greedy\n"
+        "print('\\n'.join(run.replay(['metadata'])))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "MemoryError" in proc.stdout and "corpus/metadata/deep-" in proc.stdout, proc.stdout
