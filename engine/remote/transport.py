@@ -134,12 +134,18 @@ class HttpTransport:
         self.url = url
         self.name = redact(url)
         self._urllib3 = urllib3
-        self._pool = pool or urllib3.PoolManager(
-            num_pools=4,
-            maxsize=max_requests,
-            retries=urllib3.Retry(total=5, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=True),
-            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
-            headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+        self._pool = (
+            pool
+            if pool is not None
+            else urllib3.PoolManager(
+                num_pools=4,
+                maxsize=max_requests,
+                retries=urllib3.Retry(
+                    total=5, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=True
+                ),
+                timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+                headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+            )
         )
 
     def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:
