@@ -1,12 +1,13 @@
 """Writes the seed corpus under tests/fuzz/corpus/<target>/: valid inputs made by the real writers
 (pack writer, codecs, the cache itself), truncated ones and edge cases. Deterministic; run
-``python -m tests.fuzz.make_corpus`` from the repository root after a format change."""
+``python -m tests.fuzz.make_corpus`` from the repository root after a format change. The folders
+also hold inputs a long fuzz run found that reach new code (named by their sha1, added with
+``python -m tests.fuzz.run one TARGET --merge-from .cache/fuzz/TARGET``); this script leaves them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -143,9 +144,10 @@ def corpus() -> dict[str, dict[str, bytes]]:
 def main() -> None:
     for target, inputs in corpus().items():
         folder = CORPUS / target
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
         for name, data in inputs.items():
+            for old in folder.glob(f"{name}-????????"):  # this seed's earlier version (the fuzzer's own
+                old.unlink()  # additions, named by their sha1, stay)
             digest = hashlib.sha1(data).hexdigest()[:8]
             (folder / f"{name}-{digest}").write_bytes(data)
     total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())

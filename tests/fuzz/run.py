@@ -5,6 +5,8 @@ One target per process (atheris sets up once per process)::
     python -m tests.fuzz.run one TARGET [--runs N | --seconds S] [--crashes DIR] [--work DIR]
     python -m tests.fuzz.run all --seconds S [--crashes DIR]   # every target in turn, S split evenly
     python -m tests.fuzz.run replay [TARGET...]                # the seeds and saved crashes, no fuzzer
+    python -m tests.fuzz.run one TARGET --merge-from DIR       # add DIR's inputs that reach new code
+                                                               # to the seed corpus (libFuzzer -merge)
 
 The seed corpus (tests/fuzz/corpus/TARGET) is read, never written: new inputs go to the work folder.
 An input that breaks a target's contract is saved as ``DIR/TARGET/crash-<sha1>`` (a hang as
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -110,8 +113,36 @@ def _instrument(atheris: object) -> None:
             atheris.instrument_func(func)
 
 
-def fuzz_one(target: str, runs: int | None, seconds: int | None, crashes: Path, work: Path) -> None:
-    """Fuzz `target` in this process (does not return: libFuzzer exits when done)."""
+def _merge_child(target: str, work: Path) -> Path:
+    """An executable that runs `target` with the libFuzzer arguments it is given: -merge runs its
+    passes in child processes started from argv[0]."""
+    script = work / "merge-child"
+    script.write_text(
+        f"#!/bin/sh\ncd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} -m tests.fuzz.run "
+        f'child {target} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def fuzz_child(target: str, libfuzzer_args: list[str]) -> None:
+    import atheris
+
+    from tests.fuzz import harness
+
+    _instrument(atheris)
+    if target == "cache":
+        harness._cache_layout()
+    _bound_memory()
+    atheris.Setup([sys.argv[0], *libfuzzer_args], harness.TARGETS[target])
+    atheris.Fuzz()
+
+
+def fuzz_one(
+    target: str, runs: int | None, seconds: int | None, crashes: Path, work: Path, merge_from: Path | None = None
+) -> None:
+    """Fuzz `target` in this process, or merge `merge_from` into its seed corpus (does not return:
+    libFuzzer exits when done)."""
     import atheris
 
     from tests.fuzz import harness
@@ -133,6 +164,9 @@ def fuzz_one(target: str, runs: int | None, seconds: int | None, crashes: Path, 
         f"-max_len={MAX_LEN}",
         "-print_final_stats=1",
     ]
+    if merge_from is not None:
+        args[1:3] = ["-merge=1", str(CORPUS / target), str(merge_from)]
+        args[0] = str(_merge_child(target, work))
     if runs is not None:
         args += [f"-runs={runs}", "-seed=1"]
     if seconds is not None:
@@ -217,13 +251,20 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--seconds", type=int)
     one.add_argument("--crashes", type=Path, default=CRASHES)
     one.add_argument("--work", type=Path)
+    one.add_argument("--merge-from", type=Path, help="merge this folder's new-coverage inputs into the seeds")
     every = sub.add_parser("all", help="fuzz every target in turn and summarize")
     every.add_argument("--seconds", type=int, default=600, help="total time, split evenly (default 600)")
     every.add_argument("--crashes", type=Path, default=CRASHES)
     every.add_argument("--targets", default=",".join(TARGET_NAMES), help="comma-separated subset")
+    child = sub.add_parser("child", help=argparse.SUPPRESS)
+    child.add_argument("target", choices=TARGET_NAMES)
+    child.add_argument("libfuzzer_args", nargs=argparse.REMAINDER)
     again = sub.add_parser("replay", help="replay the seeds and saved crashes (no fuzzer needed)")
     again.add_argument("targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGET_NAMES)} (default: all)")
     args = parser.parse_args(argv)
+    if args.command == "child":
+        fuzz_child(args.target, args.libfuzzer_args)
+        return 0
     if args.command == "replay":
         unknown = sorted(set(args.targets) - set(TARGET_NAMES))
         if unknown:
@@ -235,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if failures else 0
     if args.command == "one":
         work = args.work or Path(tempfile.mkdtemp(prefix=f"fuzz-{args.target}-"))
-        fuzz_one(args.target, args.runs, args.seconds, args.crashes, work)
+        fuzz_one(args.target, args.runs, args.seconds, args.crashes, work, args.merge_from)
         return 0
     try:
         import atheris  # noqa: F401

@@ -4,6 +4,7 @@ inputs from a fixed seed) must find no crash. `make fuzz` runs the same targets 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -67,7 +68,7 @@ def test_the_pack_seeds_open_and_read() -> None:
 
     opened = 0
     for path in _inputs(CORPUS / "pack"):
-        if "-cut" in path.name:
+        if not re.fullmatch(r".+-c\d-[0-9a-f]{8}", path.name):  # the writer's packs, whole (make_corpus)
             continue
         body = harness.pack_bytes(path.read_bytes())
         tmp = harness._scratch_dir() / "seed.tpk"
