@@ -566,6 +566,8 @@ class BlockCache:
             self._clock += int(slots.size)
             self._dirty = True
             self._flush_journal()
+        if not rows.size:  # every cached block had another length: dropped, all misses
+            return found
         flat = out.reshape(-1)
         got_rows = np.zeros(rows.size, bool)
         # one read per stretch of blocks that are adjacent both in the pack and in the slab

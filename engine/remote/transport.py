@@ -50,6 +50,8 @@ __all__ = [
     "TransientError",
     "Transport",
     "address_scope",
+    "parse_content_length",
+    "parse_content_range",
     "redact",
     "redirect_refusal",
     "resolve_host",
@@ -60,7 +62,7 @@ READ_CHUNK = 256 << 10  # bytes read from a response at a time (the deadline is 
 MAX_REDIRECTS = 5  # hops followed for one request
 DRAIN_BYTES = 4096  # a body left unread up to this long is read, so its connection is kept
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,18})-(\d{1,18})/(\d{1,18})", re.ASCII)  # digits as parse_content_length takes
 _DELAY_SECONDS = re.compile(r"\d{1,12}", re.ASCII)
 
 
@@ -326,7 +328,10 @@ class HttpTransport:
         read_timeout_s: float,
         redirects: RedirectPolicy | None = None,
         resolve: Resolver = resolve_host,
+        pool: Any = None,
     ) -> None:
+        """`pool`: an object with urllib3.PoolManager's `request` and `clear` to send the requests
+        through instead of a new PoolManager (the fuzz harness answers them without a network)."""
         import urllib3
 
         from ..config import RedirectPolicy
@@ -337,12 +342,16 @@ class HttpTransport:
         self.redirects = redirects or RedirectPolicy.SAME_ORIGIN
         self._resolve = resolve
         self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
-            num_pools=4,
-            maxsize=max_requests,
-            retries=False,  # RemoteFile retries; redirects are checked hop by hop in _request
-            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
-            headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+        self._pool = (
+            pool
+            if pool is not None
+            else urllib3.PoolManager(
+                num_pools=4,
+                maxsize=max_requests,
+                retries=False,  # RemoteFile retries; redirects are checked hop by hop in _request
+                timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+                headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+            )
         )
 
     def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:
@@ -465,17 +474,7 @@ class HttpTransport:
         raise PermanentError(f"unexpected HTTP {status} {resp.reason or ''}".rstrip())
 
     def _content_range(self, resp: Any) -> tuple[int, int, int]:
-        text = resp.headers.get("Content-Range", "")
-        m = _CONTENT_RANGE.fullmatch(text.strip())
-        if m is None:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        first, last, total = (int(v) for v in m.groups())
-        if not first <= last < total:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        length = _content_length(resp)
-        if length is not None and length != last - first + 1:
-            raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
-        return first, last, total
+        return parse_content_range(resp.headers.get("Content-Range", ""), resp.headers.get("Content-Length"))
 
     @staticmethod
     def _version(resp: Any, size: int) -> RemoteVersion:
@@ -491,12 +490,32 @@ def _differs(seen: str | None, opened: str | None) -> bool:
 
 
 def _content_length(resp: Any) -> int | None:
-    text = resp.headers.get("Content-Length")
+    return parse_content_length(resp.headers.get("Content-Length"))
+
+
+def parse_content_length(text: str | None) -> int | None:
+    """The value of a Content-Length header (None when absent); PermanentError unless it is 1 to 18
+    ASCII digits."""
     if text is None:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise PermanentError(f"bad Content-Length {text[:40]!r}")
     return int(text)
+
+
+def parse_content_range(text: str, content_length: str | None = None) -> tuple[int, int, int]:
+    """(first, last, total) of a ``Content-Range: bytes first-last/total`` header, checked against
+    the response's Content-Length header when it has one; PermanentError for anything else."""
+    m = _CONTENT_RANGE.fullmatch(text.strip())
+    if m is None:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    first, last, total = (int(v) for v in m.groups())
+    if not first <= last < total:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    length = parse_content_length(content_length)
+    if length is not None and length != last - first + 1:
+        raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
+    return first, last, total
 
 
 def _read_body(resp: Any, length: int, deadline: float) -> bytes:
