@@ -34,7 +34,7 @@ used, in chunks of 1/32 of the slots, by the use stamps.
 
 Parsing the files is `parse_cache_files` (bytes in, a `CacheImage` out; any bytes are accepted,
 whatever cannot be trusted is dropped), and `read_cache_folder` reads a folder through it. Every
-file operation goes through `_File` / `_rename` / `_unlink`, which call the hook installed with
+file operation goes through `CacheFile` / `rename_file` / `unlink_file`, which call the hook installed with
 `fault_hook` first: tests make the Nth operation fail (`FailNth`).
 """
 
@@ -42,21 +42,33 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import fcntl
 import logging
 import os
-import stat
 import struct
 import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from .. import _io
+from .cache_format import (
+    GOLDEN,
+    HEADER_BYTES,
+    JOURNAL_MAGIC,
+    RECORD,
+    SEAL_BYTES,
+    SNAPSHOT_MAGIC,
+    CacheImage,
+    block_seed,
+    header_bytes,
+    journal_limit,
+    parse_cache_files,
+    read_cache_folder,
+    seal,
+)
+from .cache_io import CacheFile, CacheOp, FailNth, fault_hook, rename_file, unlink_file
 
 __all__ = [
     "BlockCache",
@@ -71,37 +83,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 2  # version 1 was a memory-mapped index.dat and a cache.json
-SNAPSHOT_MAGIC = b"TSCSNAP\0"
-JOURNAL_MAGIC = b"TSCJRNL\0"
-HEADER = struct.Struct("<8sIIQQ")  # magic, format version, block bytes, slots, generation
-HEADER_BYTES = HEADER.size + 8  # + the header's seal
-SEAL_BYTES = 8
-ENTRY = np.dtype(
-    [
-        ("pack", "<u8"),  # 0: the slot is empty
-        ("url", "<u8"),
-        ("block", "<i8"),
-        ("stamp", "<u8"),
-        ("checksum", "<u8"),
-        ("length", "<u4"),
-        ("pad", "<u4"),
-    ]
-)
-RECORD = np.dtype(
-    [
-        ("slot", "<u4"),
-        ("length", "<u4"),
-        ("pack", "<u8"),  # 0: the slot was emptied
-        ("url", "<u8"),
-        ("block", "<i8"),
-        ("checksum", "<u8"),
-        ("seal", "<u8"),  # xxh3 of the fields above, seeded with the generation and the record's place
-    ]
-)
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
 
 
 class CacheUnavailable(Exception):
@@ -123,288 +104,6 @@ class CacheState(enum.Enum):
     CLOSED = "closed"
 
 
-# ---- file operations (one place for tests to inject failures) ----------------------------------------
-class CacheOp(enum.Enum):
-    """The cache's file operations, as a fault hook sees them."""
-
-    OPEN = "open"
-    PREAD = "pread"
-    PWRITE = "pwrite"
-    FSYNC = "fsync"
-    TRUNCATE = "truncate"
-    RENAME = "rename"
-    UNLINK = "unlink"
-
-
-FaultHook = Callable[[CacheOp, str], None]
-_hook: FaultHook | None = None
-
-
-@contextlib.contextmanager
-def fault_hook(hook: FaultHook) -> Iterator[FaultHook]:
-    """Call ``hook(op, path)`` before each cache file operation while the block runs; an `OSError`
-    it raises is that operation's failure."""
-    global _hook
-    previous, _hook = _hook, hook
-    try:
-        yield hook
-    finally:
-        _hook = previous
-
-
-class FailNth:
-    """A fault hook that fails the `n`th operation (from 1) among `ops` (all when None) with `errnum`.
-
-    ``calls`` counts the operations seen, so a first run with ``n=0`` (never fails) measures how many
-    there are to sweep over.
-    """
-
-    def __init__(self, n: int, errnum: int = errno.ENOSPC, ops: frozenset[CacheOp] | None = None) -> None:
-        self.n, self.errnum, self.ops = n, errnum, ops
-        self.calls = 0
-        self.failed: tuple[CacheOp, str] | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self, op: CacheOp, path: str) -> None:
-        if self.ops is not None and op not in self.ops:
-            return
-        with self._lock:
-            self.calls += 1
-            if self.calls != self.n:
-                return
-            self.failed = (op, path)
-        raise OSError(self.errnum, os.strerror(self.errnum), path)
-
-
-def _check(op: CacheOp, path: str) -> None:
-    hook = _hook
-    if hook is not None:
-        hook(op, path)
-
-
-class _File:
-    """A file descriptor and its path; every call goes through the fault hook, and through
-    `texstream._io` (so `texstream.testing.faults` sweeps the cache like every other writer)."""
-
-    def __init__(self, path: Path, flags: int, mode: int = 0o600) -> None:
-        self.path = str(path)
-        _check(CacheOp.OPEN, self.path)
-        self.fd = _io.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
-
-    def pread(self, size: int, offset: int) -> bytes:
-        _check(CacheOp.PREAD, self.path)
-        return _io.pread(self.fd, size, offset)
-
-    def preadv(self, buffers: list[memoryview], offset: int) -> int:
-        _check(CacheOp.PREAD, self.path)
-        return os.preadv(self.fd, buffers, offset)
-
-    def pwrite(self, data: bytes | memoryview, offset: int) -> None:
-        """All of `data` at `offset`; a short write is an OSError (ENOSPC), as the disk is full."""
-        _check(CacheOp.PWRITE, self.path)
-        if _io.pwrite(self.fd, data, offset) != len(data):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
-
-    def fsync(self) -> None:
-        _check(CacheOp.FSYNC, self.path)
-        _io.fsync(self.fd)
-
-    def truncate(self, size: int) -> None:
-        _check(CacheOp.TRUNCATE, self.path)
-        _io.ftruncate(self.fd, size)
-
-    def size(self) -> int:
-        return os.fstat(self.fd).st_size
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-
-def _rename(src: Path, dst: Path) -> None:
-    _check(CacheOp.RENAME, str(dst))
-    _io.replace(src, dst)
-
-
-def _unlink(path: Path) -> None:
-    _check(CacheOp.UNLINK, str(path))
-    path.unlink(missing_ok=True)
-
-
-# ---- the files' format ------------------------------------------------------------------------------
-def _seal(data: bytes | memoryview, seed: int) -> int:
-    return xxhash.xxh3_64_intdigest(data, seed=seed & _MASK64)
-
-
-def block_seed(pack_id: int, block: int) -> int:
-    """The seed of a block's checksum: the same bytes under another pack or block do not match."""
-    return (pack_id ^ (block * _GOLDEN)) & _MASK64
-
-
-def _header(magic: bytes, block_bytes: int, slots: int, generation: int) -> bytes:
-    head = HEADER.pack(magic, FORMAT_VERSION, block_bytes, slots, generation)
-    return head + struct.pack("<Q", _seal(head, 0))
-
-
-def _parse_header(data: bytes, magic: bytes, block_bytes: int, slots: int) -> int | None:
-    """The generation, or None unless `data` starts with a sealed header of this geometry."""
-    if len(data) < HEADER_BYTES:
-        return None
-    head = data[: HEADER.size]
-    (seal,) = struct.unpack_from("<Q", data, HEADER.size)
-    if seal != _seal(head, 0):
-        return None
-    got_magic, version, got_block, got_slots, generation = HEADER.unpack(head)
-    if (got_magic, version, got_block, got_slots) != (magic, FORMAT_VERSION, block_bytes, slots):
-        return None
-    return int(generation)
-
-
-def snapshot_bytes(block_bytes: int, slots: int) -> int:
-    return HEADER_BYTES + slots * ENTRY.itemsize + SEAL_BYTES
-
-
-def journal_limit(slots: int) -> int:
-    """Records at most in a journal before it is folded into a snapshot."""
-    return 2 * slots + 64
-
-
-@dataclass(frozen=True, kw_only=True)
-class CacheImage:
-    """What a cache folder's files say, once everything that cannot be trusted is dropped.
-
-    entries : one ENTRY per slot (pack 0: empty), no (pack, block) twice, lengths in 1..block_bytes
-    generation : of the snapshot the journal applies to (0: no snapshot)
-    journal_records : records replayed (appending continues after them)
-    journal_ok : the journal's header is right for this generation (else the journal starts over)
-    notes : why something was dropped, for the log
-    """
-
-    entries: np.ndarray
-    generation: int
-    journal_records: int
-    journal_ok: bool
-    notes: tuple[str, ...]
-
-
-def parse_cache_files(snapshot: bytes | None, journal: bytes | None, *, block_bytes: int, slots: int) -> CacheImage:
-    """The slot table that `index.dat` (`snapshot`) and `journal.dat` (`journal`) describe.
-
-    Accepts any bytes (None: the file is missing) and never raises for them: a snapshot that is not
-    exactly right is ignored (an empty table), a journal is replayed up to its first bad record.
-    Nothing is allocated from sizes the files state: the table has the `slots` the caller gives.
-    """
-    notes: list[str] = []
-    entries = np.zeros(slots, ENTRY)
-    generation = 0
-    if snapshot is not None:
-        gen = _parse_header(snapshot, SNAPSHOT_MAGIC, block_bytes, slots)
-        body_end = HEADER_BYTES + slots * ENTRY.itemsize
-        if gen is None:
-            notes.append("index.dat is not a snapshot of this geometry")
-        elif len(snapshot) != snapshot_bytes(block_bytes, slots):
-            notes.append(f"index.dat holds {len(snapshot)} bytes, not {snapshot_bytes(block_bytes, slots)}")
-        elif struct.unpack_from("<Q", snapshot, body_end)[0] != _seal(memoryview(snapshot)[:body_end], gen):
-            notes.append("index.dat's seal does not match")
-        else:
-            entries = np.frombuffer(snapshot, ENTRY, slots, HEADER_BYTES).copy()
-            generation = gen
-    bad = (entries["pack"] != 0) & (
-        (entries["length"] == 0) | (entries["length"] > block_bytes) | (entries["block"] < 0)
-    )
-    if bad.any():
-        notes.append(f"{int(bad.sum())} snapshot entries out of range")
-        entries[bad] = 0
-    _drop_duplicates(entries, notes)
-    records, journal_ok = 0, False
-    if journal is not None:
-        gen = _parse_header(journal, JOURNAL_MAGIC, block_bytes, slots)
-        if gen is None or gen != generation:
-            notes.append("journal.dat does not follow index.dat")
-        else:
-            journal_ok = True
-            records = _replay(journal, entries, generation, block_bytes, notes)
-    return CacheImage(
-        entries=entries, generation=generation, journal_records=records, journal_ok=journal_ok, notes=tuple(notes)
-    )
-
-
-def _drop_duplicates(entries: np.ndarray, notes: list[str]) -> None:
-    """Keep one slot per (pack, block): the most recently used."""
-    filled = np.flatnonzero(entries["pack"] != 0)
-    if filled.size < 2:
-        return
-    e = entries[filled]
-    order = np.lexsort((e["stamp"], e["block"], e["pack"]))
-    same = (e["pack"][order][1:] == e["pack"][order][:-1]) & (e["block"][order][1:] == e["block"][order][:-1])
-    dup = filled[order[:-1][same]]
-    if dup.size:
-        notes.append(f"{dup.size} snapshot entries name a block held by another slot")
-        entries[dup] = 0
-
-
-def _replay(journal: bytes, entries: np.ndarray, generation: int, block_bytes: int, notes: list[str]) -> int:
-    slots = entries.size
-    count = min((len(journal) - HEADER_BYTES) // RECORD.itemsize, journal_limit(slots))
-    recs = np.frombuffer(journal, RECORD, count, HEADER_BYTES)
-    raw = memoryview(journal)[HEADER_BYTES:]
-    where = {(int(p), int(b)): int(s) for s, p, b in _filled(entries)}
-    stamp = int(entries["stamp"].max(initial=0))
-    size = RECORD.itemsize
-    for i in range(count):
-        at = i * size
-        if int(recs["seal"][i]) != _seal(raw[at : at + size - SEAL_BYTES], generation * _GOLDEN + i):
-            notes.append(f"journal.dat ends at a torn record ({i} of {count})")
-            return i
-        r = recs[i]
-        slot, pack, block, length = int(r["slot"]), int(r["pack"]), int(r["block"]), int(r["length"])
-        if slot >= slots or (pack != 0 and not (0 < length <= block_bytes and block >= 0)):
-            notes.append(f"journal record {i} is out of range")
-            return i
-        old = entries[slot]
-        where.pop((int(old["pack"]), int(old["block"])), None)
-        entries[slot] = 0
-        if pack == 0:
-            continue
-        other = where.pop((pack, block), None)
-        if other is not None:
-            entries[other] = 0
-        stamp += 1
-        entries[slot] = (pack, int(r["url"]), block, stamp, int(r["checksum"]), length, 0)
-        where[(pack, block)] = slot
-    return count
-
-
-def _filled(entries: np.ndarray) -> Iterator[tuple[int, int, int]]:
-    filled = np.flatnonzero(entries["pack"] != 0)
-    yield from zip(filled.tolist(), entries["pack"][filled].tolist(), entries["block"][filled].tolist(), strict=True)
-
-
-def _read_bounded(path: Path, limit: int) -> bytes | None:
-    """At most `limit` bytes of a regular file (None: missing or not a regular file)."""
-    try:
-        f = _File(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(f.fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        return f.pread(min(limit, st.st_size), 0)
-    finally:
-        f.close()
-
-
-def read_cache_folder(folder: Path, *, block_bytes: int, slots: int) -> CacheImage:
-    """`parse_cache_files` of a folder's `index.dat` and `journal.dat` (each read up to its largest
-    valid size plus one byte); OSError when a file cannot be read."""
-    snap = _read_bounded(folder / "index.dat", snapshot_bytes(block_bytes, slots) + 1)
-    journal = _read_bounded(folder / "journal.dat", HEADER_BYTES + journal_limit(slots) * RECORD.itemsize)
-    return parse_cache_files(snap, journal, block_bytes=block_bytes, slots=slots)
-
-
-# ---- the cache ----------------------------------------------------------------------------------------
 class BlockCache:
     """Blocks of remote packs on disk, bounded by `capacity_bytes`. Thread-safe.
 
@@ -430,7 +129,7 @@ class BlockCache:
         self._lock_file = self._data = self._journal = None
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._lock_file = _File(directory / "lock", os.O_RDWR | os.O_CREAT)
+            self._lock_file = CacheFile(directory / "lock", os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(self._lock_file.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -449,16 +148,16 @@ class BlockCache:
         for note in image.notes:
             log.debug("remote cache %s: %s", d, note)
         if (d / "cache.json").exists():  # the memory-mapped layout before this one
-            _unlink(d / "cache.json")
+            unlink_file(d / "cache.json")
         self._entries = image.entries
         self._generation = image.generation
-        self._data = _File(d / "blocks.dat", os.O_RDWR | os.O_CREAT)
+        self._data = CacheFile(d / "blocks.dat", os.O_RDWR | os.O_CREAT)
         filled = self._entries["pack"] != 0
         if not filled.any() and self._data.size():
             self._data.truncate(0)  # nothing in it can be found: give its disk back
         elif self._data.size() > self.slots * self.block_bytes:
             self._data.truncate(self.slots * self.block_bytes)
-        self._journal = _File(d / "journal.dat", os.O_RDWR | os.O_CREAT)
+        self._journal = CacheFile(d / "journal.dat", os.O_RDWR | os.O_CREAT)
         self._journal_records = image.journal_records
         if not image.journal_ok:
             self._journal.truncate(0)
@@ -478,7 +177,7 @@ class BlockCache:
             self._compact()
 
     def _header(self, magic: bytes, generation: int) -> bytes:
-        return _header(magic, self.block_bytes, self.slots, generation)
+        return header_bytes(magic, self.block_bytes, self.slots, generation)
 
     @property
     def active(self) -> bool:
@@ -732,8 +431,8 @@ class BlockCache:
         raw = recs.view(np.uint8).reshape(len(pending), RECORD.itemsize)
         base = self._journal_records
         for k in range(len(pending)):
-            recs["seal"][k] = _seal(
-                raw[k, : RECORD.itemsize - SEAL_BYTES].tobytes(), self._generation * _GOLDEN + base + k
+            recs["seal"][k] = seal(
+                raw[k, : RECORD.itemsize - SEAL_BYTES].tobytes(), self._generation * GOLDEN + base + k
             )
         try:
             self._journal.pwrite(recs.tobytes(), HEADER_BYTES + base * RECORD.itemsize)
@@ -748,17 +447,17 @@ class BlockCache:
         """A new snapshot of the whole table, then an empty journal after it."""
         gen = self._generation + 1
         body = self._header(SNAPSHOT_MAGIC, gen) + self._entries.tobytes()
-        snap = body + struct.pack("<Q", _seal(body, gen))
+        snap = body + struct.pack("<Q", seal(body, gen))
         final = self.directory / "index.dat"
         temp = self.directory / f"index.{os.getpid()}.tmp"
         try:
-            f = _File(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            f = CacheFile(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
                 f.pwrite(snap, 0)
                 f.fsync()
             finally:
                 f.close()
-            _rename(temp, final)
+            rename_file(temp, final)
             self._generation = gen  # the old journal no longer applies, whatever happens next
             self._journal.truncate(0)
             self._journal.pwrite(self._header(JOURNAL_MAGIC, gen), 0)
