@@ -4,17 +4,8 @@
 reading (`RemoteFile`), the byte transports (`transport`) and the cache of fetched blocks (`cache`).
 """
 
-from .remote_file import (
-    NetworkCounters,
-    NetworkSummary,
-    RemoteFile,
-    RemoteStats,
-    SourceState,
-    SourceStatus,
-    is_remote,
-    open_remote,
-    summarize,
-)
+from .network import NetworkCounters, NetworkSummary, RemoteStats, summarize
+from .remote_file import RemoteFile, SourceState, SourceStatus, is_remote, open_remote
 from .transport import PackChangedError, RemoteError, RemoteVersion
 
 __all__ = [
