@@ -1,0 +1,19 @@
+"""Block-compressed files made elsewhere (DDS, KTX2): read them, re-tile them into packs without
+re-encoding, and export packs back to KTX2."""
+
+from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level, read_block_file
+from .export import ExportReport, export_ktx2
+from .retile import RetileConfig, RetileReport, retile_to_pack
+
+__all__ = [
+    "BlockLevel",
+    "BlockTexture",
+    "ExportReport",
+    "RetileConfig",
+    "RetileReport",
+    "decode_blocks",
+    "decode_level",
+    "export_ktx2",
+    "read_block_file",
+    "retile_to_pack",
+]
