@@ -130,7 +130,7 @@ def read_dds(path: str | Path) -> BlockTexture:
                 raise SourceError(f"{path}: resource dimension {dimension} is not a 2D texture")
             if misc & DX10_MISC_CUBE:
                 raise SourceError(f"{path}: cube maps are not supported; {REENCODE_ADVICE}")
-            if array_size != 1:
+            if array_size > 1:  # 0 is what some writers (Pillow) put for a single texture
                 raise SourceError(f"{path}: texture arrays ({array_size} layers) are not supported")
             name, fmt, srgb = DXGI[dxgi]
         elif fourcc in LEGACY:

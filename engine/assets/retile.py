@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..bake.bcn import encode_slot
+from ..bake.format_choice import MIP_FILTER
 from ..bake.mips import Transfer, reduce_level
 from ..bake.tiler import resolve
 from ..errors import SourceError
@@ -238,7 +239,7 @@ def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig 
         "border": header.border,
         "address_mode": header.address_mode.name.lower(),
         "supercompression": header.supercompression.name.lower(),
-        "mip_filter": "box2x2-gamma-correct",
+        "mip_filter": MIP_FILTER,
     }
     if header.supercompression is Supercompression.ZSTD:
         metadata["zstd_level"] = config.zstd_level
