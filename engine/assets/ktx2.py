@@ -18,6 +18,7 @@ import io
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import SourceError
 from ..pack.format import TexelFormat
@@ -177,11 +178,12 @@ def read_ktx2(path: str | Path) -> BlockTexture:
     )
 
 
-def _dfd_model(f: io.BufferedReader, path: Path, file_size: int, offset: int, length: int) -> int:
-    if length < 12 or offset + length > file_size:
+def _dfd_model(f: BinaryIO, path: Path, file_size: int, offset: int, length: int) -> int:
+    """The colorModel of the DFD's first (basic) descriptor block: byte 12 of the DFD, after its total
+    size (u32), vendorId/descriptorType (u32), versionNumber and descriptorBlockSize (u16 each)."""
+    if length < 16 or offset + length > file_size:
         raise SourceError(f"{path}: vkFormat 0 with no readable data format descriptor")
-    dfd = read_exact(f, path, offset, 12, "data format descriptor")
-    return dfd[12 - 4]  # total size u32, vendor/type u32, version u16 + size u16, then colorModel
+    return read_exact(f, path, offset, 16, "data format descriptor")[12]
 
 
 def _inflate(stored: bytes, scheme: int, expected: int, path: Path, level: int) -> bytes:
