@@ -101,7 +101,7 @@ def _check_output(path: Path) -> None:
 
 # ---- commands ---------------------------------------------------------------------------------
 def cmd_bake(args: argparse.Namespace) -> int:
-    from ..assets.blocks import is_block_file
+    from ..assets.load import is_block_file
     from ..bake.pipeline import bake_file
 
     if is_block_file(args.src):
