@@ -136,6 +136,7 @@ def _bake_block_file(args: argparse.Namespace) -> int:
         zstd_level=cfg.zstd_level,
         bc7_quality=cfg.bc7_quality,
         srgb=cfg.srgb,
+        jobs=cfg.jobs,
     )
     print(retile_to_pack(texture, out, retile).summary())
     return 0

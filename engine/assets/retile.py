@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +67,8 @@ class RetileConfig:
     srgb : bool | None
         colour transfer for files that do not record it (legacy DDS FourCC); None: sRGB for colour
         formats. A file that records it (DX10 DDS, KTX2) must not be contradicted.
+    jobs : int
+        encoder threads for padding blocks and generated levels; 0: every core
     """
 
     tile_size: int = 128
@@ -74,6 +78,7 @@ class RetileConfig:
     zstd_level: int = codec.ZSTD_LEVEL
     bc7_quality: str = "normal"
     srgb: bool | None = None
+    jobs: int = 0
 
 
 @dataclass
@@ -133,17 +138,22 @@ def pack_header_for(texture: BlockTexture, config: RetileConfig) -> PackHeader:
 
 # ---- one level's blocks into tiles ------------------------------------------------------------------
 class BlockEncoder:
-    """Encodes loose 4x4 blocks of texels with the baker's encoder, several per call."""
+    """Encodes loose 4x4 blocks of texels with the baker's encoder, several per call, on `threads`
+    threads (ispc-texcomp releases the GIL while it encodes). Each call's blocks are a fixed run of
+    the input, so the output does not depend on the thread count."""
 
-    def __init__(self, fmt: TexelFormat, srgb: bool, bc7_quality: str) -> None:
+    def __init__(self, fmt: TexelFormat, srgb: bool, bc7_quality: str, threads: int = 1) -> None:
         self.fmt, self.srgb, self.bc7_quality = fmt, srgb, bc7_quality
+        self.threads = max(1, threads)
 
     def encode(self, texels: np.ndarray) -> np.ndarray:
         """(n, 4, 4, 4) RGBA uint8 -> (n, block bytes) uint8."""
         n = texels.shape[0]
         out = np.empty((n, self.fmt.block_bytes), np.uint8)
         per_call = ENCODE_CHUNK_BLOCKS * ENCODE_CHUNK_BLOCKS
-        for start in range(0, n, per_call):
+        starts = range(0, n, per_call)
+
+        def run(start: int) -> None:
             part = texels[start : start + per_call]
             side = math.isqrt(part.shape[0] - 1) + 1
             grid = np.empty((side * side, 4, 4, 4), np.uint8)
@@ -154,6 +164,13 @@ class BlockEncoder:
             )
             raw = encode_slot(slot, self.fmt, bc7_quality=self.bc7_quality, srgb=self.srgb, alpha=True)
             out[start : start + part.shape[0]] = np.frombuffer(raw, np.uint8).reshape(side * side, -1)[: part.shape[0]]
+
+        if self.threads == 1 or len(starts) == 1:
+            for start in starts:
+                run(start)
+        else:
+            with ThreadPoolExecutor(min(self.threads, len(starts))) as pool:
+                list(pool.map(run, starts))  # list(): re-raises the first failure
         return out
 
     def encode_level(self, level: np.ndarray, mode: AddressMode) -> np.ndarray:
@@ -226,7 +243,7 @@ def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig 
     header = pack_header_for(texture, config)
     fmt = header.texel_format
     report = RetileReport(out=out, header=header)
-    encoder = BlockEncoder(fmt, header.srgb, config.bc7_quality)
+    encoder = BlockEncoder(fmt, header.srgb, config.bc7_quality, config.jobs or os.cpu_count() or 1)
     metadata = {
         "tool": f"texstream {__version__}",
         "source": texture.path.name,

@@ -201,3 +201,18 @@ def test_a_format_that_contradicts_the_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sRGB"):
         retile_to_pack(read_block_file(src), tmp_path / "s.tpk", RetileConfig(tile_size=T, srgb=False))
     assert not (tmp_path / "s.tpk").exists()
+
+
+def test_encoder_threads_do_not_change_the_pack(tmp_path: Path) -> None:
+    """Padding blocks and generated levels are encoded in fixed runs of blocks, whatever the threads."""
+    levels = block_levels(F.BC7, picture(1031, 517, alpha=True), 1)
+    src = write_dds(tmp_path / "o.dds", F.BC7, 1031, 517, levels)
+    tiles = []
+    for jobs in (1, 3):
+        out = tmp_path / f"j{jobs}.tpk"
+        cfg = RetileConfig(tile_size=T, border=B, address_mode=AddressMode.WRAP, jobs=jobs, bc7_quality="fast")
+        report = retile_to_pack(read_block_file(src), out, cfg)
+        assert report.levels_generated[0] == 1  # 516 x 259: 8,385 blocks, three encoder calls
+        with PackReader(out) as r:
+            tiles.append([r.read_tile(*r.tile_position(i)) for i in range(r.header.tile_count)])
+    assert tiles[0] == tiles[1]
