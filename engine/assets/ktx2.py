@@ -40,6 +40,10 @@ HEADER = struct.Struct("<12s9I4I2Q")  # identifier, header, index
 LEVEL = struct.Struct("<3Q")
 assert HEADER.size == 80 and LEVEL.size == 24
 
+INFLATE_STEP = 1 << 26  # decompress 64 MiB at a time
+# Supercompressed levels may inflate far beyond the file's size (a solid colour compresses ~10^4:1),
+# so their total is capped: 4 GiB of blocks is a 65536^2 BC7 level 0.
+MAX_INFLATED_BYTES = 1 << 32
 SUPERCOMPRESSION_NONE, SUPERCOMPRESSION_BASISLZ, SUPERCOMPRESSION_ZSTD, SUPERCOMPRESSION_ZLIB = 0, 1, 2, 3
 
 # VkFormat -> (name, pack format, sRGB)
@@ -154,6 +158,13 @@ def read_ktx2(path: str | Path) -> BlockTexture:
         if HEADER.size + count * LEVEL.size > file_size:
             raise SourceError(f"{path}: truncated: the level index of {count} levels does not fit in the file")
         index = read_exact(f, path, HEADER.size, count * LEVEL.size, "level index")
+        if scheme != SUPERCOMPRESSION_NONE:
+            total = sum(level_bytes(*floor_dims(width, height, lv), fmt) for lv in range(count))
+            if total > MAX_INFLATED_BYTES:
+                raise SourceError(
+                    f"{path}: {count} supercompressed levels of {width} x {height} {name} would inflate to "
+                    f"{total:,} bytes, over the {MAX_INFLATED_BYTES:,}-byte limit"
+                )
         levels = []
         for lv in range(count):
             offset, length, raw_length = LEVEL.unpack_from(index, lv * LEVEL.size)
@@ -187,27 +198,39 @@ def _dfd_model(f: BinaryIO, path: Path, file_size: int, offset: int, length: int
 
 
 def _inflate(stored: bytes, scheme: int, expected: int, path: Path, level: int) -> bytes:
-    """A level's bytes, decompressed with the output bounded by `expected` (+1 to see overruns)."""
+    """A level's bytes, decompressed in bounded steps: memory grows only with output the data really
+    produces, and never past `expected` + 1 byte (to see an overrun)."""
     if scheme == SUPERCOMPRESSION_NONE:
         return stored
+    out = bytearray()
     try:
         if scheme == SUPERCOMPRESSION_ZSTD:
             import zstandard
 
             reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(stored), read_across_frames=True)
-            data = reader.read(expected + 1)
+            while len(out) <= expected:
+                chunk = reader.read(min(INFLATE_STEP, expected + 1 - len(out)))  # read(n) allocates n bytes
+                if not chunk:
+                    break
+                out += chunk
         else:
-            data = zlib.decompressobj().decompress(stored, expected + 1)
+            inflater = zlib.decompressobj()
+            pending = stored
+            while len(out) <= expected:
+                chunk = inflater.decompress(pending, min(INFLATE_STEP, expected + 1 - len(out)))
+                pending = inflater.unconsumed_tail
+                if not chunk:
+                    break
+                out += chunk
     except Exception as exc:  # the codecs raise their own types on bad input
+        text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SourceError(f"{path}: level {level} does not decompress: {text}") from None
+    if len(out) != expected:
+        more = "more than " if len(out) > expected else ""
         raise SourceError(
-            f"{path}: level {level} does not decompress: {str(exc).splitlines()[0] if str(exc) else exc}"
-        ) from None
-    if len(data) != expected:
-        raise SourceError(
-            f"{path}: level {level} decompresses to {'more than ' if len(data) > expected else ''}"
-            f"{min(len(data), expected):,} bytes, it must be {expected:,}"
+            f"{path}: level {level} decompresses to {more}{min(len(out), expected):,} bytes, it must be {expected:,}"
         )
-    return data
+    return bytes(out)
 
 
 # ---- writer -----------------------------------------------------------------------------------------

@@ -204,3 +204,31 @@ def test_cli_refuses_in_one_line_and_writes_nothing(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ASTC" in err and "texstream bake" in err
     assert sorted(os.listdir(tmp_path)) == ["astc.ktx2"]
+
+
+def test_ktx2_zstd_of_an_absurd_size_is_refused_before_inflating(tmp_path: Path) -> None:
+    levels = block_levels(F.BC7, picture(16, 16), 1)
+    data = bytearray(ktx2_file_bytes(F.BC7, 16, 16, levels, zstd=True))
+    struct.pack_into("<2I", data, 12 + 8, 1 << 20, 1 << 20)  # 2^20 squared: 2^40 bytes of BC7
+    struct.pack_into("<3Q", data, 80, *struct.unpack_from("<2Q", data, 80), 1 << 40)
+    refused(tmp_path / "huge.ktx2", bytes(data), "over the 4,294,967,296-byte limit")
+
+
+def test_ktx2_zlib_levels_read(tmp_path: Path) -> None:
+    import zlib
+
+    levels = block_levels(F.BC1, picture(32, 32), 2)
+    data = bytearray(ktx2_file_bytes(F.BC1, 32, 32, levels, scheme=3))
+    body = [zlib.compress(b.tobytes()) for b in levels]
+    end = 80 + 24 * 2 + 28
+    data = data[:end]
+    offsets = []
+    for b in reversed(body):
+        offsets.insert(0, len(data))
+        data += b
+    for lv in range(2):
+        struct.pack_into("<3Q", data, 80 + 24 * lv, offsets[lv], len(body[lv]), levels[lv].nbytes)
+    path = tmp_path / "z.ktx2"
+    path.write_bytes(bytes(data))
+    texture = read_block_file(path)
+    assert [np.array_equal(a.blocks, b) for a, b in zip(texture.levels, levels, strict=True)] == [True, True]

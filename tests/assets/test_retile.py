@@ -103,6 +103,9 @@ CASES = [
     (F.BC4, 256, 192, None, AddressMode.CLAMP),
     (F.BC5, 200, 136, None, AddressMode.WRAP),
     (F.BC3, 150, 150, 2, AddressMode.CLAMP),
+    (F.BC1, 5, 3, None, AddressMode.CLAMP),  # smaller than a block
+    (F.BC4, 1, 1, None, AddressMode.WRAP),
+    (F.BC7, 300, 2, None, AddressMode.WRAP),
 ]
 
 
