@@ -35,6 +35,8 @@ def is_block_file(path: str | os.PathLike[str]) -> bool:
 
 def read_block_file(path: str | os.PathLike[str]) -> BlockTexture:
     """Parse a DDS or KTX2 file (told apart by its identifier, else by its suffix)."""
+    if "://" in str(path):
+        raise SourceError(f"{path}: DDS and KTX2 files are read from a local path; download it first")
     p = Path(path)
     kind = sniff(p) if p.is_file() else None
     if kind is None:

@@ -107,3 +107,29 @@ def test_rgba8_packs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="rgba8"):
         export_ktx2(tmp_path / "r.tpk", tmp_path / "r.ktx2")
     assert not (tmp_path / "r.ktx2").exists()
+
+
+def test_a_failing_write_leaves_the_previous_file_and_no_temporary(tmp_path: Path) -> None:
+    """Every file operation of an export failed in turn (ENOSPC): an error naming the output (or the
+    pack being read), the old file untouched, no temporary file left."""
+    import errno
+
+    from texstream.testing.faults import Fault, inject, record
+
+    levels = block_levels(F.BC1, picture(64, 64), 1)
+    retile_to_pack(read_block_file(write_dds(tmp_path / "f.dds", F.BC1, 64, 64, levels)), tmp_path / "f.tpk")
+    out = tmp_path / "f.ktx2"
+    with record() as log:
+        export_ktx2(tmp_path / "f.tpk", out)
+    kinds = frozenset({"open", "write", "chmod", "fsync", "replace"})
+    done = [op.kind for op in log.operations if op.kind in kinds]
+    count = done.index("replace") + 1  # after the rename only the folder's fsync is left (best effort)
+    assert count >= 4
+    for at in range(1, count + 1):
+        out.write_bytes(b"previous")
+        with pytest.raises((OSError, EngineError)) as raised, inject(Fault(at=at, errno=errno.ENOSPC, kinds=kinds)):
+            export_ktx2(tmp_path / "f.tpk", out)
+        named = raised.value.filename if isinstance(raised.value, OSError) else str(raised.value)
+        assert str(out) in str(named) or str(tmp_path / "f.tpk") in str(named), raised.value
+        assert out.read_bytes() == b"previous"
+        assert sorted(os.listdir(tmp_path)) == ["f.dds", "f.ktx2", "f.tpk"], at

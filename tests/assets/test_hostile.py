@@ -232,3 +232,8 @@ def test_ktx2_zlib_levels_read(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     texture = read_block_file(path)
     assert [np.array_equal(a.blocks, b) for a, b in zip(texture.levels, levels, strict=True)] == [True, True]
+
+
+def test_a_url_is_refused_in_one_line() -> None:
+    with pytest.raises(SourceError, match="local path"):
+        read_block_file("https://example.com/rock.dds")
