@@ -296,8 +296,9 @@ def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig 
 
 
 def _file_has(texture: BlockTexture, level: int, width: int, height: int) -> bool:
-    """The file's level `level` has the pack level's size. Floor and ceil halving agree at level l
-    exactly when 2^l divides the size, so once they differ they differ for every later level."""
+    """The file's level `level` has the pack level's size. Floor and ceil halving agree at level l when
+    2^l divides the size, and again once both reach 1 texel (a 1024 x 3 file's level 2 is 256 x 1 in
+    both), so a copied level can follow a generated one."""
     return level < len(texture.levels) and (texture.levels[level].width, texture.levels[level].height) == (
         width,
         height,

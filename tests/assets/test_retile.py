@@ -219,3 +219,28 @@ def test_encoder_threads_do_not_change_the_pack(tmp_path: Path) -> None:
         with PackReader(out) as r:
             tiles.append([r.read_tile(*r.tile_position(i)) for i in range(r.header.tile_count)])
     assert tiles[0] == tiles[1]
+
+
+def test_a_level_that_matches_again_after_a_generated_one_is_copied(tmp_path: Path) -> None:
+    """1024 x 3: level 1 is 512 x 1 in the file and 512 x 2 in the pack (generated), level 2 is
+    256 x 1 in both (copied)."""
+    levels = block_levels(F.BC1, picture(1024, 3), 11)
+    src = write_dds(tmp_path / "thin.dds", F.BC1, 1024, 3, levels)
+    report = retile_to_pack(read_block_file(src), tmp_path / "thin.tpk", RetileConfig(tile_size=T, border=B))
+    assert report.levels_generated[0] == 1 and 2 in report.levels_copied
+    check_pack(tmp_path / "thin.tpk", F.BC1, levels, 1024, 3, AddressMode.CLAMP)
+
+
+def test_a_failed_write_leaves_no_pack_and_no_temporary(tmp_path: Path) -> None:
+    import errno
+    import os
+
+    from texstream.testing.faults import Fault, inject
+
+    levels = block_levels(F.BC1, picture(256, 256), 9)
+    src = write_dds(tmp_path / "w.dds", F.BC1, 256, 256, levels)
+    texture = read_block_file(src)
+    with pytest.raises(OSError) as raised, inject(Fault(at=2, errno=errno.ENOSPC, kinds=frozenset({"write", "fsync"}))):
+        retile_to_pack(texture, tmp_path / "w.tpk", RetileConfig(tile_size=T, border=B))
+    assert raised.value.filename == str(tmp_path / "w.tpk")
+    assert sorted(os.listdir(tmp_path)) == ["w.dds"]
