@@ -79,7 +79,32 @@ def export_ktx2(
     zstd_level: int = 19,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ExportReport:
-    """Write the pack `pack` as a KTX2 file `out`; EngineError (one line) when it cannot be."""
+    """Write the pack `pack` as a KTX2 file `out` (see the module docstring for which levels).
+
+    Parameters
+    ----------
+    pack
+        the pack to export (a path or URL, as `PackReader` takes)
+    out
+        the KTX2 file to write, atomically
+    supercompression
+        "none" (default: what every KTX2 reader takes) or "zstd"
+    zstd_level
+        Zstandard level when `supercompression` is "zstd"
+    max_bytes
+        refuse packs whose exported levels hold more bytes of blocks than this (they are assembled
+        in memory)
+
+    Returns
+    -------
+    ExportReport
+        the levels written and the file's size
+
+    Raises
+    ------
+    EngineError
+        one line: an rgba8 pack, a pack over `max_bytes`, an unreadable pack
+    """
     from ..version import __version__
 
     if supercompression not in SCHEMES:

@@ -34,7 +34,24 @@ def is_block_file(path: str | os.PathLike[str]) -> bool:
 
 
 def read_block_file(path: str | os.PathLike[str]) -> BlockTexture:
-    """Parse a DDS or KTX2 file (told apart by its identifier, else by its suffix)."""
+    """Parse a DDS or KTX2 file (told apart by its identifier, else by its suffix).
+
+    Parameters
+    ----------
+    path
+        a local file
+
+    Returns
+    -------
+    BlockTexture
+        its block format, sRGB flag (None when the file does not say) and levels
+
+    Raises
+    ------
+    SourceError
+        one line naming the file: malformed, truncated, or a format that cannot be re-tiled
+        losslessly (then it says what to do instead)
+    """
     if "://" in str(path):
         raise SourceError(f"{path}: DDS and KTX2 files are read from a local path; download it first")
     p = Path(path)

@@ -234,7 +234,29 @@ def tile_level(
 
 # ---- the whole file ---------------------------------------------------------------------------------
 def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig | None = None) -> RetileReport:
-    """Write `texture` as a pack at `out` (atomically, through PackWriter); see the module docstring."""
+    """Write `texture` as a pack at `out` (atomically, through PackWriter); see the module docstring.
+
+    Parameters
+    ----------
+    texture
+        a parsed file (`read_block_file`)
+    out
+        the pack to write
+    config
+        tile geometry, address mode, supercompression, encoder settings for what is built
+
+    Returns
+    -------
+    RetileReport
+        which levels were copied and which generated, and how many padding blocks were encoded
+
+    Raises
+    ------
+    SourceError
+        the texture cannot make a pack (too large, too many levels)
+    ValueError
+        `config.srgb` contradicts what the file records
+    """
     from ..version import __version__
 
     config = config or RetileConfig()
