@@ -237,3 +237,16 @@ def test_ktx2_zlib_levels_read(tmp_path: Path) -> None:
 def test_a_url_is_refused_in_one_line() -> None:
     with pytest.raises(SourceError, match="local path"):
         read_block_file("https://example.com/rock.dds")
+
+
+@pytest.mark.parametrize("pixel_format", ["DXT3", "BC2", None])
+def test_dds_files_pillow_writes_that_a_pack_cannot_hold(tmp_path: Path, pixel_format: str | None) -> None:
+    """Pillow's BC2 (DXT3 and DX10) and uncompressed DDS files: refused with what to do."""
+    from PIL import Image
+
+    path = tmp_path / "p.dds"
+    options = {"pixel_format": pixel_format} if pixel_format else {}
+    Image.fromarray(picture(32, 32), "RGBA").save(path, **options)
+    with pytest.raises(SourceError) as info:
+        read_block_file(path)
+    assert "texstream bake" in str(info.value) and "\n" not in str(info.value)

@@ -155,7 +155,8 @@ def test_generated_levels_use_the_bakers_filter(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pixel_format", "fmt", "mode"), [("DXT1", F.BC1, "RGB"), ("DXT5", F.BC3, "RGBA"), ("BC5", F.BC5, "RGB")]
+    ("pixel_format", "fmt", "mode"),
+    [("DXT1", F.BC1, "RGB"), ("DXT5", F.BC3, "RGBA"), ("BC3", F.BC3, "RGBA"), ("BC5", F.BC5, "RGB")],
 )
 def test_dds_written_by_pillow(tmp_path: Path, pixel_format: str, fmt: F, mode: str) -> None:
     """Pillow writes the DDS and decodes it: the pack's level 0 decodes to exactly Pillow's texels."""
