@@ -198,8 +198,9 @@ def tile_level(
 ) -> tuple[np.ndarray, int]:
     """Lay one level's blocks out as the pack's slots.
 
-    Returns ``(slots, built)``: slots is (tiles_y, tiles_x, S/4, S/4, block bytes) uint8, ready to be
-    written tile by tile; `built` is the number of padding blocks that were decoded and encoded.
+    Returns ``(slots, built)``: slots is a (tiles_y, tiles_x, S/4, S/4, block bytes) uint8 view (each
+    tile's bytes are one ``slots[y, x].tobytes()``, a copy); `built` is the number of padding blocks
+    that were decoded and encoded.
     """
     fmt, mode = header.texel_format, header.address_mode
     t4, b4, s4 = header.tile_size // 4, header.border // 4, header.slot_size // 4
@@ -228,8 +229,7 @@ def tile_level(
         texels = decoded[where.reshape(keys.shape), trr % 4, tcc % 4]  # (n, 4, 4, 4)
         ext[by, bx] = encoder.encode(np.ascontiguousarray(texels))
     windows = np.lib.stride_tricks.sliding_window_view(ext, (s4, s4), axis=(0, 1))[::t4, ::t4]
-    slots = np.ascontiguousarray(windows.transpose(0, 1, 3, 4, 2))  # (ty, tx, s4, s4, bytes)
-    return slots, int(by.size)
+    return windows.transpose(0, 1, 3, 4, 2), int(by.size)  # a view: no second copy of the level
 
 
 # ---- the whole file ---------------------------------------------------------------------------------
