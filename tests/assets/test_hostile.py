@@ -250,3 +250,17 @@ def test_dds_files_pillow_writes_that_a_pack_cannot_hold(tmp_path: Path, pixel_f
     with pytest.raises(SourceError) as info:
         read_block_file(path)
     assert "texstream bake" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_file_no_pack_can_hold_is_refused_before_any_output(tmp_path: Path) -> None:
+    """4,194,304 x 4 texels at 64-texel tiles needs 17 levels; a pack holds 16."""
+    from texstream.assets import RetileConfig, retile_to_pack
+
+    width = 64 << 16
+    blocks = np.zeros((1, width // 4, 8), np.uint8)
+    path = tmp_path / "wide.dds"
+    path.write_bytes(dds_bytes(F.BC1, width, 4, [blocks]))
+    with pytest.raises(SourceError, match="levels") as info:
+        retile_to_pack(read_block_file(path), tmp_path / "wide.tpk", RetileConfig(tile_size=64))
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wide.dds"]
