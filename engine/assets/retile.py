@@ -33,13 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bake.bcn import encode_slot
+from ..bake.bcn import BC7_QUALITIES, encode_slot
 from ..bake.format_choice import MIP_FILTER
 from ..bake.mips import Transfer, reduce_level
 from ..bake.tiler import resolve
 from ..errors import SourceError
 from ..pack import codec
-from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+from ..pack.format import MAX_BORDER, TILE_SIZES, AddressMode, PackHeader, Supercompression, TexelFormat
 from ..pack.writer import EncodedTiles, PackWriter
 from .blocks import BlockTexture, block_grid, decode_blocks, decode_level
 
@@ -79,6 +79,20 @@ class RetileConfig:
     bc7_quality: str = "normal"
     srgb: bool | None = None
     jobs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tile_size not in TILE_SIZES:
+            raise ValueError(f"tile size must be one of {TILE_SIZES}, got {self.tile_size!r}")
+        if not (0 <= self.border <= MAX_BORDER and self.border % 4 == 0):
+            raise ValueError(f"border must be a multiple of 4 in 0..{MAX_BORDER}, got {self.border!r}")
+        if self.bc7_quality not in BC7_QUALITIES:
+            raise ValueError(f"bc7 quality must be one of {', '.join(BC7_QUALITIES)}, got {self.bc7_quality!r}")
+        if not 1 <= self.zstd_level <= 22:
+            raise ValueError(f"zstd level must be in 1..22, got {self.zstd_level!r}")
+        if self.jobs < 0:
+            raise ValueError(f"jobs must be >= 0 (0: every core), got {self.jobs!r}")
+        object.__setattr__(self, "address_mode", AddressMode(self.address_mode))
+        object.__setattr__(self, "supercompression", Supercompression(self.supercompression))
 
 
 @dataclass

@@ -245,3 +245,18 @@ def test_a_failed_write_leaves_no_pack_and_no_temporary(tmp_path: Path) -> None:
         retile_to_pack(texture, tmp_path / "w.tpk", RetileConfig(tile_size=T, border=B))
     assert raised.value.filename == str(tmp_path / "w.tpk")
     assert sorted(os.listdir(tmp_path)) == ["w.dds"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"tile_size": 100}, "tile size"),
+        ({"border": 3}, "border"),
+        ({"bc7_quality": "best"}, "bc7 quality"),
+        ({"zstd_level": 0}, "zstd level"),
+        ({"jobs": -1}, "jobs"),
+    ],
+)
+def test_retile_config_is_checked_when_made(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RetileConfig(**kw)
