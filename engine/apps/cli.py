@@ -103,12 +103,69 @@ def _check_output(path: Path) -> None:
 
 # ---- commands ---------------------------------------------------------------------------------
 def cmd_bake(args: argparse.Namespace) -> int:
+    from ..assets.load import is_block_file
     from ..bake.pipeline import bake_file
 
+    if is_block_file(args.src):
+        return _bake_block_file(args)
     cfg = _bake_config(args)
     out = Path(args.out)
     _check_output(out)
     report = bake_file(args.src, out, cfg)
+    print(report.summary())
+    return 0
+
+
+def _bake_block_file(args: argparse.Namespace) -> int:
+    """`bake FILE.dds|FILE.ktx2`: re-tile the file's blocks (no re-encoding; the format is the file's)."""
+    from ..assets import RetileConfig, read_block_file, retile_to_pack
+
+    cfg = _bake_config(args)
+    out = Path(args.out)
+    _check_output(out)
+    texture = read_block_file(args.src)
+    have = texture.texel_format.name.lower()
+    if cfg.texel_format is not None and cfg.texel_format is not texture.texel_format:
+        raise UsageError(
+            f"--format {args.format}: {args.src} holds {texture.format_name} blocks, which are copied, not "
+            f"re-encoded (use --format auto or {have})"
+        )
+    retile = RetileConfig(
+        tile_size=cfg.tile_size,
+        border=cfg.border,
+        address_mode=cfg.address_mode,
+        supercompression=cfg.supercompression,
+        zstd_level=cfg.zstd_level,
+        bc7_quality=cfg.bc7_quality,
+        srgb=cfg.srgb,
+        jobs=cfg.jobs,
+    )
+    print(retile_to_pack(texture, out, retile).summary())
+    return 0
+
+
+def _byte_size(text: str) -> int:
+    """'1073741824', '512M', '2G' -> bytes; UsageError otherwise."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in units else ""
+    number = t[: len(t) - len(unit)]
+    if not number.isdigit() or int(number) < 1:
+        raise UsageError(f"--max-size must be a positive number of bytes, optionally with K, M or G, got {text!r}")
+    return int(number) * units[unit]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..assets.export import export_ktx2
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".ktx2":
+        raise UsageError(f"output {out} should end in .ktx2")
+    if str(out.parent) and not out.parent.is_dir():
+        raise UsageError(f"output folder {out.parent} does not exist")
+    if args.supercompression not in ("none", "zstd"):
+        raise UsageError(f"--supercompression must be none or zstd, got {args.supercompression!r}")
+    report = export_ktx2(args.pack, out, supercompression=args.supercompression, max_bytes=_byte_size(args.max_size))
     print(report.summary())
     return 0
 
@@ -318,7 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("bake", help="bake an image into a tile pack")
-    s.add_argument("src", help="source image (any format Pillow or libvips reads; a path or a URL)")
+    s.add_argument(
+        "src",
+        help="source image (any format Pillow or libvips reads; a path or a URL), or a DDS/KTX2 file of "
+        "BC1/BC3/BC4/BC5/BC7 blocks, re-tiled without re-encoding",
+    )
     s.add_argument("out", help="output pack, .tpk")
     _add_encoding_options(s)
     s.set_defaults(func=cmd_bake)
@@ -347,6 +408,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--level", type=int, default=0, help="mip level (default 0)")
     s.add_argument("--region", default=None, help="x,y,w,h in texels of that level")
     s.set_defaults(func=cmd_extract)
+
+    s = sub.add_parser("export", help="write a pack's levels as a standard KTX2 file")
+    s.add_argument("pack")
+    s.add_argument("out", help="output file, .ktx2")
+    s.add_argument("--supercompression", default="none", help="none (default) or zstd")
+    s.add_argument(
+        "--max-size", default="1G", help="refuse packs whose levels exceed this many bytes of blocks (default 1G)"
+    )
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("render", help="render a textured plane headless through EGL")
     s.add_argument("pack")
