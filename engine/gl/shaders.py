@@ -44,7 +44,7 @@ import os
 import posixpath
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -53,6 +53,7 @@ from typing import TypeVar
 import moderngl
 
 from ..errors import ShaderError
+from .shader_errors import Diagnostic, ShaderCompileError, compile_program
 
 __all__ = [
     "INCLUDABLE",
@@ -75,7 +76,6 @@ _T = TypeVar("_T")
 PACKAGE = "texstream.shaders"
 PACKAGE_PREFIX = "texstream/"
 MAX_INCLUDE_DEPTH = 32
-MAX_DIAGNOSTICS = 8
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"(?P<path>[^"]+)"\s*(//.*)?$')
 _INCLUDE_ANY = re.compile(r"^\s*#\s*include\b")
@@ -84,26 +84,8 @@ _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*(//.*)?$")
 _VERSION = re.compile(r"^\s*#\s*version\s+(?P<number>\d+)")
 # A one-line stage string that is a file name, not GLSL: no spaces, braces or semicolons, a suffix.
 _LOOKS_LIKE_FILE = re.compile(r"^[\w./\\-]+\.(glsl|vert|frag|geom|tesc|tese|comp|vs|fs|gs|cs)$", re.IGNORECASE)
-# Uses of vt.glsl's API, for the hint when a shader forgot its #include.
-_VT_USE = re.compile(r"\b(VT_DECLARE|VT_SAMPLE|VTInfo|vt_sample\w*|vt_lookup|vt_debug_tint)\b")
-VT_INCLUDE = "texstream/vt.glsl"
 # The shipped shaders meant for inclusion (no #version of their own), as `register_includes` names them.
 INCLUDABLE = ("texstream/common.glsl", "texstream/vt.glsl")
-
-# Driver log forms: Mesa "0:12(5): error", NVIDIA "0(12) : error", AMD/Intel "ERROR: 0:12: ...".
-_LOG_FORMS = (
-    re.compile(r"^\s*(?:ERROR|WARNING):\s*(?P<file>\d+):(?P<line>\d+):\s*(?P<msg>.*)$"),
-    re.compile(r"^\s*(?P<file>\d+):(?P<line>\d+)\(\d+\):\s*(?P<msg>.*)$"),
-    re.compile(r"^\s*(?P<file>\d+)\((?P<line>\d+)\)\s*:\s*(?P<msg>.*)$"),
-)
-_MODERNGL_STAGES = {
-    "vertex_shader": "vertex",
-    "fragment_shader": "fragment",
-    "geometry_shader": "geometry",
-    "tess_control_shader": "tess_control",
-    "tess_evaluation_shader": "tess_evaluation",
-    "compute_shader": "compute",
-}
 
 
 # ---- sources ----------------------------------------------------------------------------------
@@ -454,30 +436,6 @@ def register_includes(ctx: moderngl.Context) -> None:
 
 
 # ---- compiling --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Diagnostic:
-    """One compiler message mapped back to its file."""
-
-    stage: str
-    file: str
-    line: int
-    message: str
-    source_line: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}\n    {self.line} | {self.source_line}"
-
-
-class ShaderCompileError(ShaderError):
-    """A stage failed to compile or the program failed to link; ``diagnostics`` holds the parsed log."""
-
-    def __init__(self, message: str, stage: str, diagnostics: Sequence[Diagnostic] = (), log: str = "") -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.diagnostics = tuple(diagnostics)
-        self.log = log
-
-
 _STAGES = ("vertex", "fragment", "geometry", "tess_control", "tess_evaluation")
 
 
@@ -581,7 +539,7 @@ def program(
             fragment_outputs=dict(fragment_outputs) if fragment_outputs else None,
         )
 
-    return _compile(build, sources)
+    return compile_program(build, sources)
 
 
 def _preprocess_stage(
@@ -600,103 +558,4 @@ def compute_shader(
 ) -> moderngl.ComputeShader:
     """Preprocess and compile a compute shader (file name or source string)."""
     src = _preprocess_stage("compute", source, defines=defines, include_dirs=include_dirs)
-    return _compile(lambda flat: ctx.compute_shader(src.flat_text if flat else src.text), {"compute": src})
-
-
-def _compile(build: Callable[[bool], _T], sources: Mapping[str, ShaderSource]) -> _T:
-    try:
-        return build(False)
-    except moderngl.Error as exc:
-        first_log = str(exc)
-    # Compile once more without #line directives: flat line numbers map back exactly on every driver.
-    flat_log = ""
-    try:
-        prog = build(True)
-    except moderngl.Error as exc:
-        flat_log = str(exc)
-    else:  # pragma: no cover - the same code compiling differently would be a driver bug
-        release = getattr(prog, "release", None)
-        if release is not None:
-            release()
-    missing = _missing_vt_include(sources)
-    if missing is not None:
-        raise missing from None
-    raise _to_error(flat_log or first_log, sources, flat=bool(flat_log)) from None
-
-
-def _missing_vt_include(sources: Mapping[str, ShaderSource]) -> ShaderCompileError | None:
-    """The error for a stage that failed to compile while using vt.glsl's names without including it."""
-    for stage, src in sources.items():
-        if VT_INCLUDE in src.files:
-            continue
-        for file_id, lines in enumerate(src.file_lines):
-            for number, line in enumerate(lines, start=1):
-                code = line.split("//", 1)[0]
-                m = _VT_USE.search(code)
-                if m is None:
-                    continue
-                where = f"{src.files[file_id]}:{number}"
-                return ShaderCompileError(
-                    f"{stage} shader uses {m.group(1)} ({where}) without texstream's sampling code: "
-                    f'add #include "{VT_INCLUDE}" after #version\n    {number} | {line.strip()}',
-                    stage,
-                )
-    return None
-
-
-def _split_log(log_text: str) -> list[tuple[str, str]]:
-    """moderngl's error text as (stage header, body) sections."""
-    lines = log_text.splitlines()
-    sections: list[tuple[str, list[str]]] = []
-    i = 0
-    while i < len(lines):
-        if i + 1 < len(lines) and lines[i + 1].strip() and set(lines[i + 1].strip()) == {"="}:
-            sections.append((lines[i].strip(), []))
-            i += 2
-            continue
-        if sections:
-            sections[-1][1].append(lines[i])
-        i += 1
-    return [(h, "\n".join(b).strip()) for h, b in sections]
-
-
-def _to_error(log_text: str, sources: Mapping[str, ShaderSource], flat: bool) -> ShaderCompileError:
-    linking = "Linker failed" in log_text
-    sections = _split_log(log_text) or [("", log_text.strip())]
-    diagnostics: list[Diagnostic] = []
-    stage_name = "program" if linking else next(iter(sources))
-    for header, body in sections:
-        stage = _MODERNGL_STAGES.get(header)
-        if stage is not None:
-            stage_name = stage
-        src = sources.get(stage) if stage else None
-        for raw in body.splitlines():
-            for form in _LOG_FORMS:
-                m = form.match(raw)
-                if m is None:
-                    continue
-                file_id, line, msg = int(m.group("file")), int(m.group("line")), m.group("msg").strip()
-                if raw.lstrip().startswith(("ERROR", "WARNING")):  # AMD: the severity leads the line
-                    msg = f"{raw.split(':', 1)[0].strip().lower()}: {msg}"
-                where: tuple[str, int, str] | None = None
-                if src is not None:
-                    where = src.locate_flat(line) if flat else src.locate(file_id, line)
-                if where is None:
-                    where = (f"<{stage or 'shader'}>", line, "")
-                diagnostics.append(Diagnostic(stage or "shader", where[0], where[1], msg, where[2]))
-                break
-    # errors first (drivers interleave warnings), each group in log order
-    diagnostics.sort(key=lambda d: d.message.lower().startswith("warning"))
-    kind = "link" if linking else "compile"
-    if diagnostics:
-        shown = diagnostics[:MAX_DIAGNOSTICS]
-        more = len(diagnostics) - len(shown)
-        head = f"{stage_name} shader failed to {kind}: {shown[0]}"
-        rest = [str(d) for d in shown[1:]] + ([f"... and {more} more"] if more else [])
-        message = "\n".join([head, *rest])
-    else:
-        body = "; ".join(b.replace("\n", "; ") for _, b in sections if b) or log_text.strip()
-        files = ", ".join(p.files[0] for p in sources.values())
-        message = f"{stage_name} failed to {kind} ({files}): {body}"
-    log.debug("shader %s error, driver log:\n%s", kind, log_text)
-    return ShaderCompileError(message, stage_name, diagnostics, log_text)
+    return compile_program(lambda flat: ctx.compute_shader(src.flat_text if flat else src.text), {"compute": src})

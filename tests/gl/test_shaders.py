@@ -10,7 +10,7 @@ import pytest
 
 import texstream as ts
 from texstream.errors import ShaderError
-from texstream.gl import shaders
+from texstream.gl import shader_errors, shaders
 from texstream.gl.shaders import ShaderCompileError, ShaderSource, load_source, preprocess
 
 from .helpers import DATA
@@ -133,7 +133,7 @@ def test_driver_log_forms_map_to_files() -> None:
     flat_line = next(i for i, t in enumerate(src.flat_text.splitlines(), 1) if "undefined_thing" in t)
     for form in logs.values():
         text = "GLSL Compiler failed\n\nvertex_shader\n=============\n" + form.format(line=flat_line) + "\n"
-        err = shaders._to_error(text, sources, flat=True)
+        err = shader_errors.error_from_log(text, sources, flat=True)
         assert err.diagnostics and err.diagnostics[0].file == display("broken_inc.glsl")
         assert err.diagnostics[0].line == 5
         assert err.diagnostics[0].source_line == "float broken_value = undefined_thing * 2.0;"
@@ -142,12 +142,12 @@ def test_driver_log_forms_map_to_files() -> None:
         "GLSL Compiler failed\n\nvertex_shader\n=============\n"
         f"WARNING: 0:1: '' : version 330 is old\nERROR: 0:{flat_line}: 'undefined_thing' : undeclared\n"
     )
-    err = shaders._to_error(text, sources, flat=True)
+    err = shader_errors.error_from_log(text, sources, flat=True)
     assert [d.message.split(":")[0] for d in err.diagnostics] == ["error", "warning"]
     assert str(err).startswith(f"vertex shader failed to compile: {display('broken_inc.glsl')}:5: error:")
     # with #line directives honoured (file id 1 = broken_inc.glsl), the id/line pair maps directly
     text = "GLSL Compiler failed\n\nvertex_shader\n=============\n1(5) : error C1008: undefined variable\n"
-    err = shaders._to_error(text, sources, flat=False)
+    err = shader_errors.error_from_log(text, sources, flat=False)
     assert (err.diagnostics[0].file, err.diagnostics[0].line) == (display("broken_inc.glsl"), 5)
 
 
