@@ -22,9 +22,9 @@ from texstream.apps.bench_scene import (
     PATHS,
     RESULT_FIELDS,
     TEXSTREAM_FIELDS,
-    psnr,
 )
 from texstream.telemetry import validate_frame
+from texstream.testing import psnr
 
 
 # The tests reading the run share one quick run: ~75 s on llvmpipe with 2 cores.

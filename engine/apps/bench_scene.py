@@ -45,9 +45,8 @@ import math
 import os
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import moderngl
 import numpy as np
@@ -60,16 +59,16 @@ from ..runtime.feedback_reduce import Wanted
 from ..runtime.streamer import Streamer
 from ..scene.paths import CameraPath, Pose, named_path
 from ..telemetry import Telemetry
-from ..testing.images import psnr
 from ..units import MIB
 from .bench_naive import naive_comparison
+from .scene_probes import CONVERGED_DB, Convergence, RefetchWindow
 from .scene_rig import DT, FPS, FULL, QUICK, Mode, Packs, SceneRig
 
 __all__ = ["run_scene_bench"]
 
 log = logging.getLogger(__name__)
 
-CONVERGED_DB = 45.0
+
 REFETCH_WINDOW = 30  # frames: a tile uploaded again this soon after its eviction is a re-fetch
 OVERSUBSCRIPTION = 2.0
 PATHS = ("flythrough", "whip_pans", "region_cuts", "oversubscribed")
@@ -287,116 +286,6 @@ def _reference_budget_mb(packs: Packs) -> float:
     return (need * 1.05 + 112 * MIB) / MIB
 
 
-# ---- measurements while a path plays --------------------------------------------------------------
-class _RefetchWindow:
-    """Counts uploads of tiles evicted at most `window` frames earlier, from each frame's upload and
-    eviction records (tile ids: one vectorized pass per frame with uploads or evictions)."""
-
-    def __init__(self, streamer: Streamer, window: int) -> None:
-        self.streamer, self.window = streamer, window
-        self.evicted_at = np.full(streamer.tile_capacity, -(1 << 40), np.int64)
-        self.count = 0
-        self.evictions = 0
-
-    def check(self, frame: int) -> None:
-        st = self.streamer.last
-        cap = self.streamer.tile_capacity
-        if self.evicted_at.size < cap:
-            self.evicted_at = np.concatenate([self.evicted_at, np.full(cap - self.evicted_at.size, -(1 << 40))])
-        if st.evicted_tiles.size:
-            self.evicted_at[st.evicted_tiles] = frame
-            self.evictions += int(st.evicted_tiles.size)
-        if st.uploaded is not None and len(st.uploaded.loads):
-            new = st.uploaded.loads.tiles
-            self.count += int(np.count_nonzero(frame - self.evicted_at[new] <= self.window))
-
-
-class _Grabber:
-    """Reads frames back through a ring of pixel-pack buffers; each is read two frames later."""
-
-    def __init__(self, ctx: moderngl.Context, size: tuple[int, int], depth: int = 3) -> None:
-        self.size, self.depth = size, depth
-        self.buffers = [ctx.buffer(reserve=size[0] * size[1] * 4) for _ in range(depth)]
-        self.pending: deque[tuple[moderngl.Buffer, int, Any]] = deque()
-        self.next = 0
-
-    def grab(self, fbo: moderngl.Framebuffer, frame: int, tag: Any) -> list[tuple[Any, np.ndarray]]:
-        out = self.take(frame) if len(self.pending) < self.depth else [self._pop()]
-        buf = self.buffers[self.next]
-        self.next = (self.next + 1) % self.depth
-        fbo.read_into(buf, components=4, alignment=1)
-        self.pending.append((buf, frame, tag))
-        return out
-
-    def take(self, frame: int | None = None) -> list[tuple[Any, np.ndarray]]:
-        """Frames grabbed at least depth - 1 frames before `frame` (None: all of them)."""
-        out = []
-        while self.pending and (frame is None or frame - self.pending[0][1] >= self.depth - 1):
-            out.append(self._pop())
-        return out
-
-    def _pop(self) -> tuple[Any, np.ndarray]:
-        buf, _, tag = self.pending.popleft()
-        return tag, np.frombuffer(buf.read(), np.uint8).reshape(self.size[1], self.size[0], 4)
-
-    def release(self) -> None:
-        self.pending.clear()
-        for b in self.buffers:
-            b.release()
-        self.buffers = []
-
-
-class _Convergence:
-    """Frames from each cut of a path to the first frame matching the all-resident reference."""
-
-    def __init__(self, ctx: moderngl.Context, path: CameraPath, reference: _Reference, size: tuple[int, int]) -> None:
-        self.path, self.reference = path, reference
-        n = path.frames(FPS)
-        starts = [math.ceil(t * FPS - 1e-9) for t in path.cut_times()]
-        ends = starts[1:] + [n]
-        self.cuts = [
-            {
-                "cut_time_s": t,
-                "frame": a,
-                "hold_frames": b - a,
-                "frames_to_converge": None,
-                "psnr_first_db": None,
-                "psnr_converged_db": None,
-            }
-            for t, a, b in zip(path.cut_times(), starts, ends, strict=True)
-        ]
-        self._window = {f: k for k, (a, b) in enumerate(zip(starts, ends, strict=True)) for f in range(a, b)}
-        for a, b in zip(starts, ends, strict=True):  # the references, rendered before the run
-            for f in range(a, b):
-                reference.image(path.pose(f * DT))
-        self.grabber = _Grabber(ctx, size)
-
-    def after_draw(self, frame: int, pose: Pose, fbo: moderngl.Framebuffer) -> None:
-        k = self._window.get(frame)
-        if k is not None and self.cuts[k]["frames_to_converge"] is None:
-            done = self.grabber.grab(fbo, frame, (k, frame, pose))
-        else:
-            done = self.grabber.take(frame)
-        for tag, img in done:
-            self._score(*tag, img)
-
-    def finish(self) -> None:
-        for tag, img in self.grabber.take():
-            self._score(*tag, img)
-        self.grabber.release()
-
-    def _score(self, k: int, frame: int, pose: Pose, img: np.ndarray) -> None:
-        cut = self.cuts[k]
-        if cut["frames_to_converge"] is not None:
-            return
-        db = psnr(img, self.reference.image(pose))
-        if frame == cut["frame"]:
-            cut["psnr_first_db"] = round(db, 2)
-        if db >= CONVERGED_DB:
-            cut["frames_to_converge"] = frame - cut["frame"]
-            cut["psnr_converged_db"] = round(db, 2)
-
-
 # ---- one path ---------------------------------------------------------------------------------------
 def run_path(
     ctx: moderngl.Context,
@@ -411,12 +300,12 @@ def run_path(
     """Play `path` on a fresh Streamer at `budget_mb`; the path's figures (see the module docstring)."""
     rig = SceneRig(ctx, packs, mode.frame_size, budget_mb)
     telemetry = Telemetry(rig.streamer, dt=DT)
-    conv: _Convergence | None = None
+    conv: Convergence | None = None
     try:
         if reference is not None and path.cut_times():
-            conv = _Convergence(ctx, path, reference, mode.frame_size)
+            conv = Convergence(ctx, path, reference, mode.frame_size)
         s = rig.streamer
-        refetch = _RefetchWindow(s, REFETCH_WINDOW)
+        refetch = RefetchWindow(s, REFETCH_WINDOW)
         frames = path.frames(FPS)
         cpu_ms = np.zeros(frames)
         mb_s_peak = pressure_peak = 0.0
@@ -439,7 +328,7 @@ def run_path(
             if conv is not None:
                 conv.after_draw(i, pose, rig.fbo)
             if jsonl is not None:
-                jsonl.write(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
+                jsonl.write(json.dumps(rec.as_dict(), separators=(",", ":"), allow_nan=False) + "\n")
                 lines += 1
         ctx.finish()
         throttle.release()
