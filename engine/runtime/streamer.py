@@ -1,42 +1,27 @@
 """The facade: `Streamer(ctx, config)`, `open(path) -> VirtualTexture`, `update()` once a frame.
 
-Per frame, `update()` (render thread; never blocks on disk or on the GPU) runs whole-array steps
-over every texture at once, no Python loop over tiles:
+The streamer is the frame script: `update()` moves records between the residency core
+(`residency.Residency`, which decides what is resident and what to load, without GL) and the movers
+(cache pools, staging ring and uploader, I/O threads, feedback buffers), in this order::
 
-1. reclaim staging slots whose upload fences signalled; read the feedback that is ready and reduce it
-   to wanted pages (mip bias applied); touch the cache slots those pages sample;
-2. step the budget's mip-bias controller (wanted working set vs cache capacity);
-3. drain finished reads (failures: back-off and fallback), upload what is ready under the caps, and
-   update the page tables of the arrivals;
-4. ask the scheduler for this frame's loads, reserve cache slots (evicting LRU tiles no frame in
-   flight uses) and hand them to the uploader, which queues them to the I/O threads in batches;
-5. upload the changed page-table ranges, bind a fresh feedback buffer for the coming draw.
+    reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
+            -> upload page tables -> begin the next feedback frame
 
-Who owns what: the tile id space (`tiles`), page tables (`page_table`), cache pools (`pools`), loads
-(`uploader`, with the staging ring and the I/O threads), requests (`requests`) and the budget
-(`budget`) each own their state; this module only moves results between them.
-
-Threading contract: every method of `Streamer` and `VirtualTexture` belongs to the thread that owns
-the GL context (the render thread: the one that made the streamer; a call from another thread is an
-`EngineError`). The only other threads are the uploader's I/O threads, which touch no GL and no engine
-state (`uploader` documents exactly what they touch). A streamer dropped without `release()` is
-released when it is collected on its own thread (with a `ResourceWarning`, as for an unclosed file).
-
-GPU memory: every allocation (cache pools, page tables, ring, feedback) is reserved in the
-`BudgetManager` before it is made. Pools are sized when textures open or the budget changes
-(`pools.plan_capacities`).
+The layout and the threading contract are in the `texstream.runtime` package docstring. Every method
+of `Streamer` and `VirtualTexture` belongs to the thread that owns the GL context (the one that made
+the streamer; a call from another thread is an `EngineError`). A streamer dropped without `release()`
+is released when it is collected on its own thread (with a `ResourceWarning`, as for an unclosed file).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import threading
 import time
 import warnings
-from collections import deque
-from dataclasses import dataclass
 from types import TracebackType
 
 import moderngl
@@ -45,45 +30,34 @@ import numpy as np
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
+from ..gl.objects import FrameThrottle
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
-from ..remote import NetworkCounters, NetworkSummary, summarize
+from ..remote import NetworkCounters
 from .budget import BudgetManager
 from .feedback import FeedbackRing
-from .feedback_reduce import FeedbackReducer, Wanted
-from .frame_stats import FrameStats, StreamerStats, streamer_stats
+from .frame_stats import FrameStats, IOStatus
 from .io_workers import ReadHook
-from .page_table import PageTableBuffer, PageTables
+from .page_buffer import PageTableBuffer
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
-from .requests import RequestScheduler
-from .staging import RingStats
+from .residency import Residency
+from .sharing import OpenPacks, pack_identity
 from .texture import VT_PAGES_BINDING, VirtualTexture, check_bindings
-from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES, TileSpace
-from .uploader import Drained, Uploaded, Uploader
+from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES
+from .uploader import Uploader
+from .views import StreamerViews
 
-__all__ = ["FrameStats", "Streamer", "VirtualTexture"]
+__all__ = ["FrameStats", "IOStatus", "Streamer", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
-
 
 NO_UPDATE_BINDS = 30  # one texture drawn this often without an update() ...
 NO_UPDATE_SECONDS = 2.0  # ... over this long: the program forgot to call update() (a slow frame that
 # draws many textures once each is not that)
 
 
-@dataclass(frozen=True)
-class IOStatus:
-    """`Streamer.io_status()`: the reader threads and the staging ring."""
-
-    threads: int  # threads taking new batches
-    stuck_threads: int  # retired threads still inside a read that was given up
-    pending_batches: int  # batches submitted and not yet drained
-    compiled: bool  # reads and uploads run in the compiled helper (texstream.native)
-    ring: RingStats | None  # None before the first texture opens
-
-
-class Streamer:
+class Streamer(StreamerViews):
     """Streams tiles of any number of packs into one VRAM budget.
 
     Every method belongs to the thread that made the streamer (the one its GL context is current on);
@@ -92,9 +66,12 @@ class Streamer:
     Parameters
     ----------
     ctx : moderngl.Context
-        The context the textures are drawn with (OpenGL 4.3 or later with buffer storage).
+        The context the textures are drawn with (OpenGL 4.5 or later).
     config : StreamerConfig, optional
         Streaming configuration; default ``StreamerConfig()``.
+    budget_mb : float, optional
+        Shortcut for the VRAM budget in MiB (``StreamerConfig(budget_mb=...)``); a `config` whose
+        budget says otherwise is refused.
     read_hook : callable, optional
         Called on an I/O thread before each batch of tile reads, with the batch: fault injection
         in tests (it may sleep, block or raise). Leave it None in programs.
@@ -103,12 +80,14 @@ class Streamer:
     ------
     TypeError
         `config` is not a `StreamerConfig`.
+    ValueError
+        `budget_mb` conflicts with `config`'s budget, or is not a positive number.
     GLError
         The context lacks a GL feature the engine needs.
 
     Examples
     --------
-    >>> streamer = texstream.Streamer(ctx)                     # doctest: +SKIP
+    >>> streamer = texstream.Streamer(ctx, budget_mb=256)      # doctest: +SKIP
     >>> terrain = streamer.open("terrain.tpk")                 # doctest: +SKIP
     >>> while running:                                         # doctest: +SKIP
     ...     streamer.update()
@@ -120,37 +99,33 @@ class Streamer:
     _closed = True  # until __init__ has made everything release() frees
 
     def __init__(
-        self, ctx: moderngl.Context, config: StreamerConfig | None = None, *, read_hook: ReadHook | None = None
+        self,
+        ctx: moderngl.Context,
+        config: StreamerConfig | None = None,
+        *,
+        budget_mb: float | None = None,
+        read_hook: ReadHook | None = None,
     ) -> None:
         if config is not None and not isinstance(config, StreamerConfig):
             raise TypeError(f"config must be a StreamerConfig, got {type(config).__name__}")
+        config = config or StreamerConfig()
+        if budget_mb is not None:
+            config = dataclasses.replace(config, budget_mb=budget_mb)
         self._owner = threading.get_ident()
         self._read_hook = read_hook
-        self.ctx = ctx
-        self.config = config = config or StreamerConfig()
+        self.ctx, self.config = ctx, config
         self.gl = GLExt(ctx, debug=config.debug_gl)
         check_bindings(self.gl)
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
-        self.frame = 0
-        self._space = TileSpace()
-        self._tables = PageTables(self._space)
+        self._core = Residency(config, self.budget)
         self._pages = PageTableBuffer(ctx, self.budget)
         self._pool_set = PoolSet(self.gl, self.budget, config)
-        self.textures: list[VirtualTexture] = []
-        self._by_id: dict[int, VirtualTexture] = {}
-        self._reducer = FeedbackReducer(self._space)
+        self._packs: OpenPacks[VirtualTexture] = OpenPacks()
         self._uploader: Uploader | None = None
-        self._scheduler = RequestScheduler(config, self._space, self._tables, self._loading)
         vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
         self._feedback = self._make_feedback((max(1920, vw), max(1080, vh)))
         self.last = FrameStats()
-        self._sampled = Wanted.empty()  # newest feedback's pages without the bias (what draws sample)
-        self._wanted = Wanted.empty()  # this frame's wanted pages, bias applied (what gets loaded)
-        self._needed = Wanted.empty()  # the newest feedback's wanted pages: touched every frame
-        self._totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
-        self._latencies: deque[int] = deque(maxlen=4096)
-        self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
         # draws without update(): the textures would stay at their pinned levels, so say why once
@@ -159,9 +134,25 @@ class Streamer:
         self._warned_no_update = False
         self._closed = False
 
+    @property
+    def frame(self) -> int:
+        """Frames advanced by `update()` so far."""
+        return self._core.frame
+
+    @property
+    def textures(self) -> list[VirtualTexture]:
+        """One open handle per open pack (handles on a pack opened twice share its residency)."""
+        return self._packs.primaries()
+
+    @property
+    def pools(self) -> dict[PoolKey, CachePool]:
+        """The cache pools by (texel format, sRGB, slot size)."""
+        return self._pool_set.by_key
+
     # ---- textures -----------------------------------------------------------------------------
     def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
+        A pack that is already open is not loaded again: the new handle shares its residency.
 
         Parameters
         ----------
@@ -190,32 +181,36 @@ class Streamer:
         """
         self._check_open()
         reader = PackReader(path, self.config.remote)
+        shared = self._packs.find(pack_identity(reader))
+        if shared is not None:
+            reader.close()
+            return self._packs.add(self._handle(shared.id, shared.reader, shared.pool))
         vt: VirtualTexture | None = None
+        core = self._core
         try:
             h = reader.header
             if h.level_count > MAX_LEVELS:
                 raise EngineError(f"{path}: {h.level_count} levels; page-table entries hold at most {MAX_LEVELS}")
-            if len(self.textures) >= MAX_TEXTURES:
+            if len(self._packs) >= MAX_TEXTURES:
                 raise EngineError(f"at most {MAX_TEXTURES} virtual textures can be open at once")
-            tex_id = next(i for i in range(MAX_TEXTURES) if i not in self._by_id)
+            tex_id = self._packs.free_id()
             key: PoolKey = (h.texel_format, h.srgb, h.slot_size)
             self._make_room(h, key)
             self._ensure_uploader(h.tile_raw_size)
-            tiles = self._space.register(tex_id, h)
+            core.register(tex_id, h)
             try:
-                self._pages.fit(self._space.used, self._tables)
-                pool = self._pool_set.attach(key, tex_id, h)
+                self._pages.fit(core.space.used, core.tables)
+                pool = self._pool_set.attach(key, tex_id, core.pinned_tiles(h), h)
             except BaseException:
-                self._space.unregister(tex_id)
+                core.unregister(tex_id)
                 raise
-            self._tables.add_texture(tex_id, self.config.pinned_levels)
-            vt = VirtualTexture(self, tex_id, reader, pool, tiles)
-            self.textures.append(vt)
-            self._by_id[tex_id] = vt
+            core.attach(tex_id, h, pool.index, pool.ledger, pool.geometry)
+            vt = self._packs.add(self._handle(tex_id, reader, pool), pack_identity(reader))
             assert self._uploader is not None
             self._uploader.add_source(tex_id, reader)
             self._plan_pools()
-            self._load_pinned(vt)
+            ids = core.pinned_level_ids(tex_id)
+            self._load_now(vt, ids, what="pinned", pinned_levels=True)
         except BaseException:
             if vt is not None:
                 self.close(vt)
@@ -224,9 +219,22 @@ class Streamer:
         log.info("opened %s as texture %d (%s)", path, tex_id, pool.name)
         return vt
 
+    def _handle(self, tex_id: int, reader: PackReader, pool: CachePool) -> VirtualTexture:
+        core = self._core
+        return VirtualTexture(
+            tex_id,
+            reader,
+            pool,
+            core.space.ranges[tex_id],
+            core.table_view(tex_id),
+            on_bind=self._on_bind,
+            on_close=self.close,
+            failures=lambda t: (core.corrupt_tiles(t), int(core.failed_loads[t])),
+        )
+
     def close(self, vt: VirtualTexture) -> None:
-        """Stop streaming a texture: its loads are cancelled and its cache slots freed once the
-        frames in flight no longer sample them. Closing a texture twice does nothing.
+        """Close a texture handle. When it is the pack's last handle, its loads are cancelled and its
+        cache slots freed once the frames in flight no longer sample them. Closing twice does nothing.
 
         Parameters
         ----------
@@ -234,43 +242,31 @@ class Streamer:
             A texture this streamer opened.
         """
         self._check_thread()
-        if vt not in self.textures:
+        if not self._packs.remove(vt):
             return
+        vt.closed = True
+        if self._packs.handles(vt.id):
+            return  # another handle on the same pack keeps the residency
         assert self._uploader is not None
         for remote in self._uploader.remote_stats(vt.id):  # its counters outlive it in the totals
             self._closed_network.add(remote)
-        self._pool_set.free_loads(self._uploader.remove_source(vt.id))
-        pinned = self._pool_set.pinned_tiles(vt.header) if self._tables.resident_count[vt.id] else 0
-        self._pool_set.detach(vt.pool, vt.id, self.frame, pinned)
-        rng = self._space.ranges[vt.id]
-        self._scheduler.forget(rng.start, rng.stop)
-        self._tables.remove_texture(vt.id)
-        self._space.unregister(vt.id)
-        self.textures.remove(vt)
-        del self._by_id[vt.id]
+        empty = self._core.detach(vt.id, self._uploader.remove_source(vt.id))
+        self._pool_set.detach(vt.pool, vt.id, empty)
         vt.reader.close()
-        self._sampled = self._sampled.select(self._space.is_tile(self._sampled.ids))
-        self._needed = self._needed.select(self._space.is_tile(self._needed.ids))
-        vt.closed = True
-
-    @property
-    def pools(self) -> dict[PoolKey, CachePool]:
-        """The cache pools by (texel format, sRGB, slot size)."""
-        return self._pool_set.by_key
 
     def _plan_pools(self, budget: int | None = None) -> None:
         """Share what the budget leaves after fixed costs among the pools, and apply what moved."""
-        for r in self._pool_set.plan({t: vt.header for t, vt in self._by_id.items()}, self.frame, budget):
-            if r.result.moved_from.size:
-                self._tables.move_slots(r.pool.textures, r.result.moved_from, r.result.moved_to)
-            self._tables.set_absent(r.result.evicted_tiles)
-            if r.result.cancelled_tiles.size and self._uploader is not None:
-                self._uploader.cancel(r.result.cancelled_tiles)  # their cache slots are gone: nothing to free
+        available = (self.budget.budget if budget is None else budget) - self._pool_set.held_elsewhere()
+        plan = self._core.plan(available, self.gl.max_array_layers)
+        for r in self._pool_set.apply(plan, self._core.resize_order(plan), self.frame):
+            cancelled = self._core.apply_resize(r.pool.index, r.result)
+            if cancelled.size and self._uploader is not None:
+                self._uploader.cancel(cancelled)  # their cache slots are gone: nothing to free
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        extra = self._pages.growth_bytes(self._space.used + HEADER + h.tile_count)
-        extra += self._pool_set.first_layers_bytes(key, h)
+        extra = self._pages.growth_bytes(self._core.space.used + HEADER + h.tile_count)
+        extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
         if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
             extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
         if self.pools and extra > self.budget.available:
@@ -281,26 +277,27 @@ class Streamer:
         return max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
 
     def _ensure_uploader(self, tile_bytes: int) -> None:
-        if self._uploader is not None and self._uploader.ring.slot_bytes >= tile_bytes:
+        up = self._uploader
+        if up is not None and up.ring.slot_bytes >= tile_bytes:
             return
-        if self._uploader is not None:
-            if self._uploader.busy or self._uploader.ring.batches_in_flight:
+        if up is not None:
+            if up.busy or up.ring.batches_in_flight:
                 raise EngineError("cannot open a pack with larger tiles while tiles are streaming; open it first")
             for vt in self.textures:
-                self._uploader.remove_source(vt.id)
-            self._uploader.release()
+                up.remove_source(vt.id)
+            up.release()
             self.budget.release("staging-ring")
         size = self._ring_size(tile_bytes)
         self.budget.reserve("staging-ring", size)
         try:
-            self._uploader = Uploader(
-                self.ctx, self.gl, self._space, self.config, size, tile_bytes, read_hook=self._read_hook
-            )
+            up = Uploader(self.ctx, self.gl, self._core.space, self.config, size, tile_bytes, read_hook=self._read_hook)
         except BaseException:
             self.budget.release("staging-ring")
             raise
+        self._uploader = up
+        self._core.set_loading(up.loading_mask)
         for vt in self.textures:
-            self._uploader.add_source(vt.id, vt.reader)
+            up.add_source(vt.id, vt.reader)
 
     def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
         divisor = self.config.feedback_divisor
@@ -340,41 +337,23 @@ class Streamer:
             except BudgetError:
                 pass  # keep the smaller buffers; dropped entries are counted
 
-    def _load_pinned(self, vt: VirtualTexture) -> None:
-        """Load the coarsest levels now through the uploader's blocking path (the never-black fallback)."""
-        first = self._tables.first_pinned[vt.id]
-        ids = self._space.tile_ids(vt.id, range(int(first), vt.header.level_count))
-        slots = self._allocate_blocking(vt, ids, pin=True)
-        self._load_blocking(vt, ids, slots, what="pinned")
-        self._pool_set.level_pins[vt.pool.index] += int(ids.size)
-
-    def _allocate_blocking(self, vt: VirtualTexture, ids: np.ndarray, pin: bool) -> np.ndarray:
-        alloc = vt.pool.allocate(self.frame, ids, np.full(ids.size, vt.id), self._space.level[ids])
-        self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, self.last)
-        if np.any(alloc.slots < 0):
-            got = alloc.slots[alloc.slots >= 0]
-            vt.pool.free(got)
-            raise BudgetError(
-                f"{vt.path}: {ids.size} tiles need cache slots; the {vt.pool.name} pool has "
-                f"{got.size} to give (raise --budget-mb)"
-            )
-        if pin:
-            vt.pool.pin(alloc.slots)
-        return alloc.slots
-
-    def _load_blocking(self, vt: VirtualTexture, ids: np.ndarray, slots: np.ndarray, what: str) -> None:
-        assert self._uploader is not None
+    def _load_now(self, vt: VirtualTexture, ids: np.ndarray, *, what: str, pinned_levels: bool = False) -> None:
+        """Load `ids` now through the uploader's blocking path, pinned (the never-black fallback, or
+        an all-resident reference). Nothing of a failed call stays loaded."""
+        core, up = self._core, self._uploader
+        assert up is not None
+        slots, evicted = core.reserve_now(vt.id, ids, pin=True, what=str(vt.path))
+        self.last.evicted += len(evicted)
         try:
-            ok, reasons = self._uploader.load_now(self.frame, ids, vt.pool, slots)
+            ok, reasons = up.load_now(self.frame, ids, vt.pool, slots)
         except BaseException:
-            vt.pool.free(slots)
+            core.abort_now(vt.id, slots)
             raise
         if not ok.all():
-            vt.pool.free(slots)  # nothing of this call is marked resident: the texture stays as it was
+            core.abort_now(vt.id, slots)  # the texture stays as it was
             raise TileCorruptError(f"{what} {reasons[0]} ({len(reasons)} bad tiles); run `texstream verify`")
-        vt.pool.mark_resident(slots, self.frame)
-        self._tables.set_resident(ids, slots)
-        self._pages.upload(self._tables)
+        core.loaded_now(vt.id, ids, slots, pinned_levels=pinned_levels)
+        self._pages.upload(core.tables)
 
     # ---- budget -------------------------------------------------------------------------------
     def set_budget(self, megabytes: float) -> None:
@@ -407,7 +386,7 @@ class Streamer:
         else:
             self.budget.set_budget(nbytes)
             self._plan_pools()
-        self._pages.upload(self._tables)
+        self._pages.upload(self._core.tables)
 
     # ---- the frame ----------------------------------------------------------------------------
     def update(self) -> FrameStats:
@@ -432,198 +411,52 @@ class Streamer:
         self._binds_since_update.fill(0)
         self._last_update = time.monotonic()
         t0, c0 = time.perf_counter(), time.thread_time()
-        self.frame += 1
-        frame = self.frame
-        st = FrameStats(frame=frame)
-        up = self._uploader
+        core, up, cfg = self._core, self._uploader, self.config
+        st = FrameStats(frame=core.begin_frame())
         if up is not None:
-            up.reclaim()
+            up.reclaim()  # staging slots whose upload fences signalled
         self._fit_feedback()
-
-        # 1. Feedback -> wanted pages (bias applied); touch the tiles they need. Until newer feedback
-        # arrives, the newest wanted pages are assumed to be needed still. Under a bias, finer tiles
-        # the draws still sample are not touched: they age out and make room for what the budget can
-        # hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
         self._feedback.end_frame()
-        raw = self._feedback.collect(frame)
-        if self.freeze_feedback:
-            raw = []
-        wanted = Wanted.empty()
-        if raw and self.textures:
-            result = self._reducer.reduce(np.concatenate(raw) if len(raw) > 1 else raw[0])
-            self._sampled = result.wanted
-            wanted = self._reducer.coarsen(result.wanted, self.budget.bias_levels)
-            bias_levels = self.budget.bias_levels
-            self._pool_set.step_bias(
-                self._space, self._tables, wanted, lambda: self._reducer.coarsen(self._sampled, bias_levels - 1)
-            )
-            self._needed = wanted
-            self._feedback_frames.append(frame)
-        self._wanted = wanted
-        st.feedback_age = self._feedback.age
-        st.wanted_pages = len(wanted)
-        self._pool_set.touch(self._space, self._tables, self._needed, frame)
-
+        raw = self._feedback.collect(st.frame)
+        wanted = core.observe([] if self.freeze_feedback else raw)
+        st.feedback_age, st.wanted_pages = self._feedback.age, len(wanted)
         if up is not None:
-            # 2. Finished reads -> uploads -> page tables.
-            self._apply_drained(up.drain(), st)
+            drained = up.drain()
+            st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
+            st.failed = len(core.apply(drained=drained))
             tu = time.perf_counter()
             uploaded = up.upload(
-                frame, self._pool_set.by_index, self.config.upload_tiles_per_frame, self.config.upload_bytes_per_frame
+                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame
             )
-            self._apply_uploaded(uploaded, st)
+            core.apply(uploaded=uploaded)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
-
-            # 3. Requests -> cache slots -> read batches; reads nobody wants any more are cancelled:
-            # those of tiles in none of the last cancel_after_frames feedback readbacks (counted in
-            # readbacks, not frames: on a real GPU feedback may skip frames, and a load must outlive
-            # that gap). After the scheduler's update, which marks this frame's wanted tiles.
-            requests = self._scheduler.update(frame, wanted, up.free_slots)
-            self._totals["cancelled"] += requests.cancelled
-            if len(self._feedback_frames) == self._feedback_frames.maxlen:
-                stale = up.cancel_stale(self._scheduler.last_wanted, self._feedback_frames[0])
-                if len(stale):
-                    self._pool_set.free_loads(stale)
-                    self._totals["cancelled"] += len(stale)
-            st.requested = self._dispatch(requests.ids, requests.prefetch, st)
-            st.in_flight = up.in_flight
-            st.stalls = up.ring.stall_count
-
-        # 4. Page tables to the GPU; the next draw's feedback buffer.
-        self._pages.upload(self._tables)
-        st.missing_pages = int(np.count_nonzero(~self._tables.is_resident(wanted.ids))) if len(wanted) else 0
-        self._feedback.begin_frame(frame)
-        st.queued = self._scheduler.queued_count
+            if len(uploaded.loads):
+                st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
+                st.latency_frames = uploaded.latency_frames
+            orders = core.orders(up.free_slots, up.cancel_stale)
+            st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)
+            st.evicted, st.evicted_tiles, st.evicted_age = len(orders.evicted), orders.evicted.tiles, orders.evicted.age
+            st.in_flight, st.stalls = up.in_flight, up.ring.stall_count
+        self._pages.upload(core.tables)
+        st.missing_pages = core.missing_pages(wanted)
+        self._feedback.begin_frame(st.frame)
+        st.queued = core.scheduler.queued_count
         st.update_ms = (time.perf_counter() - t0) * 1e3
         st.update_cpu_ms = (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
 
-    def _apply_drained(self, drained: Drained, st: FrameStats) -> None:
-        st.read_batches = len(drained.read_seconds)
-        st.read_seconds = float(sum(drained.read_seconds))
-        failed = drained.failed
-        if not len(failed):
-            return
-        self._pool_set.free_loads(failed)
-        self._scheduler.mark_failed(failed.tiles, self.frame)
-        for tex in np.unique(failed.tex).tolist():
-            vt = self._by_id.get(tex)
-            if vt is not None:
-                vt.mark_failed(failed.tiles[failed.tex == tex])
-        st.failed += len(failed)
-        self._totals["failed"] += len(failed)
-        log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
-
-    def _apply_uploaded(self, up: Uploaded, st: FrameStats) -> None:
-        loads = up.loads
-        if not len(loads):
-            return
-        self._pool_set.mark_resident(loads, self.frame)
-        self._tables.set_resident(loads.tiles, loads.cache_slot)
-        self._scheduler.mark_resident(loads.tiles)
-        st.uploads, st.upload_bytes, st.uploaded = len(loads), up.nbytes, up
-        st.latency_frames = up.latency_frames
-        self._latencies.extend(up.latency_frames.tolist())
-        self._totals["uploads"] += len(loads)
-        self._totals["upload_bytes"] += up.nbytes
-
-    def _dispatch(self, ids: np.ndarray, prefetch: np.ndarray, st: FrameStats) -> int:
-        """Reserve cache slots for this frame's requests (evicting LRU tiles) and start their loads.
-        Prefetch takes free slots only, and not the reserve kept for demand: evicting for it would
-        trade tiles the screen used a few frames ago for tiles it may never use (under budget
-        pressure: endless re-uploads)."""
-        if ids.size == 0:
-            return 0
-        assert self._uploader is not None
-        tex = self._space.tex[ids].astype(np.int64)
-        pool_of = self._pool_set.of_tex[tex]
-        keep = np.ones(ids.size, bool)
-        slots = np.full(ids.size, -1, np.int64)
-        for p in np.unique(pool_of).tolist():
-            pool = self._pool_set.by_index[p]
-            assert pool is not None
-            m = np.flatnonzero(pool_of == p)
-            pre = m[prefetch[m]]
-            allowed = max(0, pool.free_count - self._pool_set.reserve(pool) - int(m.size - pre.size))
-            keep[pre[allowed:]] = False
-            m = m[keep[m]]
-            alloc = pool.allocate(self.frame, ids[m], tex[m], self._space.level[ids[m]])
-            self._evicted(alloc.evicted_tiles, self.frame - alloc.evicted_last_used, st)
-            slots[m] = alloc.slots
-        go = keep & (slots >= 0)
-        n = self._uploader.submit(self.frame, ids[go], pool_of[go], slots[go])
-        for ev in self._pool_set.keep_free(self.frame):  # slots past their gate for the coming frames
-            self._evicted(ev.evicted_tiles, self.frame - ev.evicted_last_used, st)
-        self._totals["requested"] += n
-        return n
-
-    def _evicted(self, tiles: np.ndarray, age: np.ndarray, st: FrameStats) -> None:
-        if tiles.size:
-            self._tables.set_absent(tiles)
-            st.evicted += int(tiles.size)
-            st.evicted_tiles = np.concatenate([st.evicted_tiles, tiles])
-            st.evicted_age = np.concatenate([st.evicted_age, age])
-            self._totals["evicted"] += int(tiles.size)
-
-    def _loading(self, ids: np.ndarray) -> np.ndarray:
-        return self._uploader.load_of[ids] >= 0 if self._uploader is not None else np.zeros(ids.size, bool)
-
-    def pressure(self, wanted: Wanted | None = None) -> dict[str, tuple[int, int]]:
-        """Per pool: (working set, slots) of `wanted` (default this frame's): the wanted tiles plus their
-        parents (trilinear samples both), pinned levels excluded, against the unpinned slots."""
-        return self._pool_set.pressure(self._space, self._tables, self._wanted if wanted is None else wanted)
-
-    def bind_shared(self) -> None:
-        """Bind the page-table and feedback buffers every virtual texture samples through."""
-        assert self._pages.entries >= self._space.used, "the page-table buffer does not hold every texture"
-        self._pages.bind(VT_PAGES_BINDING)
-        self._feedback.bind()
-
-    # ---- convenience --------------------------------------------------------------------------
-    def make_all_resident(self, vt: VirtualTexture) -> None:
-        """Load every tile of `vt` now (blocking) and pin it: the all-resident reference image.
-
-        Parameters
-        ----------
-        vt : VirtualTexture
-            A texture this streamer opened.
-
-        Raises
-        ------
-        BudgetError
-            The whole texture does not fit the budget (nothing changes).
-        TileCorruptError
-            A tile is damaged (nothing stays loaded or pinned).
-        """
+    def throttle(self, depth: int = 2) -> FrameThrottle:
+        """A `FrameThrottle` for a headless loop: call its ``frame_done()`` after each frame's draws
+        and at most `depth` frames stay queued on the GPU, as a window's swap chain would keep."""
         self._check_open()
-        ids = self._space.tile_ids(vt.id)
-        resident = self._tables.is_resident(ids)
-        have, ids = ids[resident], ids[~resident]
-        assert self._uploader is not None
-        self._pool_set.free_loads(self._uploader.cancel(ids))
-        pool = vt.pool
-        others = pool.evictable_mask(self.frame) & (pool.tex != vt.id)
-        if ids.size > pool.free_count + int(np.count_nonzero(others)):
-            raise BudgetError(
-                f"{vt.path}: all {vt.header.tile_count} tiles need "
-                f"{vt.header.tile_count * vt.header.tile_raw_size / 2**20:.1f} MiB of cache; the "
-                f"{pool.name} pool holds {pool.capacity} slots (raise --budget-mb)"
-            )
-        held = self._tables.own[have].astype(np.int64)
-        newly = held[~pool.pinned[held]]
-        pool.pin(newly)  # so that making room evicts none of this texture's tiles
-        try:
-            slots = self._allocate_blocking(vt, ids, pin=True)
-            self._load_blocking(vt, ids, slots, what="all-resident")
-        except BaseException:
-            pool.unpin(newly)
-            raise
+        return self.gl.throttle(depth)
 
-    def _note_bind(self, tex_id: int) -> None:
-        """A texture is bound for drawing (`VirtualTexture.bind`): warn once when one texture keeps
-        being drawn for seconds without an update()."""
+    def _on_bind(self, tex_id: int) -> None:
+        """A texture is bound for drawing: bind the shared buffers, and warn once when one texture
+        keeps being drawn for seconds without an update()."""
+        self.bind_shared()
         binds = self._binds_since_update
         binds[tex_id] += 1
         if self._warned_no_update or binds[tex_id] < NO_UPDATE_BINDS:
@@ -638,92 +471,48 @@ class Streamer:
         log.warning("%s", message)
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
-    # ---- introspection: explicit hooks for tools, benchmarks and tests -------------------------
-    @property
-    def tile_capacity(self) -> int:
-        """Size of the tile-id space (ids of every open texture are below it; it grows on `open`)."""
-        return self._space.capacity
+    def bind_shared(self) -> None:
+        """Bind the page-table and feedback buffers every virtual texture samples through."""
+        assert self._pages.entries >= self._core.space.used, "the page-table buffer does not hold every texture"
+        self._pages.bind(VT_PAGES_BINDING)
+        self._feedback.bind()
 
-    @property
-    def sampled_pages(self) -> Wanted:
-        """The newest feedback's pages before the mip bias (what the draws sample); a new object each
-        time new feedback arrives."""
-        return self._sampled
+    def make_all_resident(self, vt: VirtualTexture) -> None:
+        """Load every tile of `vt` now (blocking) and pin it: the all-resident reference image.
 
-    def inject_feedback(self, tile_ids: np.ndarray) -> bool:
-        """Add page ids to this frame's feedback as if the coming draw had written them (drive the
-        streamer without drawing). False when this frame records no feedback."""
-        self._check_open()
-        return self._feedback.inject(tile_ids)
-
-    def validate(self) -> None:
-        """Check the streamer's invariants (tools and tests; costs a GPU readback): the page tables on
-        the GPU equal the CPU's, every texture's table and every pool are consistent, and the engine's
-        memory is within the budget. Raises EngineError naming the first broken one."""
-        self._check_open()
-        used = self._space.used
-        if used and self._pages.buffer is not None:
-            gpu = np.frombuffer(self._pages.buffer.read(size=used * 4), np.uint32)
-            bad = np.flatnonzero(gpu != self._tables.entry[:used])
-            if bad.size:
-                raise EngineError(
-                    f"page table on the GPU differs from the CPU's at {bad.size} entries, first id {bad[0]}"
-                )
-        try:
-            for vt in self.textures:
-                vt.table.validate()
-            for pool in self.pools.values():
-                pool.check()
-        except AssertionError as exc:
-            raise EngineError(f"streamer state is inconsistent: {exc}") from None
-        if self.budget.usage > self.budget.budget:
-            raise EngineError(f"engine memory {self.budget.usage} exceeds the budget {self.budget.budget}")
-
-    def io_status(self) -> IOStatus:
-        """The I/O threads and the staging ring now."""
-        up = self._uploader
-        if up is None:
-            return IOStatus(self.config.io_threads, 0, 0, self.config.native, None)
-        return IOStatus(up.io.thread_count, up.io.stuck_count, up.io.pending, up.native is not None, up.ring.stats())
-
-    @property
-    def busy(self) -> bool:
-        """True while loads are queued, being read or waiting to upload."""
-        return bool(self._scheduler.queued_count or (self._uploader is not None and self._uploader.busy))
-
-    def memory_summary(self) -> str:
-        """What the engine holds on the GPU, per pool and per texture, as a readable table.
-
-        Returns
-        -------
-        str
-            Several lines, with totals against the budget.
+        Raises
+        ------
+        BudgetError
+            The whole texture does not fit the budget (nothing changes).
+        TileCorruptError
+            A tile is damaged (nothing stays loaded or pinned).
         """
         self._check_open()
-        from ..telemetry.memory import memory_summary
-
-        return memory_summary(self)
-
-    def network(self) -> NetworkSummary:
-        """Requests, bytes, latency and cache figures of the textures read by URL (zeros without any)."""
-        remote = self._uploader.remote_stats() if self._uploader is not None else []
-        return summarize(remote, self._closed_network)
-
-    def stats(self) -> StreamerStats:
-        """The latest `update()` and the streamer as a whole (`StreamerStats`; `.as_dict()` for export)."""
-        return streamer_stats(self)
+        core, up = self._core, self._uploader
+        assert up is not None
+        ids, newly = core.all_resident_plan(vt.id)
+        core.free_loads(up.cancel(ids))
+        ledger = vt.pool.ledger
+        if ids.size > core.room_for(vt.id):
+            h = vt.header
+            raise BudgetError(
+                f"{vt.path}: all {h.tile_count} tiles need {h.tile_count * h.tile_raw_size / 2**20:.1f} MiB of "
+                f"cache; the {vt.pool.name} pool holds {ledger.capacity} slots (raise BudgetConfig.budget_mb)"
+            )
+        ledger.pin(newly)  # so that making room evicts none of this texture's tiles
+        try:
+            self._load_now(vt, ids, what="all-resident")
+        except BaseException:
+            ledger.unpin(newly)
+            raise
 
     # ---- lifetime -----------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise EngineError("streamer is released")
         self._check_thread()
-        if self._context_released:
+        if type(self.ctx.mglo).__name__ == "InvalidObject":  # what moderngl leaves after ctx.release()
             raise EngineError("the streamer's GL context was released before the streamer")
-
-    @property
-    def _context_released(self) -> bool:
-        return type(self.ctx.mglo).__name__ == "InvalidObject"  # what moderngl leaves after ctx.release()
 
     def _check_thread(self) -> None:
         if threading.get_ident() != self._owner:
@@ -748,7 +537,7 @@ class Streamer:
         if self._closed:
             return
         self._check_thread()
-        if self._context_released:
+        if type(self.ctx.mglo).__name__ == "InvalidObject":
             self._closed = True
             if self._uploader is not None:
                 self._uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
@@ -757,11 +546,9 @@ class Streamer:
         if self._uploader is not None:
             self._uploader.release()
             self.budget.release("staging-ring")
-        for vt in self.textures:
-            vt.closed = True
+        for vt in self._packs.close_all():
             vt.reader.close()
         self._pool_set.release()
-        self.textures.clear()
         self._pages.release()
         self._feedback.release()
         self.budget.release("feedback")
@@ -776,7 +563,7 @@ class Streamer:
             pass
 
     def __repr__(self) -> str:
-        return f"<Streamer: {len(self.textures)} textures{', released' if self._closed else ''}>"
+        return f"<Streamer: {len(self._packs)} textures{', released' if self._closed else ''}>"
 
     def __enter__(self) -> Streamer:
         return self

@@ -5,6 +5,7 @@ release(), a missing pack."""
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -50,14 +51,18 @@ def test_draws_without_update_warn_once_naming_the_fix(
 
 
 def test_a_slow_frame_drawing_many_textures_once_does_not_warn(
-    gl_context: moderngl.Context, packs, monkeypatch: pytest.MonkeyPatch
+    gl_context: moderngl.Context, packs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Drawing many textures once each in a frame that takes long (llvmpipe, a loaded box) is not the
     forgotten update(): only a texture drawn again and again is."""
     monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
     prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    copies = []  # distinct files: the same pack opened again would be one shared texture
+    for i in range(streamer_module.NO_UPDATE_BINDS + 2):
+        copies.append(tmp_path / f"normals-{i}.tpk")
+        shutil.copyfile(packs.normals, copies[-1])
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=64))) as s:
-        textures = [s.open(packs.normals) for _ in range(streamer_module.NO_UPDATE_BINDS + 2)]
+        textures = [s.open(p) for p in copies]
         s.update()
         with warnings.catch_warnings():
             warnings.simplefilter("error")
