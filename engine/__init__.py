@@ -23,7 +23,8 @@ from .errors import (
 from .gl.shaders import preprocess, program
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
 from .remote import PackChangedError, RemoteError
-from .runtime.frame_stats import StreamerStats, StreamTotals
+from .runtime.frame_stats import FeedbackInfo, StreamerStats, StreamTotals
+from .runtime.residency import Completeness
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
 from .telemetry import Overlay, Telemetry
 
@@ -34,7 +35,9 @@ __all__ = [
     "BakeConfig",
     "BudgetConfig",
     "BudgetError",
+    "Completeness",
     "EngineError",
+    "FeedbackInfo",
     "GLError",
     "IOStatus",
     "Overlay",

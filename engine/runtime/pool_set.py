@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import StreamerConfig
 from ..errors import EngineError
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from .budget import BudgetManager
 from .pools import CachePool, PoolKey
+from .residency import Residency
 from .slots import MAX_POOLS, ResizeResult, SlotGeometry
 from .texture import FIRST_UNIT
 
@@ -105,6 +108,17 @@ class PoolSet:
             assert pool is not None
             out.append(PoolResize(pool, pool.resize(capacities[p], frame)))
         return out
+
+    def replan(self, core: Residency, budget: int) -> list[np.ndarray]:
+        """Resize every pool to its share of `budget` as the core plans it (shrinking first), fold
+        each resize into the core, and return the tiles whose loads lost their cache slot."""
+        plan = core.plan(budget - self.held_elsewhere(), self.gl.max_array_layers)
+        cancelled = []
+        for r in self.apply(plan, core.resize_order(plan), core.frame):
+            tiles = core.apply_resize(r.pool.index, r.result)
+            if tiles.size:
+                cancelled.append(tiles)
+        return cancelled
 
     def release(self) -> None:
         for p in self:

@@ -261,11 +261,16 @@ class Residency:
         held = self.tables.own[ids[resident]].astype(np.int64)
         return ids[~resident], held[~ledger.pinned[held]]
 
-    def room_for(self, tex: int) -> int:
-        """Slots texture `tex`'s pool could give without evicting any of its own tiles."""
+    def check_room(self, tex: int, ids: np.ndarray, what: str) -> None:
+        """BudgetError unless texture `tex`'s pool can take `ids` without evicting any of its own tiles."""
         ledger = self._ledger_of(tex)
         others = ledger.evictable_mask(self.frame) & (ledger.tex != tex)
-        return ledger.free_count + int(np.count_nonzero(others))
+        if ids.size > ledger.free_count + int(np.count_nonzero(others)):
+            h = self.headers[tex]
+            raise BudgetError(
+                f"{what}: all {h.tile_count} tiles need {h.tile_count * h.tile_raw_size / 2**20:.1f} MiB of "
+                f"cache; the {ledger.name} pool holds {ledger.capacity} slots (raise BudgetConfig.budget_mb)"
+            )
 
     def _ledger_of(self, tex: int) -> SlotLedger:
         ledger = self.ledgers[int(self.pool_of[tex])]
@@ -363,7 +368,7 @@ class Residency:
             runs.append(r)
         go = keep & (slots >= 0)
         for p, ledger in enumerate(self.ledgers):  # slots past their gate for the coming frames
-            if ledger is not None:
+            if ledger is not None and ids.size:  # (only while streaming: a still view keeps its tiles)
                 ev = ledger.keep_free(self.frame, self.reserve(p))
                 evicted.append(self._evicted(ev.evicted_tiles, ev.evicted_last_used))
         self._totals["requested"] += int(np.count_nonzero(go))

@@ -1,16 +1,9 @@
 """The facade: `Streamer(ctx, config)`, `open(path) -> VirtualTexture`, `update()` once a frame.
 
 The streamer is the frame script: `update()` moves records between the residency core
-(`residency.Residency`, which decides what is resident and what to load, without GL) and the movers
-(cache pools, staging ring and uploader, I/O threads, feedback buffers), in this order::
-
-    reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
-            -> upload page tables -> begin the next feedback frame
-
-The layout and the threading contract are in the `texstream.runtime` package docstring. Every method
-of `Streamer` and `VirtualTexture` belongs to the thread that owns the GL context (the one that made
-the streamer; a call from another thread is an `EngineError`). A streamer dropped without `release()`
-is released when it is collected on its own thread (with a `ResourceWarning`, as for an unclosed file).
+(`residency.Residency`: what is resident and what to load, without GL) and the movers (cache pools,
+staging ring and uploader, I/O threads, feedback buffers). Layout and threading contract: the
+`texstream.runtime` package docstring; lifetime rules: `ownership.RenderThreadOwned`.
 """
 
 from __future__ import annotations
@@ -19,16 +12,13 @@ import dataclasses
 import logging
 import math
 import os
-import threading
 import time
-import warnings
-from types import TracebackType
 
 import moderngl
 import numpy as np
 
 from ..config import StreamerConfig
-from ..errors import BudgetError, EngineError, TileCorruptError
+from ..errors import EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FrameThrottle
 from ..pack.format import PackHeader
@@ -38,6 +28,7 @@ from .budget import BudgetManager
 from .feedback import FeedbackRing
 from .frame_stats import FrameStats, IOStatus
 from .io_workers import ReadHook
+from .ownership import RenderThreadOwned
 from .page_buffer import PageTableBuffer
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
@@ -45,6 +36,7 @@ from .residency import Residency
 from .sharing import OpenPacks, pack_identity
 from .texture import VT_PAGES_BINDING, VirtualTexture, check_bindings
 from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES
+from .update_watch import UpdateWatch
 from .uploader import Uploader
 from .views import StreamerViews
 
@@ -52,12 +44,8 @@ __all__ = ["FrameStats", "IOStatus", "Streamer", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
 
-NO_UPDATE_BINDS = 30  # one texture drawn this often without an update() ...
-NO_UPDATE_SECONDS = 2.0  # ... over this long: the program forgot to call update() (a slow frame that
-# draws many textures once each is not that)
 
-
-class Streamer(StreamerViews):
+class Streamer(RenderThreadOwned, StreamerViews):
     """Streams tiles of any number of packs into one VRAM budget.
 
     Every method belongs to the thread that made the streamer (the one its GL context is current on);
@@ -96,8 +84,6 @@ class Streamer(StreamerViews):
     >>> streamer.release()                                     # doctest: +SKIP
     """
 
-    _closed = True  # until __init__ has made everything release() frees
-
     def __init__(
         self,
         ctx: moderngl.Context,
@@ -111,8 +97,7 @@ class Streamer(StreamerViews):
         config = config or StreamerConfig()
         if budget_mb is not None:
             config = dataclasses.replace(config, budget_mb=budget_mb)
-        self._owner = threading.get_ident()
-        self._read_hook = read_hook
+        self._claim()
         self.ctx, self.config = ctx, config
         self.gl = GLExt(ctx, debug=config.debug_gl)
         check_bindings(self.gl)
@@ -123,31 +108,15 @@ class Streamer(StreamerViews):
         self._pool_set = PoolSet(self.gl, self.budget, config)
         self._packs: OpenPacks[VirtualTexture] = OpenPacks()
         self._uploader: Uploader | None = None
+        self._uploader_parts = {"ctx": ctx, "gl": self.gl, "space": self._core.space, "config": config}
+        self._uploader_parts |= {"budget": self.budget, "read_hook": read_hook}
         vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
-        self._feedback = self._make_feedback((max(1920, vw), max(1080, vh)))
+        self._feedback = FeedbackRing.reserved(ctx, self.gl, self.budget, (max(1920, vw), max(1080, vh)), config)
         self.last = FrameStats()
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
-        # draws without update(): the textures would stay at their pinned levels, so say why once
-        self._binds_since_update = np.zeros(MAX_TEXTURES, np.int64)  # per texture id
-        self._last_update = time.monotonic()
-        self._warned_no_update = False
+        self._watch = UpdateWatch()  # draws without update() stay blurred: say why, once
         self._closed = False
-
-    @property
-    def frame(self) -> int:
-        """Frames advanced by `update()` so far."""
-        return self._core.frame
-
-    @property
-    def textures(self) -> list[VirtualTexture]:
-        """One open handle per open pack (handles on a pack opened twice share its residency)."""
-        return self._packs.primaries()
-
-    @property
-    def pools(self) -> dict[PoolKey, CachePool]:
-        """The cache pools by (texel format, sRGB, slot size)."""
-        return self._pool_set.by_key
 
     # ---- textures -----------------------------------------------------------------------------
     def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
@@ -221,16 +190,9 @@ class Streamer(StreamerViews):
 
     def _handle(self, tex_id: int, reader: PackReader, pool: CachePool) -> VirtualTexture:
         core = self._core
-        return VirtualTexture(
-            tex_id,
-            reader,
-            pool,
-            core.space.ranges[tex_id],
-            core.table_view(tex_id),
-            on_bind=self._on_bind,
-            on_close=self.close,
-            failures=lambda t: (core.corrupt_tiles(t), int(core.failed_loads[t])),
-        )
+        failures = lambda t: (core.corrupt_tiles(t), int(core.failed_loads[t]))  # noqa: E731
+        parts = (tex_id, reader, pool, core.space.ranges[tex_id], core.table_view(tex_id))
+        return VirtualTexture(*parts, on_bind=self._on_bind, on_close=self.close, failures=failures)
 
     def close(self, vt: VirtualTexture) -> None:
         """Close a texture handle. When it is the pack's last handle, its loads are cancelled and its
@@ -255,59 +217,28 @@ class Streamer(StreamerViews):
         vt.reader.close()
 
     def _plan_pools(self, budget: int | None = None) -> None:
-        """Share what the budget leaves after fixed costs among the pools, and apply what moved."""
-        available = (self.budget.budget if budget is None else budget) - self._pool_set.held_elsewhere()
-        plan = self._core.plan(available, self.gl.max_array_layers)
-        for r in self._pool_set.apply(plan, self._core.resize_order(plan), self.frame):
-            cancelled = self._core.apply_resize(r.pool.index, r.result)
-            if cancelled.size and self._uploader is not None:
-                self._uploader.cancel(cancelled)  # their cache slots are gone: nothing to free
+        """Share what the budget leaves after fixed costs among the pools (the core decides, the pools
+        move), and cancel the loads whose cache slots a shrink removed (nothing to free)."""
+        for cancelled in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
+            if self._uploader is not None:
+                self._uploader.cancel(cancelled)
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
         extra = self._pages.growth_bytes(self._core.space.used + HEADER + h.tile_count)
         extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
         if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
-            extra += max(0, self._ring_size(h.tile_raw_size) - self.budget.reserved("staging-ring"))
+            ring = Uploader.ring_size(self.config, self.budget, h.tile_raw_size)
+            extra += max(0, ring - self.budget.reserved("staging-ring"))
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
 
-    def _ring_size(self, tile_bytes: int) -> int:
-        # The ring takes at most a quarter of the budget (small budgets would otherwise be all ring).
-        return max(min(self.config.ring_mb << 20, self.budget.budget // 4), 16 * tile_bytes)
-
     def _ensure_uploader(self, tile_bytes: int) -> None:
-        up = self._uploader
-        if up is not None and up.ring.slot_bytes >= tile_bytes:
-            return
-        if up is not None:
-            if up.busy or up.ring.batches_in_flight:
-                raise EngineError("cannot open a pack with larger tiles while tiles are streaming; open it first")
-            for vt in self.textures:
-                up.remove_source(vt.id)
-            up.release()
-            self.budget.release("staging-ring")
-        size = self._ring_size(tile_bytes)
-        self.budget.reserve("staging-ring", size)
-        try:
-            up = Uploader(self.ctx, self.gl, self._core.space, self.config, size, tile_bytes, read_hook=self._read_hook)
-        except BaseException:
-            self.budget.release("staging-ring")
-            raise
-        self._uploader = up
-        self._core.set_loading(up.loading_mask)
-        for vt in self.textures:
-            up.add_source(vt.id, vt.reader)
-
-    def _make_feedback(self, fb_size: tuple[int, int]) -> FeedbackRing:
-        divisor = self.config.feedback_divisor
-        ring = FeedbackRing(self.ctx, self.gl, FeedbackRing.capacity_for(fb_size, divisor), divisor)
-        try:
-            self.budget.reserve("feedback", ring.nbytes)
-        except BaseException:
-            ring.release()
-            raise
-        return ring
+        sources = [(vt.id, vt.reader) for vt in self.textures]
+        up = Uploader.fitting(self._uploader, tile_bytes, sources, **self._uploader_parts)
+        if up is not self._uploader:
+            self._uploader = up
+            self._core.set_loading(up.loading_mask)
 
     def set_feedback_size(self, size: tuple[int, int]) -> None:
         """Size the feedback buffers for draws of `size` pixels.
@@ -320,22 +251,7 @@ class Streamer(StreamerViews):
         size : tuple of int
             Width and height in pixels of the largest draw that samples virtual textures.
         """
-        old = self._feedback
-        self.budget.release("feedback")
-        try:
-            self._feedback = self._make_feedback(size)
-        except BudgetError:
-            self.budget.reserve("feedback", old.nbytes)
-            raise
-        old.release()
-
-    def _fit_feedback(self) -> None:
-        vp = self.ctx.viewport
-        if vp and FeedbackRing.capacity_for((vp[2], vp[3]), self.config.feedback_divisor) > self._feedback.capacity:
-            try:
-                self.set_feedback_size((vp[2], vp[3]))
-            except BudgetError:
-                pass  # keep the smaller buffers; dropped entries are counted
+        self._feedback = self._feedback.resized(size, self.budget, self.config)
 
     def _load_now(self, vt: VirtualTexture, ids: np.ndarray, *, what: str, pinned_levels: bool = False) -> None:
         """Load `ids` now through the uploader's blocking path, pinned (the never-black fallback, or
@@ -408,14 +324,13 @@ class Streamer(StreamerViews):
             released.
         """
         self._check_open()
-        self._binds_since_update.fill(0)
-        self._last_update = time.monotonic()
+        self._watch.updated()
         t0, c0 = time.perf_counter(), time.thread_time()
         core, up, cfg = self._core, self._uploader, self.config
         st = FrameStats(frame=core.begin_frame())
         if up is not None:
             up.reclaim()  # staging slots whose upload fences signalled
-        self._fit_feedback()
+        self._feedback = self._feedback.fitted(self.ctx.viewport, self.budget, self.config)
         self._feedback.end_frame()
         raw = self._feedback.collect(st.frame)
         wanted = core.observe([] if self.freeze_feedback else raw)
@@ -454,22 +369,9 @@ class Streamer(StreamerViews):
         return self.gl.throttle(depth)
 
     def _on_bind(self, tex_id: int) -> None:
-        """A texture is bound for drawing: bind the shared buffers, and warn once when one texture
-        keeps being drawn for seconds without an update()."""
+        """A texture is bound for drawing: the shared buffers, and the forgotten-update() watch."""
         self.bind_shared()
-        binds = self._binds_since_update
-        binds[tex_id] += 1
-        if self._warned_no_update or binds[tex_id] < NO_UPDATE_BINDS:
-            return
-        if time.monotonic() - self._last_update < NO_UPDATE_SECONDS:
-            return
-        self._warned_no_update = True
-        message = (
-            f"a virtual texture was drawn {int(binds[tex_id])} times over {NO_UPDATE_SECONDS:g} s without "
-            "Streamer.update(): nothing streams and it stays blurred; call streamer.update() once per frame"
-        )
-        log.warning("%s", message)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        self._watch.bound(tex_id)
 
     def bind_shared(self) -> None:
         """Bind the page-table and feedback buffers every virtual texture samples through."""
@@ -492,13 +394,8 @@ class Streamer(StreamerViews):
         assert up is not None
         ids, newly = core.all_resident_plan(vt.id)
         core.free_loads(up.cancel(ids))
+        core.check_room(vt.id, ids, str(vt.path))
         ledger = vt.pool.ledger
-        if ids.size > core.room_for(vt.id):
-            h = vt.header
-            raise BudgetError(
-                f"{vt.path}: all {h.tile_count} tiles need {h.tile_count * h.tile_raw_size / 2**20:.1f} MiB of "
-                f"cache; the {vt.pool.name} pool holds {ledger.capacity} slots (raise BudgetConfig.budget_mb)"
-            )
         ledger.pin(newly)  # so that making room evicts none of this texture's tiles
         try:
             self._load_now(vt, ids, what="all-resident")
@@ -507,20 +404,6 @@ class Streamer(StreamerViews):
             raise
 
     # ---- lifetime -----------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("streamer is released")
-        self._check_thread()
-        if type(self.ctx.mglo).__name__ == "InvalidObject":  # what moderngl leaves after ctx.release()
-            raise EngineError("the streamer's GL context was released before the streamer")
-
-    def _check_thread(self) -> None:
-        if threading.get_ident() != self._owner:
-            raise EngineError(
-                f"streamer used from thread {threading.current_thread().name!r}: it belongs to the thread "
-                "that made it (the one its GL context is current on)"
-            )
-
     def release(self) -> None:
         """Stop the I/O threads and free every GL object the engine made; calling it again does
         nothing. Also runs on ``with Streamer(...) as s:`` exit.
@@ -537,7 +420,7 @@ class Streamer(StreamerViews):
         if self._closed:
             return
         self._check_thread()
-        if type(self.ctx.mglo).__name__ == "InvalidObject":
+        if self._context_released:
             self._closed = True
             if self._uploader is not None:
                 self._uploader.io.shutdown(0.0)  # GL objects died with the context; stop the threads
@@ -553,22 +436,5 @@ class Streamer(StreamerViews):
         self._feedback.release()
         self.budget.release("feedback")
 
-    def __del__(self) -> None:
-        if self._closed or threading.get_ident() != getattr(self, "_owner", None):
-            return
-        warnings.warn(f"{self!r} was not released; releasing it now", ResourceWarning, stacklevel=1)
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001 (collection at exit: the context may be gone)
-            pass
-
     def __repr__(self) -> str:
         return f"<Streamer: {len(self._packs)} textures{', released' if self._closed else ''}>"
-
-    def __enter__(self) -> Streamer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()

@@ -56,7 +56,9 @@ from ..gl.objects import FenceLike
 from ..native import Native
 from ..pack.reader import PackReader
 from ..remote import RemoteStats
-from .io_workers import IOWorkers, ReadBatch, ReadHook, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .budget import BudgetManager
+from .byte_sources import ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
@@ -156,6 +158,49 @@ class Uploader:
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self._closed = False
+
+    @staticmethod
+    def ring_size(config: StreamerConfig, budget: BudgetManager, tile_bytes: int) -> int:
+        """Staging-ring bytes: `config.ring_mb`, but at most a quarter of the budget (small budgets
+        would otherwise be all ring) and at least 16 tiles."""
+        return max(min(config.ring_mb << 20, budget.budget // 4), 16 * tile_bytes)
+
+    @classmethod
+    def fitting(
+        cls,
+        current: Uploader | None,
+        tile_bytes: int,
+        sources: list[tuple[int, PackReader]],
+        *,
+        ctx: moderngl.Context,
+        gl: GLExt,
+        space: TileSpace,
+        config: StreamerConfig,
+        budget: BudgetManager,
+        read_hook: ReadHook | None,
+    ) -> Uploader:
+        """`current` if its ring slots hold `tile_bytes`, else a new uploader (ring reserved in the
+        budget as "staging-ring") reading `sources`; the old one is released. EngineError while the
+        old one still streams."""
+        if current is not None and current.ring.slot_bytes >= tile_bytes:
+            return current
+        if current is not None:
+            if current.busy or current.ring.batches_in_flight:
+                raise EngineError("cannot open a pack with larger tiles while tiles are streaming; open it first")
+            for tex, _ in sources:
+                current.remove_source(tex)
+            current.release()
+            budget.release("staging-ring")
+        size = cls.ring_size(config, budget, tile_bytes)
+        budget.reserve("staging-ring", size)
+        try:
+            up = cls(ctx, gl, space, config, size, tile_bytes, read_hook=read_hook)
+        except BaseException:
+            budget.release("staging-ring")
+            raise
+        for tex, reader in sources:
+            up.add_source(tex, reader)
+        return up
 
     def _grow(self, capacity: int) -> None:
         self.load_of = np.concatenate([self.load_of, np.full(capacity - self.load_of.size, -1, np.int32)])

@@ -25,8 +25,10 @@ if TYPE_CHECKING:  # typing only: the attributes the mixin reads are the streame
     from .budget import BudgetManager
     from .feedback import FeedbackRing
     from .page_buffer import PageTableBuffer
+    from .pool_set import PoolSet
     from .pools import CachePool, PoolKey
     from .residency import Residency
+    from .sharing import OpenPacks
     from .staging import StagingRing
     from .texture import VirtualTexture
     from .uploader import Uploader
@@ -46,13 +48,23 @@ class StreamerViews:
     _pages: PageTableBuffer
     _check_open: Callable[[], None]
 
-    if TYPE_CHECKING:
+    _packs: OpenPacks[VirtualTexture]
+    _pool_set: PoolSet
 
-        @property
-        def textures(self) -> list[VirtualTexture]: ...
+    @property
+    def frame(self) -> int:
+        """Frames advanced by `update()` so far."""
+        return self._core.frame
 
-        @property
-        def pools(self) -> dict[PoolKey, CachePool]: ...
+    @property
+    def textures(self) -> list[VirtualTexture]:
+        """One open handle per open pack (handles on a pack opened twice share its residency)."""
+        return self._packs.primaries()
+
+    @property
+    def pools(self) -> dict[PoolKey, CachePool]:
+        """The cache pools by (texel format, sRGB, slot size)."""
+        return self._pool_set.by_key
 
     def stats(self) -> StreamerStats:
         """The latest `update()` and the streamer as a whole (`StreamerStats`; `.as_dict()` for export)."""

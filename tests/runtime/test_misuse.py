@@ -22,7 +22,7 @@ from texstream import (
     StreamerStats,
     program,
 )
-from texstream.runtime import streamer as streamer_module
+from texstream.runtime import update_watch
 
 from .test_streamer import packs  # noqa: F401
 
@@ -34,14 +34,14 @@ def test_draws_without_update_warn_once_naming_the_fix(
     packs,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
+    monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
     prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         vt = s.open(packs.colour)
         with pytest.warns(
             RuntimeWarning, match=r"without Streamer\.update\(\).*call streamer\.update\(\) once per frame"
         ):
-            for _ in range(streamer_module.NO_UPDATE_BINDS + 1):
+            for _ in range(update_watch.NO_UPDATE_BINDS + 1):
                 vt.bind(prog, "u_vt")
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # once only
@@ -55,10 +55,10 @@ def test_a_slow_frame_drawing_many_textures_once_does_not_warn(
 ) -> None:
     """Drawing many textures once each in a frame that takes long (llvmpipe, a loaded box) is not the
     forgotten update(): only a texture drawn again and again is."""
-    monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
+    monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
     prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
     copies = []  # distinct files: the same pack opened again would be one shared texture
-    for i in range(streamer_module.NO_UPDATE_BINDS + 2):
+    for i in range(update_watch.NO_UPDATE_BINDS + 2):
         copies.append(tmp_path / f"normals-{i}.tpk")
         shutil.copyfile(packs.normals, copies[-1])
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=64))) as s:
@@ -77,7 +77,7 @@ def test_updates_between_draws_never_warn(gl_context: moderngl.Context, packs) -
         vt = s.open(packs.colour)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            for _ in range(3 * streamer_module.NO_UPDATE_BINDS):
+            for _ in range(3 * update_watch.NO_UPDATE_BINDS):
                 s.update()
                 vt.bind(prog, "u_vt")
         assert isinstance(s.stats(), StreamerStats) and s.stats().as_dict()["totals"]["uploads"] >= 0
