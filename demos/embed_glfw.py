@@ -108,7 +108,7 @@ def main() -> int:
     streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=128)))
     try:
         texture = streamer.open(args.pack or default_pack())
-        prog = program(ctx, vertex=VERTEX, fragment=FRAGMENT)  # resolves the texstream/ includes
+        prog = program(ctx, vertex_shader=VERTEX, fragment_shader=FRAGMENT)  # resolves the texstream/ includes
         vao = ctx.vertex_array(prog, [])
         gc.freeze()  # loading is done: keep the collector's full passes out of the frame loop
 

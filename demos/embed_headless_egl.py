@@ -78,7 +78,7 @@ def main() -> None:
         texture = streamer.open(args.pack or default_pack())
         if args.all_resident:
             streamer.make_all_resident(texture)
-        prog = program(ctx, vertex=VERTEX, fragment=FRAGMENT)  # resolves the texstream/ includes
+        prog = program(ctx, vertex_shader=VERTEX, fragment_shader=FRAGMENT)  # resolves the texstream/ includes
         vao = ctx.vertex_array(prog, [])
         # No swap chain here: without a throttle the CPU would queue frames far ahead of the GPU and
         # every feedback readback would arrive that many frames late.

@@ -49,7 +49,7 @@ fbo = ctx.screen if windowed else ctx.simple_framebuffer((800, 800))
 streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=128)))
 texture = streamer.open(sys.argv[1])
 telemetry, overlay = Telemetry(streamer), Overlay(ctx)
-prog = program(ctx, vertex=VS, fragment=FS)
+prog = program(ctx, vertex_shader=VS, fragment_shader=FS)
 quad = ctx.buffer(np.array([-1, -1, 1, -1, -1, 1, 1, 1], "f4").tobytes())
 vao = ctx.vertex_array(prog, [(quad, "2f", "in_pos")])
 

@@ -70,7 +70,9 @@ class StreamingApp(mglw.WindowConfig):
         super().__init__(**kwargs)
         self.streamer = Streamer(self.ctx, StreamerConfig(budget=BudgetConfig(budget_mb=128)))
         self.texture = self.streamer.open(self.argv.pack or default_pack())
-        self.prog = program(self.ctx, vertex=VERTEX, fragment=FRAGMENT)  # resolves the texstream/ includes
+        self.prog = program(
+            self.ctx, vertex_shader=VERTEX, fragment_shader=FRAGMENT
+        )  # resolves the texstream/ includes
         self.vao = self.ctx.vertex_array(self.prog, [])
         self.center, self.zoom, self.frame = [0.5, 0.5], 1.0, 0
         self.wnd.exit_key = None  # Esc is handled below: the streamer must go before the GL context

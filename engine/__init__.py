@@ -1,15 +1,18 @@
 """texstream: stream huge block-compressed textures into a moderngl program inside a VRAM budget.
 
 The public API is what this module exports (``import texstream as ts``): the `Streamer` and its
-`VirtualTexture`, the configurations, the errors, the shader loader (`program`, `preprocess`: they
-resolve ``#include "texstream/vt.glsl"``), per-frame `Telemetry` and its `Overlay`, and the pack
-reader and writer. Everything else is internal and may change between versions; the programs built
-on the library (command line, demo, benchmarks) live in ``texstream.apps``.
+`VirtualTexture` (with its texture-coordinate `Origin`), the configurations, the errors, the shader
+loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
+`register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
+(`FrameStats`, `StreamerStats`, `StreamTotals`), `FrameThrottle` for headless loops, per-frame
+`Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal and may
+change between versions; the programs built on the library (command line, demo, benchmarks) live in
+``texstream.apps``.
 """
 
 from __future__ import annotations
 
-from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig, cache_dir
+from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
 from .errors import (
     BudgetError,
     EngineError,
@@ -20,15 +23,16 @@ from .errors import (
     SourceError,
     TileCorruptError,
 )
-from .gl.shaders import preprocess, program
+from .gl.objects import FrameThrottle
+from .gl.shaders import ShaderFile, preprocess, program, register_includes, shader_file
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
-from .remote import PackChangedError, RemoteError
-from .runtime.frame_stats import FeedbackInfo, StreamerStats, StreamTotals
+from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
+from .runtime.frame_stats import FeedbackInfo, FrameStats, StreamerStats, StreamTotals
+from .runtime.origin import Origin
 from .runtime.residency import Completeness
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
-from .telemetry import Overlay, Telemetry
-
-__version__ = "0.1.0"
+from .telemetry import FrameRecord, Overlay, Telemetry
+from .version import __version__
 
 __all__ = [
     "AddressMode",
@@ -38,8 +42,12 @@ __all__ = [
     "Completeness",
     "EngineError",
     "FeedbackInfo",
+    "FrameRecord",
+    "FrameStats",
+    "FrameThrottle",
     "GLError",
     "IOStatus",
+    "Origin",
     "Overlay",
     "PackChangedError",
     "PackFormatError",
@@ -47,10 +55,14 @@ __all__ = [
     "PackHeader",
     "PackReader",
     "PackWriter",
+    "RedirectPolicy",
     "RemoteConfig",
     "RemoteError",
     "ShaderError",
+    "ShaderFile",
     "SourceError",
+    "SourceState",
+    "SourceStatus",
     "Streamer",
     "StreamerConfig",
     "StreamerStats",
@@ -64,4 +76,6 @@ __all__ = [
     "cache_dir",
     "preprocess",
     "program",
+    "register_includes",
+    "shader_file",
 ]

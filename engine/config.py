@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
-__all__ = ["BakeConfig", "BudgetConfig", "RemoteConfig", "StreamerConfig", "cache_dir"]
+__all__ = ["BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "cache_dir"]
 
 
 def cache_dir() -> Path:
@@ -175,6 +176,24 @@ class BudgetConfig:
             raise ValueError(f"need 0 < low_water < high_water <= 1, got {self.low_water!r}, {self.high_water!r}")
 
 
+class RedirectPolicy(enum.Enum):
+    """Which HTTP redirects a remote pack's requests follow (each hop is checked before it is sent).
+
+    A redirect from a public address to a loopback, private or link-local one is refused whatever the
+    policy, so a server on the internet cannot steer requests into the local network.
+    """
+
+    NONE = "none"  # follow no redirect
+    SAME_ORIGIN = "same-origin"  # another path on the same scheme, host and port
+    SAME_SITE = "same-site"  # also the host's parent or a subdomain of it, any port, http -> https upgrades
+
+    @classmethod
+    def _missing_(cls, value: object) -> object:
+        if isinstance(value, str):  # "same_site", "SAME-SITE": as the CLI and configs spell them
+            return next((m for m in cls if m.value == value.lower().replace("_", "-")), None)
+        return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RemoteConfig:
     """How packs named by a URL (http(s)://, or any fsspec filesystem such as s3://) are read.
@@ -197,11 +216,20 @@ class RemoteConfig:
     request_deadline_s : float
         one range, retries included (below StreamerConfig.read_timeout_s)
     retries : int
-        a failed request is tried again this many times, with doubling backoff
+        a request failing transiently (connection refused, reset or closed, timeout, HTTP 429 or 5xx) is tried again
+        this many times, with doubling jittered backoff or the server's Retry-After, all within request_deadline_s; a
+        keep-alive connection the server had closed is retried at once, once, on top
     backoff_s : float
         the first retry's wait (jittered)
     offline_s : float
-        after a range failed every retry, requests fail at once for this long
+        after a range failed every retry because the server could not be reached, requests fail at once for this long
+    retry_after_cap_s : float
+        a Retry-After longer than the request's time left fails the request at once, and this pack's requests then
+        wait min(Retry-After, this) before asking again
+    stale_recheck_s : float
+        after the pack changed on the server, one request this often asks whether the opened version is back
+    redirects : RedirectPolicy
+        which redirects are followed (same-origin by default; see RedirectPolicy)
     storage_options : dict
         passed to fsspec (credentials, endpoints)
     """
@@ -217,6 +245,9 @@ class RemoteConfig:
     retries: int = 2
     backoff_s: float = 0.1
     offline_s: float = 1.0
+    retry_after_cap_s: float = 30.0
+    stale_recheck_s: float = 5.0
+    redirects: RedirectPolicy = RedirectPolicy.SAME_ORIGIN
     storage_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -227,6 +258,8 @@ class RemoteConfig:
             "request_deadline_s": self.request_deadline_s > 0,
             "backoff_s": self.backoff_s >= 0,
             "offline_s": self.offline_s >= 0,
+            "retry_after_cap_s": self.retry_after_cap_s >= 0,
+            "stale_recheck_s": self.stale_recheck_s >= 0,
         }
         for name, ok in finite.items():
             value = getattr(self, name)
@@ -242,6 +275,12 @@ class RemoteConfig:
             raise ValueError(f"remote max_request_kb must be in block_kb..65536, got {self.max_request_kb!r}")
         if not 0 <= self.retries <= 10:
             raise ValueError(f"remote retries must be in 0..10, got {self.retries!r}")
+        if not isinstance(self.redirects, RedirectPolicy):
+            try:  # a name ("same-site") is accepted; the field then holds the member
+                object.__setattr__(self, "redirects", RedirectPolicy(self.redirects))
+            except ValueError:
+                names = ", ".join(m.value for m in RedirectPolicy)
+                raise ValueError(f"remote redirects must be one of {names}, got {self.redirects!r}") from None
         if not isinstance(self.storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {type(self.storage_options).__name__}")
 

@@ -44,7 +44,41 @@ class ShaderError(EngineError):
 
 
 class BudgetError(EngineError):
-    """The VRAM budget cannot hold what must stay resident (pinned levels, page tables, ring)."""
+    """The VRAM budget cannot hold what must stay resident (pinned levels, page tables, ring).
+
+    The message says what did not fit and, where it is known, the smallest budget that would have
+    (``BudgetConfig.budget_mb``) and whether fewer pinned levels (``StreamerConfig.pinned_levels``)
+    would help. A program with its own settings words the same advice with `advice`.
+
+    Attributes
+    ----------
+    problem : str
+        What did not fit, without the advice.
+    minimum_bytes : int or None
+        The smallest budget in which it would have fitted (None when not known).
+    pinned_levels : bool
+        Whether lowering ``StreamerConfig.pinned_levels`` also makes it fit in less.
+    """
+
+    def __init__(self, problem: str, *, minimum_bytes: int | None = None, pinned_levels: bool = False) -> None:
+        self.problem, self.minimum_bytes, self.pinned_levels = problem, minimum_bytes, pinned_levels
+        super().__init__(self.advice())
+
+    def advice(
+        self,
+        budget_setting: str = "BudgetConfig.budget_mb",
+        pinned_setting: str | None = "StreamerConfig.pinned_levels",
+    ) -> str:
+        """The message, naming the settings as `budget_setting` and `pinned_setting` (a command line
+        passes its flags, e.g. ``"--budget-mb"``; None where it has no such setting)."""
+        if self.minimum_bytes is None:
+            return self.problem
+        mib = -(-self.minimum_bytes // 2**20)  # whole MiB, rounded up
+        if budget_setting.startswith("-"):  # a command-line flag
+            fix = f"{self.problem}: pass {budget_setting} {mib} or more"
+        else:
+            fix = f"{self.problem}: set {budget_setting} to at least {mib}"
+        return f"{fix}, or lower {pinned_setting}" if self.pinned_levels and pinned_setting else fix
 
 
 class GLError(EngineError):

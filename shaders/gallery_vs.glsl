@@ -15,7 +15,9 @@ flat out vec4 v_tile;
 flat out ivec4 v_meta;
 
 void main() {
-    v_uv = in_pos;
+    // World y grows down the image (row order, as the scene's cameras look at it); texture v grows
+    // up the image (the GL origin, the streamer's default): v = 1 - y.
+    v_uv = vec2(in_pos.x, 1.0 - in_pos.y);
     v_world = vec3(in_rect.xy + in_pos * in_rect.zw, 0.0);
     v_size = in_size;
     v_tile = in_tile;

@@ -11,7 +11,9 @@ in vec3 v_world;
 out vec4 f_color;
 
 void main() {
-    vec3 albedo = texture(u_tex, v_uv).rgb;
+    // A plain texture uploaded top row first: its t = 0 is the image's top row, the opposite of
+    // the GL-origin v that terrain_vs.glsl hands on.
+    vec3 albedo = texture(u_tex, vec2(v_uv.x, 1.0 - v_uv.y)).rgb;
     float light = 0.35 + 0.9 * max(dot(vec3(0.0, 0.0, -1.0), normalize(u_sun)), 0.0);
     float fog = 1.0 - exp(-distance(u_eye, v_world) / u_fog_distance);
     vec3 c = mix(albedo * light, u_sky, clamp(fog, 0.0, 1.0));

@@ -18,7 +18,7 @@ vec3 level_colour(float level) {
 void main() {
     vec4 c = VT_SAMPLE(u_vt, v_uv);
     if (u_debug == 1) {
-        vec2 t = v_uv * u_vt.size.xy;
+        vec2 t = vt_texel(u_vt, v_uv);
         uvec4 e = vt_lookup(u_vt, t, 0);
         c = vec4(mix(c.rgb, level_colour(float(e.y)), 0.6), 1.0);
     }

@@ -5,6 +5,12 @@
 //     ...
 //     vec4 c = VT_SAMPLE(albedo, uv);          // trilinear + anisotropic, never black
 //
+// Texture coordinates: by default v = 0 is the image's bottom row (the GL convention; a quad with
+// v = 0 at the bottom of the screen shows the image right side up). A texture opened with
+// origin=Origin.TOP_LEFT takes v = 0 as its top row (glTF, DirectX). The choice is one bit of
+// meta.z, applied by vt_texel() where uv becomes a texel coordinate, so every lookup and the
+// feedback name the same pages.
+//
 // Bindings (fixed, the same for every virtual texture, so any number of them draw in one frame):
 //   storage buffer VT_PAGES_BINDING (6)     page tables of every open texture (one uint per page)
 //   storage buffer VT_FEEDBACK_BINDING (7)  the pages fragments wanted this frame (streamer feedback)
@@ -30,10 +36,27 @@
 struct VTInfo {
     vec4 size;        // level-0 width, height, and their reciprocals
     vec4 tile;        // content T, border B, slot S = T + 2B, 1 / (cache layer size in texels)
-    ivec4 meta;       // level count, page-table base (first entry of this texture), wrap (1) or clamp (0), max anisotropy
+    ivec4 meta;       // level count, page-table base (first entry of this texture), flags (VT_META_*), max anisotropy
     ivec4 cells;      // cache slots per layer row, slots per layer
     vec4 bias;        // x: lod bias added when sampling
 };
+
+// VTInfo.meta.z bits (engine/runtime/origin.py): wrap past the edges (else clamp); v = 0 is the
+// image's top row (else its bottom row).
+#define VT_META_WRAP 1
+#define VT_META_TOP_LEFT 2
+
+// Level-0 texel coordinate of uv, rows counted from the image's top as the pack stores them: v is
+// flipped unless the texture's origin is top-left.
+vec2 vt_texel(VTInfo vt, vec2 uv) {
+    vec2 t = uv * vt.size.xy;
+    return (vt.meta.z & VT_META_TOP_LEFT) != 0 ? t : vec2(t.x, vt.size.y - t.y);
+}
+
+// A derivative of uv * size turned into one of vt_texel(): the same flip of its v part.
+vec2 vt_texel_delta(VTInfo vt, vec2 d) {
+    return (vt.meta.z & VT_META_TOP_LEFT) != 0 ? d : vec2(d.x, -d.y);
+}
 
 // Page tables (engine/runtime/page_table.py): entries base .. base + 15 hold each level's first
 // page index; page (level, x, y) is entry vt_pages[base + level] + y * pages_x + x: the slot of
@@ -117,11 +140,13 @@ float vt_lod(VTInfo vt, vec2 dx, vec2 dy) {
     return log2(max(major / aniso, 1e-8));
 }
 
-vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 t_dx, vec2 t_dy) {
+// uv: texture coordinates; uv_dx, uv_dy: screen derivatives of uv * size (before any origin flip).
+vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 uv_dy) {
     int levels = vt.meta.x;
     vec2 size = vt.size.xy;
-    vec2 t = uv * size;
-    t = (vt.meta.z == 1) ? mod(t, size) : clamp(t, vec2(0.0), size - 1e-3);
+    vec2 t = vt_texel(vt, uv);
+    vec2 t_dx = vt_texel_delta(vt, uv_dx), t_dy = vt_texel_delta(vt, uv_dy);
+    t = (vt.meta.z & VT_META_WRAP) != 0 ? mod(t, size) : clamp(t, vec2(0.0), size - 1e-3);
     float lod = clamp(vt_lod(vt, t_dx, t_dy) + vt.bias.x, 0.0, float(levels - 1));
     int l0 = int(floor(lod));
     int l1 = min(l0 + 1, levels - 1);
@@ -159,7 +184,7 @@ vec3 vt_level_colour(int level) {
 
 vec3 vt_debug_tint(VTInfo vt, vec2 uv, int mode, vec3 colour) {
     if (mode == 0) return colour;
-    vec2 t = uv * vt.size.xy;
+    vec2 t = vt_texel(vt, uv);
     float lod = clamp(vt_lod(vt, dFdx(t), dFdy(t)), 0.0, float(vt.meta.x - 1));
     int want = int(floor(lod));
     int got = int(vt_lookup(vt, t, want).y);

@@ -16,17 +16,13 @@ from PIL import Image
 
 from texstream.apps.cli import main
 from texstream.pack import PackReader
+from texstream.testing import psnr
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=300)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +233,7 @@ def test_bake_picks_the_format_and_warns_once_when_alpha_is_dropped(tmp_path: Pa
     done = run_cli("bake", str(cut), str(tmp_path / "forced.tpk"), "--format", "bc1", *common)
     assert done.returncode == 0
     assert done.stderr.splitlines() == [
-        "texstream.bake.pipeline: cut.png has alpha; bc1 drops it (use --format bc3 or bc7)"
+        "texstream.bake.format_choice: cut.png has alpha; bc1 drops it (use --format bc3 or bc7)"
     ]
     with PackReader(tmp_path / "forced.tpk") as r:
         assert r.header.texel_format.name == "BC1" and r.metadata["format_auto"] is False and r.metadata["alpha"]

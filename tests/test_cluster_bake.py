@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from texstream.bake import bake, bake_file, bake_procedural, pipeline
+from texstream.bake import bake, bake_file, bake_procedural, jobs
 from texstream.bake.source import ArraySource, open_source
 from texstream.config import BakeConfig
 from texstream.errors import EngineError
@@ -62,8 +62,8 @@ def address(dask_cluster: object) -> str:
 @pytest.fixture
 def small_bands(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small bands (planned in this process): many tasks per stage, several stages, on small images."""
-    monkeypatch.setattr(pipeline, "BAND_BYTES", 1 << 18)
-    monkeypatch.setattr(pipeline, "FINAL_BYTES", 1 << 14)
+    monkeypatch.setattr(jobs, "BAND_BYTES", 1 << 18)
+    monkeypatch.setattr(jobs, "FINAL_BYTES", 1 << 14)
 
 
 def assert_same_pack(local: Path, clustered: Path) -> None:

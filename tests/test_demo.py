@@ -19,16 +19,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from texstream.apps.demo import DemoConfig, FlightControl
+from texstream.apps.demo import DemoConfig, FlightControl, FrameWriter
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig
+from texstream.errors import EngineError
 from texstream.pack.format import TexelFormat
 from texstream.scene.paths import flythrough
 from texstream.scene.terrain import sky_clear_colour
 from texstream.telemetry import Overlay, validate_frame, validate_summary
+from texstream.units import MIB
 
 BUDGET_MB = 24
-MIB = 1 << 20
 SUMMARY_TITLE = "texstream GPU memory summary"
 
 
@@ -200,7 +201,7 @@ def test_headless_cli_writes_frames_telemetry_and_summary(
     assert report["update_ms_p50"] <= report["update_ms_p95"] <= report["update_ms_p99"]
     assert report["resident_tiles"] == records[-1]["resident_tiles"]
     assert "update() p50" in proc.stdout and "terrain: 2 textures" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == f"wrote 60 frames, telemetry, summary and run report to {out}"
+    assert proc.stdout.strip().splitlines()[-1] == f"frames: {out.resolve()}"  # the folder is the last line
 
 
 # ---- 2. the frames show a scene, and the overlay only touches its panel --------------------------
@@ -451,7 +452,12 @@ def test_flight_plays_first_and_says_how_to_take_over() -> None:
     pose = control.pose(112.0, 0.016, STILL, None)
     np.testing.assert_allclose(pose.eye, path.pose(12.0).eye)
     hint = control.hint(112.0)
-    assert hint is not None and "12 / 30 s" in hint and "Space" in hint and "ignored" in hint
+    assert hint is not None and "12 / 30 s" in hint and "Space" in hint
+    # the hint names exactly the input the flight ignores: mouse moves without the right button
+    assert "ignored unless the right button is held" in hint
+    control.pose(113.0, 0.016, STILL, None, fast=True)  # Shift alone, a mouse move without the button
+    assert control.playing
+    np.testing.assert_allclose(control.pose(114.0, 0.016, STILL, None).eye, path.pose(14.0).eye)
 
 
 @pytest.mark.parametrize(
@@ -485,3 +491,51 @@ def test_space_hands_over_and_replays() -> None:
     np.testing.assert_allclose(control.pose(10.0, 0.016, STILL, None).eye, path.pose(0.0).eye)
     control.pose(41.0, 0.016, STILL, None)  # past the end: the camera is the user's
     assert not control.playing
+
+
+# ---- 7. the headless frames are written off the render loop ---------------------------------------------
+def frame_pixels(seed: int, size: tuple[int, int]) -> np.ndarray:
+    """An RGBA frame, top row first, opaque (the PNG files are RGB)."""
+    rgba = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 4), dtype=np.uint8)
+    rgba[..., 3] = 255
+    return rgba
+
+
+def test_frame_writer_writes_every_frame_right_side_up(tmp_path: Path) -> None:
+    size = (37, 21)  # odd sizes: no row padding hides a stride mistake
+    frames = [frame_pixels(i, size) for i in range(5)]
+    with FrameWriter(tmp_path, size, depth=2) as writer:  # a queue shorter than the run: put() waits
+        for i, rgba in enumerate(frames):
+            writer.put(i, rgba[::-1].tobytes())  # bottom row first, as a framebuffer read gives it
+    assert writer.written == 5
+    for i, rgba in enumerate(frames):
+        np.testing.assert_array_equal(load(tmp_path / f"frame_{i:04d}.png"), rgba[..., :3])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"frame_{i:04d}.png" for i in range(5)]  # no temps
+
+
+def test_frame_writer_reports_a_failed_write_on_the_caller_thread(tmp_path: Path) -> None:
+    out, size = tmp_path / "gone", (8, 8)
+    out.mkdir()
+    writer = FrameWriter(out, size, depth=1)
+    out.rmdir()  # the folder vanishes under the run
+    with pytest.raises(EngineError, match="gone"):
+        for i in range(4):  # fails at a later put() or at close(), never hangs on the full queue
+            writer.put(i, frame_pixels(i, size).tobytes())
+        writer.close()
+    with pytest.raises(EngineError):
+        writer.close()  # idempotent, and keeps saying why
+
+
+def test_frame_writer_keeps_the_runs_own_error(tmp_path: Path) -> None:
+    size = (8, 8)
+    with pytest.raises(KeyboardInterrupt):
+        with FrameWriter(tmp_path, size) as writer:
+            writer.put(0, frame_pixels(0, size).tobytes())
+            raise KeyboardInterrupt
+    assert not list(tmp_path.glob(".*.tmp"))  # nothing half-written
+
+
+@pytest.mark.parametrize(("size", "nbytes"), [((4, 4), 63), ((4, 4), 65)])
+def test_frame_writer_rejects_a_frame_of_the_wrong_size(tmp_path: Path, size: tuple[int, int], nbytes: int) -> None:
+    with FrameWriter(tmp_path, size) as writer, pytest.raises(ValueError, match="64 bytes"):
+        writer.put(0, bytes(nbytes))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from texstream.bake import bake_procedural
+from texstream.bake import bake_file, bake_procedural
 from texstream.config import BakeConfig
 from texstream.testing import assert_image_close
 
@@ -191,3 +191,31 @@ def test_example_bakes_its_own_pack_without_one(egl: None, reference: np.ndarray
     )
     assert (cache / "examples" / "terrain-1024.tpk").is_file()
     assert_image_close(load(tmp_path / "egl.png"), reference, 45.0, name="egl-own-pack")
+
+
+def test_headless_example_shows_an_image_right_side_up(egl: None, tmp_path: Path) -> None:
+    """The examples' screen-filling triangle has v = 0 at the bottom of the screen, moderngl's habit:
+    the image's top-left quadrant (red) must land in the screen's top-left, not its bottom-left. The
+    zoom ends on the image's centre, where all four quadrants meet."""
+    colours = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 60, 220), "white": (235, 235, 235)}
+    image = np.zeros((256, 256, 3), np.uint8)
+    image[:128, :128], image[:128, 128:] = colours["red"], colours["green"]
+    image[128:, :128], image[128:, 128:] = colours["blue"], colours["white"]
+    Image.fromarray(image).save(tmp_path / "quadrants.png")
+    bake_file(tmp_path / "quadrants.png", tmp_path / "quadrants.tpk", BakeConfig(tile_size=64, jobs=1, progress=False))
+    run_example(
+        "embed_headless_egl.py",
+        str(tmp_path / "quadrants.tpk"),
+        *("--size", "64", "--frames", "2", "--out", "out.png"),
+        env=headless_env(tmp_path),
+        cwd=tmp_path,
+    )
+    frame = load(tmp_path / "out.png").astype(int)
+
+    def nearest(y: int, x: int) -> str:
+        c = frame[y, x]
+        return min(colours, key=lambda n: sum((int(a) - b) ** 2 for a, b in zip(c, colours[n], strict=True)))
+
+    corners = {"top-left": (8, 8), "top-right": (8, 56), "bottom-left": (56, 8), "bottom-right": (56, 56)}
+    seen = {name: nearest(*at) for name, at in corners.items()}
+    assert seen == {"top-left": "red", "top-right": "green", "bottom-left": "blue", "bottom-right": "white"}

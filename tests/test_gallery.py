@@ -25,11 +25,11 @@ from texstream.runtime.streamer import Streamer
 from texstream.scene.gallery import GalleryLayout, GalleryScene, gallery_flight
 from texstream.scene.paths import Pose
 from texstream.telemetry import validate_frame, validate_summary
+from texstream.units import MIB
 
 OBJECTS = 100
 TEXTURE = 512
 BUDGET_MB = 16
-MIB = 1 << 20
 
 
 # ---- layout and flight ---------------------------------------------------------------------------

@@ -108,8 +108,16 @@ def ensure_gallery(
         return paths
     log.warning("baking %d gallery textures of %d^2 (first use; cached in %s)", len(todo), size, folder)
     workers = min(len(todo), jobs or os.cpu_count() or 1)
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_bake_recipe, r, p) for r, p in todo]
+    from ..bake.workers import forget_start_environment, worker_start_environment
+
+    # Processes start (multiprocessing's resource tracker with the pool's queues, the bakers as tasks
+    # are submitted) with the bake workers' start environment: nothing imported from the working
+    # folder (see texstream.bake.workers).
+    with worker_start_environment():
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=forget_start_environment)
+    with pool:
+        with worker_start_environment():
+            futures = [pool.submit(_bake_recipe, r, p) for r, p in todo]
         try:
             pending = set(futures)
             while pending:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..bake.encoders import BC7_QUALITIES, ENCODERS, Encoder
 from ..pack.format import TexelFormat
+from ..testing.images import psnr
 
 ASSET_DIRS = (
     Path(__file__).resolve().parent.parent / "sample_images",  # an installed package
@@ -113,11 +114,6 @@ def _decode(raw: bytes, fmt: TexelFormat, side: int) -> np.ndarray:
     }[fmt]
     bgra = np.frombuffer(fn(raw, side, side), np.uint8).reshape(side, side, 4)
     return bgra[..., [2, 1, 0, 3]]
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def quality(enc: Encoder, img: np.ndarray, bc7_quality: str = "normal") -> tuple[float, float | None]:

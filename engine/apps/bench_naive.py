@@ -30,9 +30,14 @@ class _NaiveScene:
 
     def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
         from ..gl.shaders import program as load_program
+        from ..gl.shaders import shader_file
 
         self.ctx, self.size = ctx, size
-        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="naive_terrain_fs.glsl")
+        self.program = load_program(
+            ctx,
+            vertex=shader_file("texstream/terrain_vs.glsl"),
+            fragment=shader_file("texstream/naive_terrain_fs.glsl"),
+        )
         self.vbo = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
         self.sun = np.array([0.4, -0.3, -0.85])

@@ -61,6 +61,7 @@ from ..runtime.streamer import Streamer
 from ..scene.paths import CameraPath, Pose, named_path
 from ..telemetry import Telemetry
 from ..testing.images import psnr
+from ..units import MIB
 from .bench_naive import naive_comparison
 from .scene_rig import DT, FPS, FULL, QUICK, Mode, Packs, SceneRig
 
@@ -73,7 +74,6 @@ REFETCH_WINDOW = 30  # frames: a tile uploaded again this soon after its evictio
 OVERSUBSCRIPTION = 2.0
 PATHS = ("flythrough", "whip_pans", "region_cuts", "oversubscribed")
 MB = 1_000_000
-MIB = 1 << 20
 # Every field of the result (tests check them; `telemetry` only with a telemetry path).
 RESULT_FIELDS = (
     "bench",
@@ -432,9 +432,9 @@ def run_path(
             rig.draw(pose)
             telemetry.gpu_end()
             throttle.frame_done()
-            if rec["uploads"] or rec["evicted"]:
+            if rec.uploads or rec.evicted:
                 refetch.check(i)
-            mb_s_peak = max(mb_s_peak, rec["upload_mb_s"])
+            mb_s_peak = max(mb_s_peak, rec.upload_mb_s)
             pressure_peak = max([pressure_peak] + [n / c for n, c in s.pressure(s.sampled_pages).values()])
             if conv is not None:
                 conv.after_draw(i, pose, rig.fbo)

@@ -33,6 +33,7 @@ from ..gl.gl_ext import GLExt
 from ..pack.format import TexelFormat
 from ..runtime.streamer import Streamer, VirtualTexture
 from ..scene.camera import View
+from ..testing.images import psnr
 from .render import PlaneRenderer
 
 __all__ = ["SoakReport", "SoakWindow", "make_soak_packs", "print_soak", "run_soak"]
@@ -139,12 +140,6 @@ def _fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    d = a[..., :3].astype(np.float64) - b[..., :3].astype(np.float64)
-    mse = float(np.mean(d * d))
-    return 99.0 if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
-
-
 class _Soak:
     def __init__(self, ctx: moderngl.Context, packs: list[Path], size: tuple[int, int], seed: int) -> None:
         self.ctx, self.packs, self.size = ctx, packs, size
@@ -240,7 +235,7 @@ class _Soak:
         frame = self.renderer.read()
         self.reference.update()
         self.renderer.draw(self.reference_textures[path], view)
-        return _psnr(frame, self.renderer.read()), n
+        return psnr(frame, self.renderer.read()), n
 
     def release(self) -> None:
         self.throttle.release()

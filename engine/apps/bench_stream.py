@@ -39,13 +39,13 @@ import numpy as np
 from ..config import BakeConfig, BudgetConfig, StreamerConfig
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
+from ..units import MIB
 
 __all__ = ["run_stream_bench"]
 
 log = logging.getLogger(__name__)
 
 TILE = 128  # the default tile: 136-texel slots
-MIB = 1 << 20
 # Frames queued on the GPU at most, as a double-buffered window's swap chain allows: headless loops have
 # no swap chain to stop the CPU from queueing hundreds of frames (and every fenced readback with them).
 THROTTLE = 2

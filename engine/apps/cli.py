@@ -16,10 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import __version__
+from .._shadow import check_not_shadowed
 from ..config import BakeConfig
-from ..errors import EngineError
+from ..errors import BudgetError, EngineError
 from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+
+check_not_shadowed()  # a `texstream` folder imported in place of the package: say which, not "no __version__"
 
 log = logging.getLogger("texstream")
 
@@ -243,8 +245,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     write_image(result.frames[-1], out)
     last = result.telemetry[-1]
     print(
-        f"wrote {out}: {w} x {h}, {args.frames} frames, {last['resident_tiles']} tiles resident, "
-        f"VRAM {last['vram_bytes'] / 2**20:.1f} / {last['budget_bytes'] / 2**20:.1f} MiB"
+        f"wrote {out}: {w} x {h}, {args.frames} frames, {last.resident_tiles} tiles resident, "
+        f"VRAM {last.vram_bytes / 2**20:.1f} / {last.budget_bytes / 2**20:.1f} MiB"
     )
     return 0
 
@@ -308,6 +310,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- entry point ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     p = _Parser(prog="texstream", description="Stream huge block-compressed textures into a VRAM budget.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     p.add_argument("--version", action="version", version=f"texstream {__version__}")
@@ -349,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output image (.png)")
     s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
     s.add_argument(
-        "--view", default="0.5,0.5,1", help="cx,cy,zoom[,tilt,yaw]: uv at the centre, pixels per texel, degrees"
+        "--view",
+        default="0.5,0.5,1",
+        help="cx,cy,zoom[,tilt,yaw]: image point at the centre (fractions from top-left), pixels per texel, degrees",
     )
     s.add_argument("--frames", type=int, default=30, help="frames to stream before the image is taken (default 30)")
     s.add_argument("--budget-mb", type=float, default=None, help="VRAM budget (default: driver free memory less 10%%)")
@@ -452,6 +458,8 @@ def _describe_error(exc: BaseException) -> tuple[str, int]:
     """One line and an exit code: usage (2) for bad arguments or values, data (1) for the rest."""
     if isinstance(exc, UsageError | ValueError):  # ValueErrors from the engine name the bad value
         return str(exc), EXIT_USAGE
+    if isinstance(exc, BudgetError):  # the advice in this program's words: its flag, not the config field
+        return exc.advice("--budget-mb", None), EXIT_DATA
     if isinstance(exc, EngineError):  # already one line naming the file (a missing pack too)
         return str(exc), EXIT_DATA
     if isinstance(exc, FileNotFoundError):

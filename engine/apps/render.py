@@ -11,9 +11,10 @@ import numpy as np
 
 from ..config import BudgetConfig, StreamerConfig
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from ..runtime.streamer import Streamer, VirtualTexture
 from ..scene.camera import View, plane_mvp
-from ..telemetry import Telemetry
+from ..telemetry import FrameRecord, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,9 @@ class PlaneRenderer:
 
     def __init__(self, ctx: moderngl.Context, size: tuple[int, int]) -> None:
         self.ctx, self.size = ctx, size
-        self.program = load_program(ctx, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+        )
         quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
         self.vbo = ctx.buffer(quad.tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])
@@ -61,7 +64,7 @@ class PlaneRenderer:
 @dataclass
 class RenderResult:
     frames: list[np.ndarray]
-    telemetry: list[dict] = field(default_factory=list)  # one frame record a frame (FRAME_SCHEMA)
+    telemetry: list[FrameRecord] = field(default_factory=list)  # one record a frame (FRAME_SCHEMA's fields)
 
 
 FPS = 60.0  # the frame clock of the telemetry's rates

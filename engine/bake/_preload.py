@@ -3,6 +3,9 @@ the tables every worker uses are loaded and built once there, and each forked wo
 
 from __future__ import annotations
 
-from .pipeline import warm_worker_tables
+from .bands import warm_worker_tables
+from .workers import forget_start_environment, install_error_report_hook
 
+forget_start_environment()  # the server started with PYTHONSAFEPATH; its workers need it no more
+install_error_report_hook()
 warm_worker_tables()

@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineError, SourceError, first_line
-from .pipeline import BandJob, CutJob, JobResult, Settings, run_job_in_this_process
+from .bands import run_job_in_this_process
+from .jobs import BandJob, CutJob, JobResult, Settings
 from .source import Source, VipsSource
-from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt
+from .workers import POLL_S, Task, _group_signals_blocked, check_interrupt, worker_start_environment
 
 try:
     import dask
@@ -121,9 +122,10 @@ class ClusterConnection:
         # be Dask's event-loop thread, the one that starts (and restarts) the worker processes.
         from multiprocessing import resource_tracker
 
-        resource_tracker.ensure_running()
+        with worker_start_environment():  # it is a `python -c` process too
+            resource_tracker.ensure_running()
         try:
-            with _group_signals_blocked(), warnings.catch_warnings():
+            with worker_start_environment(), _group_signals_blocked(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "port 8787 is in use" and the like: not the bake's business
                 local = LocalCluster(
                     n_workers=workers,

@@ -22,7 +22,7 @@ with it, and an interrupt stops them at once: see `workers`. With ``BakeConfig.c
 bands run on a Dask cluster's workers instead (`cluster`): no shared ring there, band inputs travel
 inside their tasks, and the pack is the same.
 
-Memory is bounded by the band size (`BAND_BYTES`, about four times that per worker) times the jobs
+Memory is bounded by the band size (`jobs.BAND_BYTES`, about four times that per worker) times the jobs
 in flight, whatever the image size: neither the source nor any level is ever held whole.
 
 Wrap address mode needs the other end of each level: the first band of a stage returns its
@@ -50,8 +50,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,12 +58,14 @@ import numpy as np
 
 from ..config import BakeConfig
 from ..errors import EngineError
-from ..pack import codec
-from ..pack.format import MAX_METADATA, AddressMode, PackHeader, Supercompression, TexelFormat
-from ..pack.writer import EncodedTiles, PackWriter
-from . import bcn
-from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
-from .source import Source, describe, has_alpha, open_source
+from ..pack.format import MAX_METADATA, AddressMode, PackHeader, TexelFormat
+from ..pack.writer import PackWriter
+from . import jobs
+from .bands import WorkerState, execute, gather_rows, init_worker, run_job, warm_tables
+from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
+from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
+from .mips import BLEED_ROWS, Transfer
+from .source import Source, open_source
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -72,54 +73,6 @@ if TYPE_CHECKING:
     from .cluster import ClusterConnection
 
 log = logging.getLogger(__name__)
-
-BAND_BYTES = 32 << 20  # input bytes of one band: bounds worker memory (~4x this) and the ring
-FINAL_BYTES = 4 << 20  # a level this small (as float32 RGBA) is finished by one job
-MIP_FILTER = "box2x2-linear"  # recorded in the metadata
-ALPHA_FORMATS = (TexelFormat.BC3, TexelFormat.BC7, TexelFormat.RGBA8)  # formats that keep alpha
-
-
-# ---- format choice ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FormatChoice:
-    """The texel format a bake uses, and why.
-
-    alpha: the source has real alpha (some alpha below 255); None when not looked for before the
-    bake (a format that keeps alpha was given: the bands report it as they are made) or when the
-    source cannot be scanned ahead (then its channel count decides an automatic choice).
-    """
-
-    texel_format: TexelFormat
-    auto: bool  # chosen by the baker (BakeConfig.texel_format was None)
-    alpha: bool | None
-
-    @property
-    def drops_alpha(self) -> bool:
-        return bool(self.alpha) and self.texel_format not in ALPHA_FORMATS
-
-    def premultiplied(self, srgb: bool) -> bool:
-        """Whether mips are filtered premultiplied and transparent texels bled: colour (sRGB) that
-        may have real alpha, in a format that keeps it. Linear data (masks, packed channels) is not
-        colour weighted by coverage, and is filtered channel by channel."""
-        return self.alpha is not False and srgb and self.texel_format in ALPHA_FORMATS
-
-
-def choose_format(source: Source, config: BakeConfig) -> FormatChoice:
-    """bc1 for opaque colour and bc7 for real alpha when no format was given (`BakeConfig.format_for`).
-    The source is scanned for alpha ahead only for that choice: with a given format the bands report
-    the alpha they see (a scan ahead decodes the whole image once more: 3 CPU-seconds of a 16384²
-    file), and a format that drops it is warned about when the bake ends."""
-    given = config.texel_format
-    if source.channels not in (2, 4):
-        return FormatChoice(config.format_for(False), given is None, False)
-    if given is not None:
-        return FormatChoice(given, False, None)
-    alpha = has_alpha(source)
-    return FormatChoice(config.format_for(alpha is not False), given is None, alpha)
-
-
-def _warn_dropped_alpha(name: str, fmt: TexelFormat) -> None:
-    log.warning("%s has alpha; %s drops it (use --format bc3 or bc7)", name, fmt.name.lower())
 
 
 # ---- report -----------------------------------------------------------------------------------------
@@ -169,331 +122,6 @@ class BakeReport:
             "source_pixels": self.source_pixels,
             "mpixels_per_s": self.mpixels_per_s,
         }
-
-
-# ---- stage plan -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Stage:
-    """Levels ``level .. level+count-1`` tiled from bands of level ``level``'s rows."""
-
-    index: int
-    level: int
-    count: int
-    final: bool
-    width: int
-    height: int
-    band: int  # rows of level `level` per band
-    margin: int  # extra rows each side
-
-    @property
-    def bands(self) -> int:
-        return -(-self.height // self.band)
-
-    def content(self, i: int) -> tuple[int, int]:
-        return i * self.band, min(self.height, (i + 1) * self.band)
-
-    def window(self, i: int) -> tuple[int, int]:
-        a, b = self.content(i)
-        return max(0, a - self.margin), min(self.height, b + self.margin)
-
-
-def plan_stages(
-    header: PackHeader,
-    band_bytes: int | None = None,
-    final_bytes: int | None = None,
-    min_bands: int = 1,
-    context: int = 0,
-) -> list[Stage]:
-    """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row)
-    and, where the level is tall enough, number at least `min_bands` (work for every worker, and a
-    short wait for the last band); a level of at most `final_bytes` (as float32 RGBA) is finished
-    in one job. `context`: rows each band reads past its border at every level it tiles (bleeding
-    colour into transparent texels reads `mips.BLEED_ROWS`)."""
-    band_bytes = BAND_BYTES if band_bytes is None else band_bytes
-    final_bytes = FINAL_BYTES if final_bytes is None else final_bytes
-    t, b = header.tile_size, header.border
-    stages: list[Stage] = []
-    s = 0
-    while s < header.level_count:
-        w, h = header.level_dims(s)
-        remaining = header.level_count - s
-        texel = 4 if s == 0 else 16  # uint8 RGBA source rows, float32 RGBA after
-        if remaining == 1 or w * h * 16 <= final_bytes:
-            stages.append(Stage(len(stages), s, remaining, True, w, h, h, 0))
-            break
-        k = 1
-        while (
-            k + 1 < remaining
-            # Two levels per band are worth 4x the memory: a band's float output for the next
-            # stage (16 bytes a texel) shrinks 4x with every level, and it travels between processes.
-            and (t << k) * w * texel <= (band_bytes if k > 1 else 4 * band_bytes)
-            and -(-h // (t << k)) >= min_bands
-        ):
-            k += 1
-        stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), (b + context) << (k - 1)))
-        s += k
-    return stages
-
-
-# ---- jobs (pickled to workers) ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class Settings:
-    """Everything a worker needs besides the job itself."""
-
-    header: PackHeader
-    transfer: Transfer
-    bc7_quality: str
-    zstd_level: int
-    alpha: bool = True  # the source may have real alpha (steers the BC7 encoder)
-
-
-@dataclass(frozen=True)
-class RingRef:
-    """A band's rows in the shared ring: byte offset, row count, width, dtype (uint8 or float32)."""
-
-    offset: int
-    rows: int
-    width: int
-    dtype: str
-
-
-@dataclass
-class BandJob:
-    stage: Stage
-    band: int
-    data: RingRef | np.ndarray | None  # None: the worker reads the source itself
-    source: Source | None = None  # a picklable source (procedural); else see `data`
-    top_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [0, n)
-    top_row0: dict[int, np.ndarray] = field(default_factory=dict)  # level -> row 0 as filtered
-    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [h-n, h)
-    skip_row0: bool = False  # leave each level's tile row 0 to a later CutJob (wrap)
-    want_top: bool = False
-    want_bottom: bool = False
-
-
-@dataclass
-class CutJob:
-    level: int
-    ty: int
-    rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
-
-
-@dataclass
-class JobResult:
-    tiles: EncodedTiles = field(default_factory=EncodedTiles)
-    output: np.ndarray | None = None
-    top_rows: dict[int, np.ndarray] = field(default_factory=dict)
-    top_row0: dict[int, np.ndarray] = field(default_factory=dict)
-    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
-    alpha: bool = False  # a stage-0 band held alpha below 255
-
-
-# ---- worker side ------------------------------------------------------------------------------------
-@dataclass
-class _WorkerState:
-    settings: Settings
-    ring: mmap.mmap | None = None
-    source: Source | None = None  # read in place (one job, in this process)
-    ring_fd: Any = None  # workers.PassedFd of the ring's memfd, mapped by each worker
-    ring_size: int = 0
-
-
-_worker: _WorkerState | None = None
-
-
-def _init_worker(state: _WorkerState) -> None:
-    global _worker
-    _tune_malloc()
-    if state.ring_fd is not None:
-        state.ring = mmap.mmap(state.ring_fd.fd, state.ring_size)
-        os.close(state.ring_fd.fd)
-        state.ring_fd = None
-    _worker = state
-    _warm_tables(state.settings)
-
-
-def _tune_malloc() -> None:
-    """Keep freed band buffers in the heap (glibc): every band allocates the same ~100 MiB, and
-    returning it to the kernel each time costs a page fault per 4 KiB when it comes back."""
-    mallopt = _mallopt()
-    if mallopt is not None:
-        mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-
-
-@lru_cache(maxsize=1)
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's mallopt, or None elsewhere."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-
-
-def _warm_tables(settings: Settings) -> None:
-    _warm_transfer(settings.transfer)
-
-
-def _warm_transfer(t: Transfer) -> None:
-    t.reduce(np.zeros((2, 2, 4), np.uint8), None, AddressMode.CLAMP)
-    t.encode(np.zeros((1, 1, 4), np.float32))
-
-
-def warm_worker_tables() -> None:
-    """Build every transfer's tables (run once in the fork server; workers inherit them)."""
-    for srgb in (False, True):
-        for alpha in (False, True):
-            _warm_transfer(Transfer(srgb=srgb, alpha=alpha))
-
-
-def _run_job(job: BandJob | CutJob) -> JobResult:
-    assert _worker is not None, "worker not initialised"
-    return _execute(job, _worker)
-
-
-def run_job_in_this_process(settings: Settings, job: BandJob | CutJob) -> JobResult:
-    """Run one job in a process this bake did not start (a Dask worker): its state is made once per
-    process and settings, as `_init_worker` makes it for the bake's own workers."""
-    return _execute(job, _settled_state(settings))
-
-
-@lru_cache(maxsize=4)
-def _settled_state(settings: Settings) -> _WorkerState:
-    _tune_malloc()
-    _warm_tables(settings)
-    return _WorkerState(settings)
-
-
-def _execute(job: BandJob | CutJob, state: _WorkerState) -> JobResult:
-    """Run one job (in a worker process, or inline when jobs == 1)."""
-    if isinstance(job, CutJob):
-        res = JobResult()
-        h = state.settings.header
-        w, lh = h.level_dims(job.level)
-        cutter = LevelCutter(w, lh, h.tile_size, h.border, h.address_mode)
-        _encode_row(state.settings, cutter, job.level, job.ty, job.rows, res.tiles)
-        return res
-    return _run_band(job, state)
-
-
-def _encode_row(
-    settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray, out: EncodedTiles
-) -> None:
-    h = settings.header
-    for tx, slot in cutter.cut(rows):
-        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb, alpha=settings.alpha)
-        stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
-        out.add(level, tx, ty, stored, digest)
-
-
-def _band_input(job: BandJob, state: _WorkerState, lo: int, hi: int) -> np.ndarray:
-    ref = job.data
-    if isinstance(ref, RingRef):
-        assert state.ring is not None
-        a = np.frombuffer(state.ring, np.dtype(ref.dtype), ref.rows * ref.width * 4, ref.offset)
-        return a.reshape(ref.rows, ref.width, 4)
-    if ref is not None:
-        return ref
-    source = job.source or state.source
-    assert source is not None
-    rows = source.read_rows(lo, hi)
-    if rows.shape != (hi - lo, source.width, 4) or rows.dtype != np.uint8:
-        raise EngineError(
-            f"source {source.name} returned {rows.shape} {rows.dtype} for rows {lo}..{hi}, "
-            f"expected ({hi - lo}, {source.width}, 4) uint8"
-        )
-    return np.ascontiguousarray(rows)
-
-
-def _run_band(job: BandJob, state: _WorkerState) -> JobResult:
-    settings = state.settings
-    h = settings.header
-    st = job.stage
-    t, b = h.tile_size, h.border
-    a0, b0 = st.content(job.band)
-    lo, hi = st.window(job.band)
-    data = _band_input(job, state, lo, hi)
-    if data.shape[0] != hi - lo:
-        raise EngineError(f"band {job.band} of stage {st.index} has {data.shape[0]} rows, expected {hi - lo}")
-    res = JobResult()
-    transfer = settings.transfer
-    if transfer.alpha and (transfer.srgb or transfer.premultiplied or st.index == 0):
-        if _opaque(data):
-            transfer = Transfer(srgb=transfer.srgb, alpha=False)  # exact for alpha 255 (1.0), and faster
-        else:
-            res.alpha = st.index == 0
-    reductions = st.count - 1 if st.final else st.count
-    levels = band_levels(
-        LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer, h.address_mode, job.top_row0.__getitem__
-    )
-    for lr in levels:
-        d = lr.level - st.level
-        lw, lh = h.level_dims(lr.level)
-        ca = a0 >> d
-        cb = lh if b0 >= st.height else b0 >> d
-        if d == st.count:  # the next stage's input
-            res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
-            break
-        elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
-        enc = _encoded_rows(lr, elo, ehi, transfer)
-        if job.want_top:
-            assert elo == 0 and lr.lo == 0
-            res.top_rows[lr.level] = enc[: min(lh, t + b)].copy()
-            res.top_row0[lr.level] = lr.data[0].copy()
-        if job.want_bottom:
-            assert ehi == lh
-            res.bottom_rows[lr.level] = enc[lh - b - elo :].copy() if b else enc[:0].copy()
-        cutter = LevelCutter(lw, lh, t, b, h.address_mode)
-        for ty in range(ca // t, -(-cb // t)):
-            if ty == 0 and job.skip_row0:
-                continue
-            rows = _gather(
-                cutter.slot_rows(ty), enc, elo, job.top_rows.get(lr.level), job.bottom_rows.get(lr.level), lh
-            )
-            _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
-    return res
-
-
-def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.ndarray:
-    """Rows [elo, ehi) of a level as stored: encoded, and bled when the colour has alpha."""
-    if not transfer.premultiplied:
-        part = lr.data[elo - lr.lo : ehi - lr.lo]
-        return part if part.dtype == np.uint8 else transfer.encode(part)
-    # The bleed reads BLEED_ROWS rows either side (the stage's margin holds them; at a level's
-    # edge there is nothing to read), so every band gives a shared row the same colours.
-    blo, bhi = max(lr.lo, elo - BLEED_ROWS), min(lr.hi, ehi + BLEED_ROWS)
-    rows = lr.data[blo - lr.lo : bhi - lr.lo]
-    enc = rows.copy() if rows.dtype == np.uint8 else transfer.encode(rows)
-    bleed(enc, rows, blo, transfer)
-    return enc[elo - blo : ehi - blo]
-
-
-def _opaque(rows: np.ndarray) -> bool:
-    """Whether every alpha in a band is 255 (uint8) or exactly 1.0 (float32)."""
-    alpha = rows[..., 3]
-    return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
-
-
-def _gather(
-    idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None, height: int
-) -> np.ndarray:
-    """Slot rows `idx` (resolved level rows) from the band's encoded rows or the wrap contexts."""
-    ehi = elo + enc.shape[0]
-    if idx[0] >= elo and idx[-1] < ehi and np.all(np.diff(idx) == 1):
-        return enc[idx[0] - elo : idx[-1] - elo + 1]
-    out = np.empty((idx.size,) + enc.shape[1:], np.uint8)
-    for k, r in enumerate(idx.tolist()):
-        if elo <= r < ehi:
-            out[k] = enc[r - elo]
-        elif top is not None and r < top.shape[0]:
-            out[k] = top[r]
-        elif bottom is not None and r >= height - bottom.shape[0]:
-            out[k] = bottom[r - (height - bottom.shape[0])]
-        else:
-            raise AssertionError(f"row {r} of a {height}-row level is in neither the band nor a context")
-    return out
 
 
 # ---- main side ---------------------------------------------------------------------------------------
@@ -580,14 +208,14 @@ class _Feed:
 class _InlinePool:
     """jobs == 1: run each job at submission, in this process (the `WorkerPool` interface)."""
 
-    def __init__(self, state: _WorkerState) -> None:
+    def __init__(self, state: WorkerState) -> None:
         self.state = state
 
     def submit(self, job: BandJob | CutJob) -> Task:
         check_interrupt()
         task = Task(job)
         try:
-            task.finish(True, _execute(job, self.state))
+            task.finish(True, execute(job, self.state))
         except Exception as exc:
             task.finish(False, exc)
         return task
@@ -641,7 +269,7 @@ class _Baker:
         self.jobs = max(1, config.jobs or cluster.threads) if cluster is not None else max(1, config.worker_count)
         # BC7 costs ~300x BC1 per texel: smaller bands keep every worker busy to the end.
         slow = self.header.texel_format is TexelFormat.BC7
-        band_bytes = BAND_BYTES // 8 if slow else BAND_BYTES
+        band_bytes = jobs.BAND_BYTES // 8 if slow else jobs.BAND_BYTES  # read at bake time: tests shrink it
         self.stages = plan_stages(self.header, band_bytes, min_bands=2 * self.jobs, context=BLEED_ROWS if cutout else 0)
         self.alpha_seen = False  # some stage-0 band held alpha below 255
         self.metadata = metadata
@@ -674,9 +302,9 @@ class _Baker:
             from .cluster import ClusterPool
 
             return ClusterPool(self.cluster, self.settings)
-        state = _WorkerState(self.settings, None, self.source if self.shared_source else None)
+        state = WorkerState(self.settings, None, self.source if self.shared_source else None)
         if self.jobs == 1:
-            _warm_tables(self.settings)
+            warm_tables(self.settings)
             return _InlinePool(state)
         # Band inputs the main process holds travel through a shared ring, not pickles.
         sizes = [
@@ -694,10 +322,10 @@ class _Baker:
                 self.ring = mmap.mmap(fd, size)
                 self.free_slots = list(range(self.max_in_flight))
                 state.ring_fd, state.ring_size = PassedFd(fd), size
-                return WorkerPool(self.jobs, _init_worker, (state,), _run_job)
+                return WorkerPool(self.jobs, init_worker, (state,), run_job)
             finally:
                 os.close(fd)  # the workers got their own copies at their start
-        return WorkerPool(self.jobs, _init_worker, (state,), _run_job)
+        return WorkerPool(self.jobs, init_worker, (state,), run_job)
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
@@ -790,7 +418,7 @@ class _Baker:
             w, lh = h.level_dims(level)
             bottom = feed.bottom.bottom_rows[level]
             cutter = LevelCutter(w, lh, h.tile_size, h.border, h.address_mode)
-            rows = _gather(cutter.slot_rows(0), top[:0], 0, top, bottom, lh)
+            rows = gather_rows(cutter.slot_rows(0), top[:0], 0, top, bottom, lh)
             jobs.append(CutJob(level, 0, rows))
         return jobs
 
@@ -822,7 +450,7 @@ class _Baker:
             if self.choice.alpha is None:  # not scanned ahead: what the bands saw
                 self.writer.metadata["alpha"] = self.alpha_seen
                 if self.alpha_seen and self.header.texel_format not in ALPHA_FORMATS:
-                    _warn_dropped_alpha(self.source.name, self.header.texel_format)
+                    warn_dropped_alpha(self.source.name, self.header.texel_format)
                 if not self.alpha_seen:  # opaque bands took the straight filter
                     self.writer.metadata["mip_filter"] = MIP_FILTER
             self.writer.commit()
@@ -881,7 +509,7 @@ def bake(
         raise EngineError(f"output {out} is a folder")
     choice = choose_format(source, config)
     if choice.drops_alpha:
-        _warn_dropped_alpha(source.name, choice.texel_format)
+        warn_dropped_alpha(source.name, choice.texel_format)
     config = dataclasses.replace(config, texel_format=choice.texel_format)
     meta = creation_metadata(source, config, choice)
     meta.update(metadata or {})
@@ -920,40 +548,6 @@ def _open_cluster(spec: str) -> ClusterConnection:
     from .cluster import ClusterConnection
 
     return ClusterConnection.open(spec)
-
-
-def creation_metadata(source: Source, config: BakeConfig, choice: FormatChoice | None = None) -> dict:
-    """The metadata every pack records: tool, source, and each creation parameter.
-
-    ``format_auto``: the baker chose the format; ``alpha``: the source has real alpha (null when it
-    could not be told); ``mip_filter`` ends in ``-premultiplied`` when colour was filtered weighted
-    by alpha and transparent texels were bled.
-    """
-    from .. import __version__
-
-    choice = choice or choose_format(source, config)
-    fmt = choice.texel_format
-    srgb = config.srgb if config.srgb is not None else fmt.colour
-    premultiplied = choice.premultiplied(srgb)
-    meta = {"tool": f"texstream {__version__}", "mip_filter": MIP_FILTER + ("-premultiplied" if premultiplied else "")}
-    meta.update(describe(source))
-    meta.update(
-        {
-            "format": fmt.name.lower(),
-            "format_auto": choice.auto,
-            "alpha": choice.alpha,
-            "srgb": srgb,
-            "tile_size": config.tile_size,
-            "border": config.border,
-            "address_mode": config.address_mode.name.lower(),
-            "supercompression": config.supercompression.name.lower(),
-        }
-    )
-    if config.supercompression is Supercompression.ZSTD:
-        meta["zstd_level"] = config.zstd_level
-    if fmt is TexelFormat.BC7:
-        meta["bc7_quality"] = config.bc7_quality
-    return meta
 
 
 def bake_file(

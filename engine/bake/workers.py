@@ -26,6 +26,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import socket
 import sys
 import threading
 from collections import deque
@@ -34,7 +35,7 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from ..errors import EngineError
+from ..errors import EngineError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,145 @@ POLL_S = 0.1  # how often a waiting bake looks for a noted signal
 STOP_S = 5.0  # how long workers get to exit after a normal end before they are killed
 KILL_S = 2.0  # how long a killed worker may take to be reaped (SIGKILL is not ignorable)
 
+_start_lock = threading.RLock()  # one thread at a time starts worker processes (and sets their environment)
 
-def worker_died() -> EngineError:
-    return EngineError("a bake worker process died (killed, out of memory or crashed)")
+
+def worker_died(exitcode: int | None = None, error_line: str | None = None) -> EngineError:
+    """The one-line error for a worker process that ended while the bake needed it: the worker's
+    own first error line when it raised, the signal when it was killed (the kernel's out-of-memory
+    killer sends SIGKILL), else its exit status."""
+    if error_line:
+        return EngineError(f"a bake worker process died: {error_line}")
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        cause = " (out of memory, or stopped by another program)" if -exitcode == signal.SIGKILL else ""
+        return EngineError(f"a bake worker process died: killed by {name}{cause}")
+    if exitcode:
+        return EngineError(f"a bake worker process died (exit status {exitcode})")
+    return EngineError("a bake worker process died")
+
+
+# ---- how worker processes start --------------------------------------------------------------------
+# A process started with `python -c` (the fork server, a spawned worker) puts the working folder first
+# on sys.path, so a `zstandard.py` or a `texstream/` clone in the folder a user bakes from would be
+# imported in place of the installed one. Workers start with PYTHONSAFEPATH (Python 3.11's -P), then
+# take the bake process's own sys.path from multiprocessing: exactly the parent's entries.
+_SAFE_PATH = "PYTHONSAFEPATH"
+_SAFE_PATH_ADDED = "TEXSTREAM_WORKER_SAFE_PATH_ADDED"  # set when we added PYTHONSAFEPATH, not the user
+ERROR_SOCKET = "TEXSTREAM_WORKER_ERROR_SOCKET"  # where a worker that raised reports its first line
+
+
+def start_environment() -> dict[str, str]:
+    """The environment variables a worker process starts with (see `forget_start_environment`)."""
+    env = {}
+    if not os.environ.get(_SAFE_PATH):
+        env[_SAFE_PATH] = env[_SAFE_PATH_ADDED] = "1"
+    address = _error_reports().address
+    if address is not None:
+        env[ERROR_SOCKET] = address
+    return env
+
+
+@contextlib.contextmanager
+def worker_start_environment() -> Iterator[None]:
+    """Within the block, processes start with `start_environment()` (the calling thread changes the
+    process's environment only while it starts them, under one lock)."""
+    with _start_lock:
+        env = start_environment()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def forget_start_environment() -> None:
+    """In a worker: drop PYTHONSAFEPATH where only its start needed it, so that programs the worker
+    runs get the user's environment."""
+    if os.environ.pop(_SAFE_PATH_ADDED, None):
+        os.environ.pop(_SAFE_PATH, None)
+
+
+def report_error_line(error_line: str) -> bool:
+    """In a worker that is about to die of an exception: send its first line to the bake process,
+    which reports it; whether it was sent."""
+    address = os.environ.get(ERROR_SOCKET)
+    if not address or not hasattr(socket, "AF_UNIX"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(f"{os.getpid()} {error_line}".encode()[:2048], "\0" + address)
+    except OSError:
+        return False  # the bake process is gone or busy: the traceback on stderr says it
+    return True
+
+
+def _quiet() -> bool:
+    """Whether a worker that reported its error leaves the traceback out (the bake prints the one
+    line; TEXSTREAM_DEBUG=1 keeps the traceback, as for the command line's own errors)."""
+    return os.environ.get("TEXSTREAM_DEBUG") != "1"
+
+
+def install_error_report_hook() -> None:
+    """In the fork server: a worker forked from it that fails before any of its own code runs (an
+    import of the bake process's main module, unpickling its job) goes through `sys.excepthook`."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if not (report_error_line(f"{kind.__name__}: {first_line(exc)}") and _quiet()):
+            previous(kind, exc, tb)
+
+    sys.excepthook = hook
+
+
+class _ErrorReports:
+    """The bake process's end of the workers' error reports: a datagram socket in Linux's abstract
+    namespace (no file to clean up, gone with the process), read when a worker dies."""
+
+    def __init__(self) -> None:
+        self.address: str | None = None
+        self.lines: dict[int, str] = {}
+        self._socket: socket.socket | None = None
+        if not sys.platform.startswith("linux"):
+            return
+        address = f"texstream-bake-{os.getpid()}-{os.urandom(6).hex()}"
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind("\0" + address)
+            sock.setblocking(False)
+        except OSError:
+            return
+        self._socket, self.address = sock, address
+
+    def line_of(self, pid: int | None) -> str | None:
+        while self._socket is not None:
+            try:
+                data = self._socket.recv(4096)
+            except OSError:  # nothing more (BlockingIOError) or a closed socket
+                break
+            head, _, line = data.decode(errors="replace").partition(" ")
+            if head.isdigit():
+                self.lines[int(head)] = line
+        return self.lines.pop(pid, None) if pid is not None else None
+
+
+_reports: _ErrorReports | None = None
+_reports_pid = -1
+
+
+def _error_reports() -> _ErrorReports:
+    global _reports, _reports_pid
+    if _reports is None or _reports_pid != os.getpid():  # one per process (a forked child makes its own)
+        _reports, _reports_pid = _ErrorReports(), os.getpid()
+    return _reports
 
 
 # ---- signals -------------------------------------------------------------------------------------
@@ -167,8 +304,14 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the bake decides
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
+    forget_start_environment()
     _tie_to_parent(lifeline, parent)
-    init(*initargs)
+    try:
+        init(*initargs)
+    except Exception as exc:
+        if report_error_line(f"{type(exc).__name__}: {first_line(exc)}") and _quiet():
+            raise SystemExit(1) from None  # the bake prints the line; no traceback on the shared stderr
+        raise
     while True:
         try:
             job = conn.recv()
@@ -196,9 +339,6 @@ def _forkserver_env() -> dict[str, str]:
     return {k: "1" for k in keys if k not in os.environ}
 
 
-_start_lock = threading.Lock()
-
-
 @contextlib.contextmanager
 def _group_signals_blocked() -> Iterator[None]:
     """Start processes with Ctrl-C blocked (as multiprocessing starts its resource tracker): Ctrl-C
@@ -224,11 +364,12 @@ def start_context() -> BaseContext:
 
     with _start_lock:
         ctx.set_forkserver_preload(["texstream.bake._preload"])  # pipeline and its tables
-        resource_tracker.ensure_running()  # first: it unblocks the signals it blocks for its start
+        with worker_start_environment():  # it is a `python -c` process too
+            resource_tracker.ensure_running()  # first: it unblocks the signals it blocks for its start
         env = _forkserver_env()
         os.environ.update(env)  # only for the server's start: it copies the environment
         try:
-            with _group_signals_blocked():
+            with worker_start_environment(), _group_signals_blocked():
                 forkserver.ensure_running()
         finally:
             for k in env:
@@ -301,7 +442,7 @@ class WorkerPool:
                 args=(theirs, PassedFd(lifeline_r), parent, init, initargs, run),
             )
             try:
-                with _group_signals_blocked():
+                with worker_start_environment(), _group_signals_blocked():
                     proc.start()
             finally:
                 theirs.close()
@@ -326,7 +467,7 @@ class WorkerPool:
                 try:
                     w.conn.send(task.job)
                 except (BrokenPipeError, ConnectionResetError, EOFError):
-                    raise worker_died() from None
+                    raise self._died(w) from None
                 w.task = task
 
     def result(self, task: Task) -> Any:
@@ -353,19 +494,25 @@ class WorkerPool:
             if w is not None:
                 if w.task is not None and w.conn.poll():
                     self._receive(w)  # its last reply came before it died
-                raise worker_died()
+                raise self._died(w)
         self._dispatch()
 
     def _receive(self, w: _Worker) -> None:
         try:
             ok, value = w.conn.recv()
         except (EOFError, OSError):
-            raise worker_died() from None
+            raise self._died(w) from None
         except Exception as exc:  # a reply that does not unpickle here (an odd exception type)
             ok, value = False, EngineError(f"bake worker returned what cannot be read back: {exc!r}")
         assert w.task is not None
         w.task.finish(ok, value)
         w.task = None
+
+    def _died(self, w: _Worker) -> EngineError:
+        """The error for a worker that ended: reaped first, so that its exit status is known."""
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            w.process.join(KILL_S)
+        return worker_died(w.process.exitcode, _error_reports().line_of(w.process.pid))
 
     def close(self) -> None:
         """Ask idle workers to exit; kill any that has not within `STOP_S`."""

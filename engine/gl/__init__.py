@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from .enums import GLFormat, gl_format
 from .gl_ext import GLExt
-from .loader import Feature
-from .objects import Fence, FenceLike, GpuMemoryInfo, GpuTimer, MappedBuffer, TextureArray
+from .loader import Feature, GLFunctions
+from .objects import Fence, FenceLike, GpuMemoryInfo, GpuTimer, MappedBuffer, ObjectOwner, TextureArray
 from .shaders import ShaderCompileError, ShaderSource, compute_shader, load_source, preprocess, program
 
 __all__ = [
@@ -18,9 +18,11 @@ __all__ = [
     "FenceLike",
     "GLExt",
     "GLFormat",
+    "GLFunctions",
     "GpuMemoryInfo",
     "GpuTimer",
     "MappedBuffer",
+    "ObjectOwner",
     "ShaderCompileError",
     "ShaderSource",
     "TextureArray",

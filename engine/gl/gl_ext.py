@@ -81,7 +81,7 @@ from .loader import (
     MIN_VERSION,
     REQUIRED_FEATURES,
     Feature,
-    _Functions,
+    GLFunctions,
     _missing,
     feature_available,
     proc_address_lookup,
@@ -116,7 +116,7 @@ class GLExt:
         if missing:
             needs = "; ".join(f"{f.value[2]} need {f.requirement}" for f in missing)
             raise GLError(f"this GL context ({self._describe()}) lacks what texstream needs: {needs}")
-        self._f = _Functions()
+        self.functions = GLFunctions()  # the function table (public: GL objects and tests call through it)
         self.addresses: dict[str, int] = {}  # entry points, for compiled loops (texstream.native)
         self._load_functions()
         self.scratch_unit = int(getattr(ctx, "default_texture_unit", 0))
@@ -156,7 +156,7 @@ class GLExt:
         get_error: Callable[[], int] | None = None
         for name, (restype, argtypes, feature) in _FUNCTIONS.items():
             if feature is not None and not self.has(feature):
-                setattr(self._f, name, _missing(name, feature))
+                setattr(self.functions, name, _missing(name, feature))
                 continue
             address = resolve(name)
             if not address:
@@ -167,17 +167,17 @@ class GLExt:
             fn = _FUNCTYPE(restype, *argtypes)(address)
             self.addresses[name] = address
             if name == "glClientWaitSync":
-                self._wait_sync = _WAITING_FUNCTYPE(restype, *argtypes)(address)
+                self.functions.wait_sync = _WAITING_FUNCTYPE(restype, *argtypes)(address)
             if name == "glGetError":
                 get_error = fn
-            setattr(self._f, name, fn)
+            setattr(self.functions, name, fn)
         assert get_error is not None
         self._raw_get_error = get_error
         if self.debug:
             for name in _FUNCTIONS:
-                fn = getattr(self._f, name)
+                fn = getattr(self.functions, name)
                 if name != "glGetError" and isinstance(fn, ctypes._CFuncPtr):  # type: ignore[attr-defined]
-                    setattr(self._f, name, self._checked(name, fn))
+                    setattr(self.functions, name, self._checked(name, fn))
 
     def _checked(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         get_error = self._raw_get_error
@@ -220,13 +220,13 @@ class GLExt:
     def get_integer(self, pname: int) -> int:
         """glGetIntegerv for a single-valued `pname`."""
         out = (ctypes.c_int * 4)()  # room for drivers that write more than asked
-        self._f.glGetIntegerv(pname, out)
+        self.functions.glGetIntegerv(pname, out)
         return int(out[0])
 
     def get_integers(self, pname: int, count: int) -> list[int]:
         """glGetIntegerv for a `pname` with `count` values."""
         out = (ctypes.c_int * max(count, 4))()
-        self._f.glGetIntegerv(pname, out)
+        self.functions.glGetIntegerv(pname, out)
         return [int(v) for v in out[:count]]
 
     def _get_float(self, pname: int) -> float:
@@ -276,9 +276,9 @@ class GLExt:
             raise ValueError(f"filter must be 'linear' or 'nearest', got {filter!r}")
         if anisotropy < 1.0:
             raise ValueError(f"anisotropy must be >= 1, got {anisotropy!r}")
-        f = self._f
+        f = self.functions
         self._clear_stale("creating a texture array")
-        (name,) = self._gen_names(f.glGenTextures, 1)
+        (name,) = f.gen_names(f.glGenTextures, 1)
         self._bind_scratch(name)
         try:
             f.glTexStorage3D(GL_TEXTURE_2D_ARRAY, 1, fmt.internal_format, size, size, layers)
@@ -293,13 +293,13 @@ class GLExt:
                 f.glTexParameterf(GL_TEXTURE_2D_ARRAY, GL_TEXTURE_MAX_ANISOTROPY, min(anisotropy, self.max_anisotropy))
         except BaseException:
             self._unbind_scratch()
-            self._delete_textures(name)
+            self.delete_textures(name)
             raise
         self._unbind_scratch()
         try:  # allocation failures (GL_OUT_OF_MEMORY) must surface even without debug mode
             self.check(f"creating {fmt.name} texture array {size}x{size}x{layers}")
         except GLError:
-            self._delete_textures(name)
+            self.delete_textures(name)
             raise
         log.debug(
             "texture array %d: %s %dx%dx%d (%d bytes)",
@@ -316,15 +316,17 @@ class GLExt:
         """Bind `texture` to ``GL_TEXTURE0 + unit`` for drawing."""
         if texture.released:
             raise GLError(f"{texture!r} used after release")
-        self._f.glActiveTexture(GL_TEXTURE0 + unit)
-        self._f.glBindTexture(GL_TEXTURE_2D_ARRAY, texture.glo)
+        self.functions.glActiveTexture(GL_TEXTURE0 + unit)
+        self.functions.glBindTexture(GL_TEXTURE_2D_ARRAY, texture.glo)
 
     def internal_format_of(self, texture: TextureArray) -> int:
         """The internal format GL reports for `texture` (GL_TEXTURE_INTERNAL_FORMAT of level 0)."""
         out = ctypes.c_int(0)
         self._bind_scratch(texture.glo)
         try:
-            self._f.glGetTexLevelParameteriv(GL_TEXTURE_2D_ARRAY, 0, GL_TEXTURE_INTERNAL_FORMAT, ctypes.byref(out))
+            self.functions.glGetTexLevelParameteriv(
+                GL_TEXTURE_2D_ARRAY, 0, GL_TEXTURE_INTERNAL_FORMAT, ctypes.byref(out)
+            )
         finally:
             self._unbind_scratch()
         return int(out.value)
@@ -358,7 +360,7 @@ class GLExt:
             raise ValueError(f"layers {layer.min()}..{layer.max()} are outside 0..{texture.layers - 1} of {texture!r}")
         if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
             raise ValueError(f"a cell does not fit a {size}x{size} layer")
-        f = self._f
+        f = self.functions
         self._bind_scratch(texture.glo)
         f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
         try:
@@ -402,7 +404,7 @@ class GLExt:
             raise ValueError(f"cannot copy cells between {src!r} and {dst!r}: formats differ")
         n = 0
         for sl, sx, sy, dl, dx, dy in moves:
-            self._f.glCopyImageSubData(
+            self.functions.glCopyImageSubData(
                 src.glo,
                 GL_TEXTURE_2D_ARRAY,
                 0,
@@ -432,7 +434,7 @@ class GLExt:
         if raw.nbytes != texture.layer_bytes:
             raise ValueError(f"a {texture.format.name} layer is {texture.layer_bytes} bytes, got {raw.nbytes}")
         buf = (ctypes.c_ubyte * raw.nbytes).from_buffer_copy(raw)
-        fmt, size, f = texture.format, texture.size, self._f
+        fmt, size, f = texture.format, texture.size, self.functions
         self._bind_scratch(texture.glo)
         f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
         try:
@@ -454,7 +456,7 @@ class GLExt:
             raise GLError(f"{texture!r} used after release")
         if not 0 <= layer < texture.layers:
             raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
-        n, size, f = texture.layer_bytes, texture.size, self._f
+        n, size, f = texture.layer_bytes, texture.size, self.functions
         out = (ctypes.c_ubyte * n)()
         f.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)
         if texture.format.compressed:
@@ -478,7 +480,7 @@ class GLExt:
         if src is dst and abs(src_layer - dst_layer) < count:
             raise ValueError("source and destination layer ranges overlap")
         s = src.size
-        self._f.glCopyImageSubData(
+        self.functions.glCopyImageSubData(
             src.glo,
             GL_TEXTURE_2D_ARRAY,
             0,
@@ -504,9 +506,9 @@ class GLExt:
             raise ValueError(f"buffer size must be positive, got {size!r}")
         if not self.has(Feature.BUFFER_STORAGE):
             raise GLError(f"persistent mapping needs {Feature.BUFFER_STORAGE.requirement}, which this context lacks")
-        f = self._f
+        f = self.functions
         self._clear_stale("creating a mapped buffer")
-        (name,) = self._gen_names(f.glGenBuffers, 1)
+        (name,) = f.gen_names(f.glGenBuffers, 1)
         flags = (GL_MAP_READ_BIT if read else GL_MAP_WRITE_BIT) | GL_MAP_PERSISTENT_BIT | GL_MAP_COHERENT_BIT
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, name)
         try:
@@ -528,7 +530,7 @@ class GLExt:
 
     def copy_buffer(self, src: int, dst: int, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """GPU-side glCopyBufferSubData between two buffer names (e.g. an SSBO into a readback buffer)."""
-        f = self._f
+        f = self.functions
         f.glBindBuffer(GL_COPY_READ_BUFFER, src)
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, dst)
         try:
@@ -537,8 +539,9 @@ class GLExt:
             f.glBindBuffer(GL_COPY_READ_BUFFER, 0)
             f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
 
-    def _unmap_and_delete_buffer(self, name: int) -> None:
-        f = self._f
+    def unmap_and_delete_buffer(self, name: int) -> None:
+        """Unmap and delete a mapped buffer name (a `MappedBuffer`'s ``release()`` calls this)."""
+        f = self.functions
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, name)
         f.glUnmapBuffer(GL_COPY_WRITE_BUFFER)
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
@@ -547,7 +550,7 @@ class GLExt:
     # -- sync and timing ------------------------------------------------------------------------
     def fence(self) -> Fence:
         """A fence after every command issued so far (glFenceSync); poll it with ``signalled()``."""
-        sync = self._f.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
+        sync = self.functions.glFenceSync(GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         if not sync:
             raise GLError("glFenceSync returned no sync object")
         self.live_syncs += 1
@@ -557,7 +560,13 @@ class GLExt:
         """Count the context's live GL objects of each kind by asking the driver about every name up
         to `probe` (glIsBuffer, glIsTexture, ...), whoever made them; sync objects are this layer's
         fences not yet deleted. For leak checks in tests and soak runs (a few ms: not per frame)."""
-        f = self._f
+        counts = {kind: len(names) for kind, names in self.live_names(probe).items()}
+        return LiveObjects(**counts, syncs=self.live_syncs)
+
+    def live_names(self, probe: int = 4096) -> dict[str, frozenset[int]]:
+        """The names of the context's live GL objects of each kind up to `probe`, as `live_objects`
+        counts them (for leak checks that say which objects were left, and who made them)."""
+        f = self.functions
         flag = ctypes.c_int(0)
 
         def alive(is_kind: Callable[[int], int], get_iv: Callable[..., None]) -> Callable[[int], bool]:
@@ -580,8 +589,7 @@ class GLExt:
             "programs": alive(f.glIsProgram, f.glGetProgramiv),
             "shaders": alive(f.glIsShader, f.glGetShaderiv),
         }
-        counts = {kind: sum(1 for name in range(1, probe + 1) if is_kind(name)) for kind, is_kind in checks.items()}
-        return LiveObjects(**counts, syncs=self.live_syncs)
+        return {kind: frozenset(n for n in range(1, probe + 1) if is_kind(n)) for kind, is_kind in checks.items()}
 
     def throttle(self, depth: int = 2) -> FrameThrottle:
         """A `FrameThrottle` for a headless loop: at most `depth` frames queued on the GPU."""
@@ -602,34 +610,29 @@ class GLExt:
             )
 
     def _bind_scratch(self, name: int) -> None:
-        self._f.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
-        self._f.glBindTexture(GL_TEXTURE_2D_ARRAY, name)
+        self.functions.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
+        self.functions.glBindTexture(GL_TEXTURE_2D_ARRAY, name)
 
     def _unbind_scratch(self) -> None:
-        self._f.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
-        self._f.glBindTexture(GL_TEXTURE_2D_ARRAY, 0)
+        self.functions.glActiveTexture(GL_TEXTURE0 + self.scratch_unit)
+        self.functions.glBindTexture(GL_TEXTURE_2D_ARRAY, 0)
 
-    def _gen_names(self, gen: Callable[..., None], count: int) -> list[int]:
-        arr = (ctypes.c_uint * count)()
-        gen(count, arr)
-        names = [int(v) for v in arr]
-        if not all(names):
-            raise GLError(f"GL returned no object names ({gen.__name__ if hasattr(gen, '__name__') else gen})")
-        return names
-
-    def _delete_textures(self, *names: int) -> None:
-        arr = (ctypes.c_uint * len(names))(*names)
-        self._f.glDeleteTextures(len(names), arr)
+    def delete_textures(self, *names: int) -> None:
+        """Delete texture names (the owner of a `TextureArray` calls this from its ``release()``)."""
+        self.functions.delete_names(self.functions.glDeleteTextures, *names)
 
     def _delete_buffers(self, *names: int) -> None:
-        arr = (ctypes.c_uint * len(names))(*names)
-        self._f.glDeleteBuffers(len(names), arr)
+        self.functions.delete_names(self.functions.glDeleteBuffers, *names)
+
+    def sync_released(self) -> None:
+        """A `Fence` deleted its sync object: one fewer live sync (for `live_objects`)."""
+        self.live_syncs -= 1
 
     def is_texture(self, name: int) -> bool:
-        return bool(self._f.glIsTexture(name))
+        return bool(self.functions.glIsTexture(name))
 
     def is_buffer(self, name: int) -> bool:
-        return bool(self._f.glIsBuffer(name))
+        return bool(self.functions.glIsBuffer(name))
 
 
 def _error_name(code: int) -> str:

@@ -204,8 +204,30 @@ def proc_address_lookup(ctx: moderngl.Context) -> Callable[[str], int]:
     return resolve
 
 
-class _Functions:
-    """Attribute bag of loaded GL entry points (plain ctypes functions, or debug-checking wrappers)."""
+class GLFunctions:
+    """The function table: loaded GL entry points as attributes (plain ctypes functions, or
+    debug-checking wrappers), e.g. ``functions.glBindTexture(target, name)``.
+
+    `GLExt.functions` is the one table of a context; the GL objects it hands out hold the same table,
+    so they call GL without reaching into the facade. ``wait_sync`` is glClientWaitSync bound so that
+    it releases the interpreter lock while it blocks (for frame throttling only).
+    """
+
+    wait_sync: Callable[[int, int, int], int]
 
     def __getattr__(self, name: str) -> Any:  # only reached for names that were never loaded
         raise AttributeError(f"GL entry point {name} is not in texstream's function table")
+
+    def gen_names(self, gen: Callable[..., None], count: int) -> list[int]:
+        """`count` new object names from a glGen* entry point; `GLError` when the driver gives none."""
+        arr = (ctypes.c_uint * count)()
+        gen(count, arr)
+        names = [int(v) for v in arr]
+        if not all(names):
+            raise GLError(f"GL returned no object names ({getattr(gen, '__name__', gen)})")
+        return names
+
+    def delete_names(self, delete: Callable[..., None], *names: int) -> None:
+        """Delete object names through a glDelete* entry point (one call for all of them)."""
+        arr = (ctypes.c_uint * len(names))(*names)
+        delete(len(names), arr)

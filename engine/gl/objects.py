@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -26,9 +26,7 @@ from .enums import (
     GL_WAIT_FAILED,
     GLFormat,
 )
-
-if TYPE_CHECKING:
-    from .gl_ext import GLExt
+from .loader import GLFunctions
 
 __all__ = [
     "Fence",
@@ -38,10 +36,31 @@ __all__ = [
     "GpuTimer",
     "LiveObjects",
     "MappedBuffer",
+    "ObjectOwner",
     "TextureArray",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class ObjectOwner(Protocol):
+    """What the GL objects need of the layer that made them (`GLExt` is the one implementation).
+
+    A narrow interface instead of the facade itself: the objects call GL through the shared function
+    table and hand deletions back to their owner, which keeps the live-object counts.
+    """
+
+    functions: GLFunctions
+
+    def fence(self) -> Fence: ...
+
+    def bind_texture_array(self, texture: TextureArray, unit: int) -> None: ...
+
+    def delete_textures(self, *names: int) -> None: ...
+
+    def unmap_and_delete_buffer(self, name: int) -> None: ...
+
+    def sync_released(self) -> None: ...
 
 
 class FenceLike(Protocol):
@@ -106,7 +125,7 @@ class Fence:
 
     __slots__ = ("_gl", "_sync", "_done", "_flushed")
 
-    def __init__(self, gl: GLExt, sync: int) -> None:
+    def __init__(self, gl: ObjectOwner, sync: int) -> None:
         self._gl = gl
         self._sync: int | None = sync
         self._done = False
@@ -119,7 +138,7 @@ class Fence:
             raise GLError("fence polled after release (it never signalled)")
         flags = 0 if self._flushed else GL_SYNC_FLUSH_COMMANDS_BIT
         self._flushed = True
-        status = self._gl._f.glClientWaitSync(self._sync, flags, 0)
+        status = self._gl.functions.glClientWaitSync(self._sync, flags, 0)
         if status == GL_WAIT_FAILED:
             raise GLError("glClientWaitSync failed (GL_WAIT_FAILED): invalid sync object or context lost")
         if status in (GL_ALREADY_SIGNALED, GL_CONDITION_SATISFIED):
@@ -136,7 +155,7 @@ class Fence:
         if self._sync is None:
             raise GLError("fence waited on after release (it never signalled)")
         self._flushed = True
-        status = self._gl._wait_sync(self._sync, GL_SYNC_FLUSH_COMMANDS_BIT, int(timeout_s * 1e9))
+        status = self._gl.functions.wait_sync(self._sync, GL_SYNC_FLUSH_COMMANDS_BIT, int(timeout_s * 1e9))
         if status == GL_WAIT_FAILED:
             raise GLError("glClientWaitSync failed (GL_WAIT_FAILED): invalid sync object or context lost")
         if status in (GL_ALREADY_SIGNALED, GL_CONDITION_SATISFIED):
@@ -148,8 +167,8 @@ class Fence:
     def release(self) -> None:
         if self._sync is not None:
             sync, self._sync = self._sync, None
-            self._gl._f.glDeleteSync(sync)
-            self._gl.live_syncs -= 1
+            self._gl.functions.glDeleteSync(sync)
+            self._gl.sync_released()
 
     @property
     def released(self) -> bool:
@@ -165,7 +184,7 @@ class FrameThrottle:
     it fences the frame and waits for the frame `depth` frames older.
     """
 
-    def __init__(self, gl: GLExt, depth: int = 2, timeout_s: float = 5.0) -> None:
+    def __init__(self, gl: ObjectOwner, depth: int = 2, timeout_s: float = 5.0) -> None:
         if depth < 1:
             raise ValueError(f"throttle depth must be >= 1, got {depth!r}")
         self._gl, self.depth, self.timeout_s = gl, depth, timeout_s
@@ -196,7 +215,7 @@ class TextureArray:
     ``bind(unit)`` and point a ``sampler2DArray`` uniform at that unit.
     """
 
-    def __init__(self, gl: GLExt, glo: int, fmt: GLFormat, size: int, layers: int) -> None:
+    def __init__(self, gl: ObjectOwner, glo: int, fmt: GLFormat, size: int, layers: int) -> None:
         self._gl = gl
         self._glo = glo
         self.format = fmt
@@ -225,7 +244,7 @@ class TextureArray:
     def release(self) -> None:
         if self._glo:
             name, self._glo = self._glo, 0
-            self._gl._delete_textures(name)
+            self._gl.delete_textures(name)
 
     def __enter__(self) -> TextureArray:
         return self
@@ -248,7 +267,7 @@ class MappedBuffer:
     memory under a writer's feet.
     """
 
-    def __init__(self, gl: GLExt, glo: int, size: int, address: int) -> None:
+    def __init__(self, gl: ObjectOwner, glo: int, size: int, address: int) -> None:
         self._gl = gl
         self._glo = glo
         self.size = size
@@ -329,7 +348,7 @@ class MappedBuffer:
             log.error("%s: %d views are still in use; leaving it mapped (GL buffer %d leaked)", self, busy, name)
             return
         self._chunks.clear()
-        self._gl._unmap_and_delete_buffer(name)
+        self._gl.unmap_and_delete_buffer(name)
 
     def __repr__(self) -> str:
         return f"MappedBuffer(glo={self._glo}, size={self.size})"
@@ -361,11 +380,11 @@ class GpuTimer:
     the same work with a moderngl ``Query(time=True)``.
     """
 
-    def __init__(self, gl: GLExt, depth: int = 4) -> None:
+    def __init__(self, gl: ObjectOwner, depth: int = 4) -> None:
         if depth < 2:
             raise ValueError(f"timer depth must be >= 2, got {depth!r}")
         self._gl = gl
-        self._ids = gl._gen_names(gl._f.glGenQueries, depth)
+        self._ids = gl.functions.gen_names(gl.functions.glGenQueries, depth)
         self._pending: list[int] = []  # query ids begun and ended, oldest first
         self._active: int | None = None
         self._next = 0
@@ -384,20 +403,20 @@ class GpuTimer:
             self.skipped += 1
             return False
         self._next = (self._next + 1) % len(self._ids)
-        self._gl._f.glBeginQuery(GL_TIME_ELAPSED, qid)
+        self._gl.functions.glBeginQuery(GL_TIME_ELAPSED, qid)
         self._active = qid
         return True
 
     def end(self) -> None:
         if self._active is None:
             return  # begin() declined this frame
-        self._gl._f.glEndQuery(GL_TIME_ELAPSED)
+        self._gl.functions.glEndQuery(GL_TIME_ELAPSED)
         self._pending.append(self._active)
         self._active = None
 
     def poll(self) -> float | None:
         """Collect finished queries (oldest first); returns the newest GPU time in ms, or None."""
-        f = self._gl._f
+        f = self._gl.functions
         avail = ctypes.c_int(0)
         result = ctypes.c_uint64(0)
         while self._pending:
@@ -413,9 +432,8 @@ class GpuTimer:
     def release(self) -> None:
         if self._ids:
             if self._active is not None:
-                self._gl._f.glEndQuery(GL_TIME_ELAPSED)
+                self._gl.functions.glEndQuery(GL_TIME_ELAPSED)
                 self._active = None
             ids, self._ids = self._ids, []
             self._pending.clear()
-            arr = (ctypes.c_uint * len(ids))(*ids)
-            self._gl._f.glDeleteQueries(len(ids), arr)
+            self._gl.functions.delete_names(self._gl.functions.glDeleteQueries, *ids)

@@ -6,13 +6,21 @@ or a source string may include others::
     #include "vt.glsl"              // a texstream shader (or a file next to the including one)
     #include "texstream/vt.glsl"    // explicitly a texstream shader, from anywhere
 
-so a user's own shader string can pull in texstream's GLSL::
+so a user's own shader string can pull in texstream's GLSL (moderngl's keyword names work too)::
 
-    prog = shaders.program(ctx, vertex=MY_VS, fragment='''
+    prog = texstream.program(ctx, vertex_shader=MY_VS, fragment_shader='''
         #version 450
         #include "texstream/vt.glsl"
         ...
     ''')
+
+A stage is GLSL source when given as a string, and a file when given as a path
+(``fragment_path=Path("my.frag")``, any ``os.PathLike``) or as ``shader_file("my.frag")``; a
+one-line string that names a shader file is refused with that advice rather than guessed at.
+
+`register_includes` puts texstream's includable shaders (``texstream/vt.glsl``,
+``texstream/common.glsl``) into moderngl's ``ctx.includes``, so plain ``ctx.program()`` resolves
+them as well; a `Streamer` does it for its context.
 
 Resolution order for ``#include "path"``: a ``texstream/`` prefix means the texstream shader folder;
 otherwise the including file's own folder, then each of `include_dirs` (user folders on disk), then
@@ -26,16 +34,15 @@ line numbers pointing at the original files. Drivers do not all honour the file 
 0 for most semantic errors), so on a compile failure the loader compiles the same text once more
 without ``#line`` directives and maps the flat line numbers back through its own table; the
 resulting `ShaderError` names ``file:line`` and quotes the offending source line.
-
-A stage argument is GLSL source when it contains a newline, otherwise the name of a shader file.
 """
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
+import os
 import posixpath
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
@@ -45,23 +52,26 @@ from typing import TypeVar
 import moderngl
 
 from ..errors import ShaderError
+from .shader_root import PACKAGE_PREFIX, shader_root
 
 __all__ = [
+    "INCLUDABLE",
     "Diagnostic",
     "ShaderCompileError",
+    "ShaderFile",
     "ShaderSource",
     "compute_shader",
     "load_source",
     "preprocess",
     "program",
+    "register_includes",
+    "shader_file",
     "shader_root",
 ]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-PACKAGE = "texstream.shaders"
-PACKAGE_PREFIX = "texstream/"
 MAX_INCLUDE_DEPTH = 32
 MAX_DIAGNOSTICS = 8
 
@@ -70,6 +80,13 @@ _INCLUDE_ANY = re.compile(r"^\s*#\s*include\b")
 _DEFUSE = re.compile(r"#\s*include\b")
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*(//.*)?$")
 _VERSION = re.compile(r"^\s*#\s*version\s+(?P<number>\d+)")
+# A one-line stage string that is a file name, not GLSL: no spaces, braces or semicolons, a suffix.
+_LOOKS_LIKE_FILE = re.compile(r"^[\w./\\-]+\.(glsl|vert|frag|geom|tesc|tese|comp|vs|fs|gs|cs)$", re.IGNORECASE)
+# Uses of vt.glsl's API, for the hint when a shader forgot its #include.
+_VT_USE = re.compile(r"\b(VT_DECLARE|VT_SAMPLE|VTInfo|vt_sample\w*|vt_lookup|vt_debug_tint)\b")
+VT_INCLUDE = "texstream/vt.glsl"
+# The shipped shaders meant for inclusion (no #version of their own), as `register_includes` names them.
+INCLUDABLE = ("texstream/common.glsl", "texstream/vt.glsl")
 
 # Driver log forms: Mesa "0:12(5): error", NVIDIA "0(12) : error", AMD/Intel "ERROR: 0:12: ...".
 _LOG_FORMS = (
@@ -122,19 +139,6 @@ class ShaderSource:
             return None
         file_id, line = self.flat_map[flat_line - 1]
         return None if file_id < 0 else self.locate(file_id, line)
-
-
-def shader_root() -> Traversable:
-    """The folder of texstream's shader files (the ``texstream.shaders`` package data)."""
-    try:
-        return importlib.resources.files(PACKAGE)
-    except ModuleNotFoundError:
-        # An editable install does not expose a namespace package nested in a regular one; the
-        # source checkout keeps the shaders next to the package folder.
-        fallback = Path(__file__).resolve().parents[2] / "shaders"
-        if fallback.is_dir():
-            return fallback
-        raise ShaderError(f"cannot find texstream's shader folder (package {PACKAGE} is not installed)") from None
 
 
 class _Preprocessor:
@@ -294,13 +298,62 @@ def _open(root: Traversable, cand: str | Path, display: str | None = None) -> _F
     return _File(key, display, tuple(text.splitlines()), folder)
 
 
-def _top_file(source_or_name: str, name: str | None, include_dirs: Sequence[Path | str]) -> _File:
-    if "\n" in source_or_name:
+@dataclass(frozen=True)
+class ShaderFile:
+    """A shader stage given as a file rather than as source text: see `shader_file`."""
+
+    path: str | Path
+
+
+StageArg = str | ShaderFile | os.PathLike
+"""A stage argument: GLSL source (str), or a file (`ShaderFile`, any path-like)."""
+
+
+def shader_file(path: str | os.PathLike[str]) -> ShaderFile:
+    """Mark a stage argument as a file to read, not source text.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An absolute path; a relative one, looked up in the ``include_dirs`` given with it, then in
+        the working folder, then among texstream's shipped shaders; or ``"texstream/<name>"``,
+        one of texstream's shipped shaders only.
+
+    Returns
+    -------
+    ShaderFile
+        For any stage argument of `program`, `preprocess` or `compute_shader`.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"shader_file() takes a path, got {type(path).__name__}")
+    return ShaderFile(path)
+
+
+def _top_file(stage: StageArg, name: str | None, include_dirs: Sequence[Path | str], what: str = "shader") -> _File:
+    if isinstance(stage, str):
+        stripped = stage.strip()
+        if "\n" not in stripped and _LOOKS_LIKE_FILE.match(stripped):
+            raise ShaderError(
+                f"{what} {stage!r} is a file name, and a string is GLSL source: pass the file as "
+                f"shader_file({stage!r}) or a pathlib.Path"
+            )
         display = name or "<source>"
-        return _File(f"<{display}>", display, tuple(source_or_name.splitlines()), None)
-    # A file name: absolute, in a user folder, or in texstream's folder (texstream/ prefix optional).
+        return _File(f"<{display}>", display, tuple(stage.splitlines()), None)
+    if isinstance(stage, ShaderFile):
+        return _find_file(str(stage.path) if isinstance(stage.path, str) else Path(stage.path), name, include_dirs)
+    if isinstance(stage, os.PathLike):
+        return _find_file(Path(stage), name, include_dirs)
+    raise TypeError(
+        f"{what} must be GLSL source (str) or a file (shader_file(), pathlib.Path), got {type(stage).__name__}"
+    )
+
+
+def _find_file(path: str | Path, name: str | None, include_dirs: Sequence[Path | str]) -> _File:
+    # A file: absolute, in a user folder, relative to the working folder, or in texstream's folder
+    # (texstream/ prefix optional; with it, only there).
     root = shader_root()
-    rel = posixpath.normpath(source_or_name)
+    source_or_name = str(path)
+    rel = posixpath.normpath(source_or_name.replace(os.sep, "/"))
     candidates: list[str | Path] = []
     if rel.startswith(PACKAGE_PREFIX):
         candidates.append(rel[len(PACKAGE_PREFIX) :])
@@ -308,20 +361,18 @@ def _top_file(source_or_name: str, name: str | None, include_dirs: Sequence[Path
         candidates.append(Path(source_or_name).resolve())
     else:
         candidates.extend((Path(d) / rel).resolve() for d in include_dirs)
+        candidates.append(Path(rel).resolve())
         candidates.append(rel)
     for cand in candidates:
         found = _open(root, cand, name)
         if found is not None:
             return found
     looked = ", ".join(_display_of(c) for c in candidates)
-    raise ShaderError(
-        f"cannot find shader file {source_or_name!r} (looked for {looked}; "
-        "a stage argument is a file name unless it contains a newline)"
-    )
+    raise ShaderError(f"cannot find shader file {source_or_name!r} (looked for {looked})")
 
 
 def preprocess(
-    source_or_name: str,
+    source: StageArg,
     *,
     name: str | None = None,
     defines: Mapping[str, object] | None = None,
@@ -331,8 +382,8 @@ def preprocess(
 
     Parameters
     ----------
-    source_or_name : str
-        GLSL source (any string with a newline) or a shader file name: looked up in
+    source : str, ShaderFile or os.PathLike
+        GLSL source (a string), or a file (`shader_file`, a path): looked up as given, in
         `include_dirs`, then among the shaders shipped with texstream (``vt.glsl`` and friends).
     name : str, optional
         The name a source string is reported under in errors.
@@ -350,9 +401,10 @@ def preprocess(
     Raises
     ------
     ShaderError
-        A missing file or include, or an include cycle (the message names file and line).
+        A missing file or include, an include cycle (the message names file and line), or a
+        one-line string naming a file (pass `shader_file` instead).
     """
-    top = _top_file(source_or_name, name, include_dirs)
+    top = _top_file(source, name, include_dirs)
     return _Preprocessor(include_dirs, defines).run(top)
 
 
@@ -363,7 +415,27 @@ def load_source(
     include_dirs: Sequence[Path | str] = (),
 ) -> str:
     """The text of shader file `name` with every ``#include`` resolved and ``#line`` directives added."""
-    return preprocess(name, defines=defines, include_dirs=include_dirs).text
+    return preprocess(ShaderFile(name), defines=defines, include_dirs=include_dirs).text
+
+
+def register_includes(ctx: moderngl.Context) -> None:
+    """Make ``#include "texstream/vt.glsl"`` (and ``texstream/common.glsl``) work in plain
+    ``ctx.program()`` calls, through moderngl's ``ctx.includes``, and in moderngl-window's
+    ``load_program`` when moderngl-window is imported (its shader finders learn ``texstream/``).
+    A `Streamer` does this for its context; calling it again is harmless.
+
+    Parameters
+    ----------
+    ctx : moderngl.Context
+        The context whose ``includes`` gain texstream's shaders.
+    """
+    for name in INCLUDABLE:
+        if name not in ctx.includes:
+            ctx.includes[name] = preprocess(ShaderFile(name)).flat_text
+    if "moderngl_window" in sys.modules:  # only where the application uses it: never imported here
+        from .window_finder import register_finder
+
+        register_finder()
 
 
 # ---- compiling --------------------------------------------------------------------------------
@@ -391,28 +463,49 @@ class ShaderCompileError(ShaderError):
         self.log = log
 
 
+_STAGES = ("vertex", "fragment", "geometry", "tess_control", "tess_evaluation")
+
+
 def program(
     ctx: moderngl.Context,
     *,
-    vertex: str,
-    fragment: str | None = None,
-    geometry: str | None = None,
-    tess_control: str | None = None,
-    tess_evaluation: str | None = None,
+    vertex_shader: StageArg | None = None,
+    fragment_shader: StageArg | None = None,
+    geometry_shader: StageArg | None = None,
+    tess_control_shader: StageArg | None = None,
+    tess_evaluation_shader: StageArg | None = None,
+    vertex: StageArg | None = None,
+    fragment: StageArg | None = None,
+    geometry: StageArg | None = None,
+    tess_control: StageArg | None = None,
+    tess_evaluation: StageArg | None = None,
+    vertex_path: str | os.PathLike[str] | None = None,
+    fragment_path: str | os.PathLike[str] | None = None,
+    geometry_path: str | os.PathLike[str] | None = None,
+    tess_control_path: str | os.PathLike[str] | None = None,
+    tess_evaluation_path: str | os.PathLike[str] | None = None,
     varyings: Sequence[str] = (),
     fragment_outputs: Mapping[str, int] | None = None,
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[Path | str] = (),
 ) -> moderngl.Program:
-    """Preprocess each stage and link them into a moderngl program: use this (not ``ctx.program``)
-    for shaders that ``#include "texstream/vt.glsl"``.
+    """Preprocess each stage and link them into a moderngl program: ``ctx.program`` with texstream's
+    ``#include`` resolution, ``#line`` bookkeeping and `ShaderError` messages that name file:line.
+
+    Each stage is given once, by moderngl's keyword (``vertex_shader=``), by its short name
+    (``vertex=``) or as a file (``vertex_path=``).
 
     Parameters
     ----------
     ctx : moderngl.Context
         The context to compile in.
-    vertex, fragment, geometry, tess_control, tess_evaluation : str
-        Each stage as a file name or a source string (see `preprocess`); only `vertex` is required.
+    vertex_shader, fragment_shader, geometry_shader, tess_control_shader, tess_evaluation_shader : str or path
+        Each stage as GLSL source (a string) or a file (`shader_file`, any ``os.PathLike``); only
+        the vertex stage is required.
+    vertex, fragment, geometry, tess_control, tess_evaluation : str, ShaderFile or os.PathLike
+        The same stages under their short names.
+    vertex_path, fragment_path, geometry_path, tess_control_path, tess_evaluation_path : str or os.PathLike
+        A stage as a file to read (see `shader_file` for where it is looked up).
     varyings : sequence of str, optional
         Transform-feedback outputs, as for ``ctx.program``.
     fragment_outputs : mapping of str to int, optional
@@ -430,21 +523,35 @@ def program(
     ------
     ShaderError
         A stage failed to preprocess, compile or link; the message names file:line and quotes the
-        source line (`ShaderCompileError`).
+        source line (`ShaderCompileError`). A one-line string naming a file is refused (pass it as
+        a path), and a shader that uses ``VT_*`` without ``#include "texstream/vt.glsl"`` is told so.
+    TypeError
+        A stage given twice, or no vertex stage.
     """
-    stages = {
-        "vertex": vertex,
-        "fragment": fragment,
-        "geometry": geometry,
-        "tess_control": tess_control,
-        "tess_evaluation": tess_evaluation,
+    given = {
+        "shader": (vertex_shader, fragment_shader, geometry_shader, tess_control_shader, tess_evaluation_shader),
+        "": (vertex, fragment, geometry, tess_control, tess_evaluation),
+        "path": (vertex_path, fragment_path, geometry_path, tess_control_path, tess_evaluation_path),
     }
+    stages: dict[str, StageArg] = {}
+    for suffix, values in given.items():
+        for stage, value in zip(_STAGES, values, strict=True):
+            if value is None:
+                continue
+            if stage in stages:
+                raise TypeError(
+                    f"the {stage} stage is given twice (use one of {stage}_shader=, {stage}=, {stage}_path=)"
+                )
+            if suffix == "path":
+                if not isinstance(value, str | os.PathLike):
+                    raise TypeError(f"{stage}_path must be a path, got {type(value).__name__}")
+                value = ShaderFile(value)
+            stages[stage] = value
+    if "vertex" not in stages:
+        raise TypeError("program() needs a vertex stage (vertex_shader=, vertex= or vertex_path=)")
     sources = {
-        stage: preprocess(
-            src, name=None if "\n" not in src else f"<{stage}>", defines=defines, include_dirs=include_dirs
-        )
+        stage: _preprocess_stage(stage, src, defines=defines, include_dirs=include_dirs)
         for stage, src in stages.items()
-        if src is not None
     }
 
     def build(flat: bool) -> moderngl.Program:
@@ -462,17 +569,22 @@ def program(
     return _compile(build, sources)
 
 
+def _preprocess_stage(
+    stage: str, source: StageArg, *, defines: Mapping[str, object] | None, include_dirs: Sequence[Path | str]
+) -> ShaderSource:
+    top = _top_file(source, f"<{stage}>" if isinstance(source, str) else None, include_dirs, f"the {stage} stage")
+    return _Preprocessor(include_dirs, defines).run(top)
+
+
 def compute_shader(
     ctx: moderngl.Context,
-    source: str,
+    source: StageArg,
     *,
     defines: Mapping[str, object] | None = None,
     include_dirs: Sequence[Path | str] = (),
 ) -> moderngl.ComputeShader:
     """Preprocess and compile a compute shader (file name or source string)."""
-    src = preprocess(
-        source, name=None if "\n" not in source else "<compute>", defines=defines, include_dirs=include_dirs
-    )
+    src = _preprocess_stage("compute", source, defines=defines, include_dirs=include_dirs)
     return _compile(lambda flat: ctx.compute_shader(src.flat_text if flat else src.text), {"compute": src})
 
 
@@ -491,7 +603,30 @@ def _compile(build: Callable[[bool], _T], sources: Mapping[str, ShaderSource]) -
         release = getattr(prog, "release", None)
         if release is not None:
             release()
+    missing = _missing_vt_include(sources)
+    if missing is not None:
+        raise missing from None
     raise _to_error(flat_log or first_log, sources, flat=bool(flat_log)) from None
+
+
+def _missing_vt_include(sources: Mapping[str, ShaderSource]) -> ShaderCompileError | None:
+    """The error for a stage that failed to compile while using vt.glsl's names without including it."""
+    for stage, src in sources.items():
+        if VT_INCLUDE in src.files:
+            continue
+        for file_id, lines in enumerate(src.file_lines):
+            for number, line in enumerate(lines, start=1):
+                code = line.split("//", 1)[0]
+                m = _VT_USE.search(code)
+                if m is None:
+                    continue
+                where = f"{src.files[file_id]}:{number}"
+                return ShaderCompileError(
+                    f"{stage} shader uses {m.group(1)} ({where}) without texstream's sampling code: "
+                    f'add #include "{VT_INCLUDE}" after #version\n    {number} | {line.strip()}',
+                    stage,
+                )
+    return None
 
 
 def _split_log(log_text: str) -> list[tuple[str, str]]:

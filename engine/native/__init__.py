@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "load"]
+__all__ = ["Codecs", "Native", "load", "load_library"]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,12 @@ def _module_file(name: str) -> str | None:
     return spec.origin if spec is not None and spec.origin and spec.origin != "built-in" else None
 
 
-def _symbol(symbol: str, sonames: tuple[str, ...], modules: tuple[str, ...]) -> tuple[ctypes.CDLL, int] | None:
+def _symbol(
+    symbol: str, sonames: tuple[str, ...], modules: tuple[str, ...], deep_bind: bool = True
+) -> tuple[ctypes.CDLL, int] | None:
     """The address of C function `symbol`: from the first extension module of `modules`, else the
     first system library of `sonames`, that exports it."""
-    deep = getattr(os, "RTLD_DEEPBIND", 0)
+    deep = getattr(os, "RTLD_DEEPBIND", 0) if deep_bind else 0
     candidates = [(p, ctypes.DEFAULT_MODE | deep) for p in (_module_file(m) for m in modules) if p]
     candidates += [(name, ctypes.DEFAULT_MODE) for name in sonames]
     for path, mode in candidates:
@@ -89,6 +91,16 @@ def load() -> Native | None:
     if path is None:
         log.info("texstream's compiled helper is not built: streaming I/O and uploads use pure Python")
         return None
+    return load_library(path)
+
+
+def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
+    """The helper compiled at `path` (`load()` passes the installed one; the sanitizer tests a build
+    of their own), or None when it or a codec function cannot be loaded.
+
+    `deep_bind=False` opens the codec modules without RTLD_DEEPBIND, which the address sanitizer's
+    runtime refuses; only a process that loads no second zstd (no GL driver) may do so.
+    """
     zstd = (("libzstd.so.1", "libzstd.1.dylib"), ("zstandard._cffi",))
     wanted = {
         "zstd_decompress": ("ZSTD_decompressDCtx", *zstd),
@@ -101,7 +113,7 @@ def load() -> Native | None:
     }
     found: dict[str, tuple[ctypes.CDLL, int]] = {}
     for key, (symbol, sonames, modules) in wanted.items():
-        hit = _symbol(symbol, sonames, modules)
+        hit = _symbol(symbol, sonames, modules, deep_bind)
         if hit is None or not hit[1]:
             log.info(
                 "no C function %s found (zstandard/lz4/xxhash packages or system library): pure Python I/O", symbol

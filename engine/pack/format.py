@@ -401,6 +401,31 @@ class RawHeader:
     level_checksum: int
 
 
+# First bytes of files people give where a pack belongs, for the hint (what a file is, not its bytes).
+_KNOWN_FILES = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"II*\x00", "a TIFF image"),
+    (b"MM\x00*", "a TIFF image"),
+    (b"v/1\x01", "an OpenEXR image"),
+    (b"GIF8", "a GIF image"),
+    (b"BM", "a BMP image"),
+    (b"DDS ", "a DDS texture"),
+    (b"\xabKTX", "a KTX texture"),
+    (b"8BPS", "a Photoshop image"),
+)
+
+
+def not_a_pack(data: bytes) -> PackFormatError:
+    """The error for a file that is not a pack: what it looks like, and how to make a pack of it."""
+    kind = next((name for magic, name in _KNOWN_FILES if data.startswith(magic)), None)
+    if kind is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        kind = "a WebP image"
+    if kind is None:
+        return PackFormatError("not a texstream pack; packs are made with: texstream bake SRC OUT.tpk")
+    return PackFormatError(f"not a texstream pack but {kind}; bake it into one first: texstream bake SRC OUT.tpk")
+
+
 def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
     """Parse and validate the 128-byte header against the file's size; PackFormatError on any flaw.
 
@@ -409,6 +434,8 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
     """
     import xxhash
 
+    if data[: len(MAGIC)] != MAGIC[: len(data)]:  # an empty file is "too short", below
+        raise not_a_pack(data)
     if len(data) < HEADER_SIZE:
         raise PackFormatError(f"file is {file_size} bytes, too short for a {HEADER_SIZE}-byte pack header")
     body = data[: HEADER_SIZE - 8]
@@ -439,10 +466,15 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
         reserved,
     ) = fields
     if magic != MAGIC:
-        raise PackFormatError(f"not a texstream pack: magic is {magic!r}, expected {MAGIC!r}")
+        raise not_a_pack(data)
+    if version > max(READ_VERSIONS):
+        raise PackFormatError(
+            f"written by a newer texstream (format {version}; this one reads formats up to "
+            f"{max(READ_VERSIONS)}): upgrade texstream"
+        )
     if version not in READ_VERSIONS:
         known = ", ".join(str(v) for v in READ_VERSIONS)
-        raise PackFormatError(f"unsupported pack version {version} (this reader knows versions {known})")
+        raise PackFormatError(f"unsupported pack format version {version} (this reader knows versions {known})")
     (stored_sum,) = CHECKSUM_STRUCT.unpack(data[HEADER_SIZE - 8 : HEADER_SIZE])
     if stored_sum != xxhash.xxh3_64_intdigest(body):
         raise PackFormatError("header checksum mismatch (the first 128 bytes are damaged)")

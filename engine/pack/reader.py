@@ -9,6 +9,7 @@ any number of threads may read at once without a shared file position.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import urllib.parse
@@ -35,6 +36,8 @@ from .format import (
 
 if TYPE_CHECKING:
     from ..config import RemoteConfig
+
+log = logging.getLogger(__name__)
 
 INDEX_CHUNK = 1 << 16  # index entries read and checked at a time (1.5 MiB)
 VERIFY_CHUNK = 4 << 20  # `verify` reads tiles adjacent in the file this many bytes at a time
@@ -166,7 +169,16 @@ class PackReader:
         self.name = self.remote.name
         self.file_size = self.remote.size
         try:
-            self._load()
+            try:
+                self._load()
+            except PackFormatError as exc:
+                # the index and metadata came partly from the disk cache: should those bytes be what
+                # is damaged, they are dropped and read once more from the server before the pack
+                # counts as corrupt
+                if not self.remote.drop_cached():
+                    raise
+                log.warning("%s: %s; its cached blocks are dropped and read again from the server", self.name, exc)
+                self._load()
         except PackFormatError as exc:
             self.close()
             raise PackFormatError(f"{self.name}: {exc}") from None

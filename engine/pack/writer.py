@@ -12,17 +12,20 @@ gets the mode a plain ``open()`` would give it (0666 less the umask), not mkstem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
-import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import numpy as np
 
+from .. import _io
 from ..errors import EngineError
 from . import codec
 from .format import (
@@ -58,10 +61,27 @@ class EncodedTiles:
         return len(self.stored)
 
 
-class PackWriter:
-    """Collects tiles into a new pack; use as a context manager or call commit()/abort()."""
+def open_buffered(fd: int) -> BinaryIO:
+    """The temporary file's descriptor as the buffered file the writer writes through."""
+    return _io.fdopen(fd, "w+b", buffering=1 << 20)
 
-    def __init__(self, path: str | os.PathLike[str], header: PackHeader, metadata: dict | None = None) -> None:
+
+class PackWriter:
+    """Collects tiles into a new pack; use as a context manager or call commit()/abort().
+
+    A failed write, flush, fsync or rename (a full disk, a quota, an I/O error) raises one
+    `EngineError` naming the output and its temporary file, after removing that file.
+    `open_file` turns the temporary file's descriptor into the file written through (tests inject
+    write failures there)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: PackHeader,
+        metadata: dict | None = None,
+        *,
+        open_file: Callable[[int], BinaryIO] = open_buffered,
+    ) -> None:
         self.path = Path(path)
         self.header = header
         self.metadata = dict(metadata or {})
@@ -72,16 +92,30 @@ class PackWriter:
         self._done = False
         fd, self._tmp = create_temp(self.path)
         try:
-            self._file = os.fdopen(fd, "w+b", buffering=1 << 20)
+            self._file = open_file(fd)
         except BaseException:
             os.close(fd)
             self._tmp.unlink(missing_ok=True)
             raise
         try:
-            self._file.write(b"\0" * header.payload_offset)  # header, level table, index: filled at commit
+            with self._writing():
+                self._file.write(b"\0" * header.payload_offset)  # header, level table, index: filled at commit
         except BaseException:
             self.abort()
             raise
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """An OSError in the block becomes one line naming the output and its temporary file (which
+        is removed): a bare "No space left on device" does not say where."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise EngineError(
+                f"cannot write {self.path}: {reason} (writing its temporary file {self._tmp.name}, removed)"
+            ) from None
 
     # ---- tiles ----------------------------------------------------------------------------------
     def add_tile(self, level: int, x: int, y: int, raw: bytes | memoryview) -> None:
@@ -140,7 +174,8 @@ class PackWriter:
             parts.append(blob)
             parts.append(b"\0" * pad)
         parts.pop()  # no padding after the last one: the next write pads as it needs
-        self._file.write(b"".join(parts))
+        with self._writing():
+            self._file.write(b"".join(parts))
         entries = self._index[index]
         entries["offset"], entries["stored_size"] = offsets, sizes
         entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
@@ -165,38 +200,43 @@ class PackWriter:
             if len(meta) > MAX_METADATA:
                 raise ValueError(f"metadata is {len(meta)} bytes, over the {MAX_METADATA}-byte cap")
             payload_end = self._pos
-            f = self._file
-            f.write(meta)
-            stored = self._index.copy()  # version 2: each check binds the tile's position
-            stored["checksum"] ^= position_mix(np.arange(stored.size, dtype=np.int64))
-            index_bytes = stored.tobytes()
-            level_bytes = self.header.level_table.tobytes()
-            head = pack_header_bytes(
-                self.header,
-                metadata_offset=payload_end,
-                metadata_size=len(meta),
-                payload_end=payload_end,
-                index_checksum=codec.checksum(index_bytes),
-                level_checksum=codec.checksum(level_bytes),
-            )
-            f.seek(0)
-            f.write(head)
-            f.write(level_bytes)
-            assert f.tell() == self.header.index_offset
-            f.write(index_bytes)
-            assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
-            f.flush()
-            os.fchmod(f.fileno(), output_mode())
-            os.fsync(f.fileno())
-            f.close()
-            os.replace(self._tmp, self.path)
-            self._done = True
-            _fsync_dir(self.path.parent)
+            with self._writing():
+                self._write_tail(meta, payload_end)
         except BaseException:
             self.abort()
             raise
         log.info("wrote %s: %d tiles, %d bytes", self.path, self.header.tile_count, payload_end + len(meta))
         return self.path
+
+    def _write_tail(self, meta: bytes, payload_end: int) -> None:
+        """Metadata, index, level table and header; flushed, fsynced and renamed onto the output."""
+        f = self._file
+        f.write(meta)
+        stored = self._index.copy()  # version 2: each check binds the tile's position
+        stored["checksum"] ^= position_mix(np.arange(stored.size, dtype=np.int64))
+        index_bytes = stored.tobytes()
+        level_bytes = self.header.level_table.tobytes()
+        head = pack_header_bytes(
+            self.header,
+            metadata_offset=payload_end,
+            metadata_size=len(meta),
+            payload_end=payload_end,
+            index_checksum=codec.checksum(index_bytes),
+            level_checksum=codec.checksum(level_bytes),
+        )
+        f.seek(0)
+        f.write(head)
+        f.write(level_bytes)
+        assert f.tell() == self.header.index_offset
+        f.write(index_bytes)
+        assert f.tell() <= self.header.payload_offset and len(head) == HEADER_SIZE
+        f.flush()
+        _io.fchmod(f.fileno(), output_mode())
+        _io.fsync(f.fileno())
+        f.close()
+        _io.replace(self._tmp, self.path)
+        self._done = True
+        _io.sync_folder(self.path.parent)
 
     def abort(self) -> None:
         """Drop the temporary file; the output path is left as it was. Idempotent."""
@@ -285,20 +325,7 @@ def create_temp(path: Path) -> tuple[int, Path]:
         raise EngineError(f"output folder {folder} does not exist")
     remove_stale_temps(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+        fd, tmp = _io.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
     except OSError as exc:  # name the output the user gave, not the hidden temporary file
         raise EngineError(f"cannot write {path}: {exc.strerror or exc}") from None
     return fd, Path(tmp)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder if str(folder) else ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -4,7 +4,17 @@
 reading (`RemoteFile`), the byte transports (`transport`) and the cache of fetched blocks (`cache`).
 """
 
-from .remote_file import NetworkCounters, NetworkSummary, RemoteFile, RemoteStats, is_remote, open_remote, summarize
+from .remote_file import (
+    NetworkCounters,
+    NetworkSummary,
+    RemoteFile,
+    RemoteStats,
+    SourceState,
+    SourceStatus,
+    is_remote,
+    open_remote,
+    summarize,
+)
 from .transport import PackChangedError, RemoteError, RemoteVersion
 
 __all__ = [
@@ -15,6 +25,8 @@ __all__ = [
     "RemoteFile",
     "RemoteStats",
     "RemoteVersion",
+    "SourceState",
+    "SourceStatus",
     "is_remote",
     "open_remote",
     "summarize",

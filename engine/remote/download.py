@@ -2,7 +2,7 @@
 
 `download(url)` probes the file's size and version (ETag / Last-Modified / fsspec info), then fetches
 it in ranges of `CHUNK` bytes, each checked against that version, into a temporary file beside the
-target (the pack writer's `create_temp`), renamed into place when complete:
+target (the pack writer's `create_temp`), fsynced and renamed into place when complete:
 ``<cache>/sources/<hash of URL and version>-<name>``. A later call for the same version finds it there
 and fetches nothing. A file larger than the disk's free space (less a margin) is refused before a
 byte is written; a failed download removes its temporary file, and one left by a killed process is
@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import xxhash
 
+from .. import _io
 from ..pack.writer import create_temp, output_mode
 from .remote_file import _make_transport
 from .transport import PackChangedError, PermanentError, RemoteError, RemoteVersion, TransientError, Transport
@@ -70,7 +71,7 @@ def download(url: str, folder: Path | None = None, storage_options: dict | None 
         if target.is_file() and target.stat().st_size == version.size:
             return Downloaded(target, name, version)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            _io.makedirs(folder, exist_ok=True)
         except OSError as exc:
             raise RemoteError(f"{name}: cannot create {folder}: {exc.strerror}") from None
         free = shutil.disk_usage(folder).free
@@ -80,11 +81,18 @@ def download(url: str, folder: Path | None = None, storage_options: dict | None 
             )
         fd, tmp = create_temp(target)  # the pack writer's: it also removes temps of dead downloads
         try:
-            _fetch_to(transport, name, version, fd, folder)
-            os.close(fd)
-            fd = -1
-            os.chmod(tmp, output_mode())
-            os.replace(tmp, target)
+            _fetch_to(transport, name, version, fd, target)
+            try:
+                # Synced before the rename: after a crash the name holds the whole file or nothing,
+                # never a file of the right size whose blocks never reached the disk.
+                _io.fchmod(fd, output_mode())
+                _io.fsync(fd)
+                os.close(fd)
+                fd = -1
+                _io.replace(tmp, target)
+            except OSError as exc:
+                raise RemoteError(f"{name}: cannot write {target}: {exc.strerror or exc}") from None
+            _io.sync_folder(folder)
         except BaseException:
             if fd >= 0:
                 os.close(fd)
@@ -117,7 +125,7 @@ def _retried(name: str, request: Callable[[float], T], changed: str | None = Non
     raise AssertionError("unreachable")
 
 
-def _fetch_to(transport: Transport, name: str, version: RemoteVersion, fd: int, folder: Path) -> None:
+def _fetch_to(transport: Transport, name: str, version: RemoteVersion, fd: int, target: Path) -> None:
     changed = "the file changed on the server during the download"
     try:
         for start in range(0, version.size, CHUNK):
@@ -125,8 +133,8 @@ def _fetch_to(transport: Transport, name: str, version: RemoteVersion, fd: int, 
             data = _retried(name, lambda deadline, s=start, n=length: transport.fetch(s, n, version, deadline), changed)
             view = memoryview(data)
             while view:
-                view = view[os.pwrite(fd, view, start + len(data) - len(view)) :]
+                view = view[_io.pwrite(fd, view, start + len(data) - len(view)) :]
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise RemoteError(f"{name}: the disk filled up while downloading to {folder}") from None
-        raise RemoteError(f"{name}: cannot write {folder}: {exc.strerror}") from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise RemoteError(f"{name}: the disk filled up while downloading to {target}: {exc.strerror}") from None
+        raise RemoteError(f"{name}: cannot write {target}: {exc.strerror}") from None

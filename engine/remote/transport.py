@@ -4,28 +4,43 @@ A transport answers two questions: what is the file now (`probe`: its size and v
 first bytes), and what are the bytes of one range of the version seen at the probe (`fetch`). It
 neither retries nor caches (`RemoteFile` does both); it classifies every failure:
 
-- `TransientError`: worth retrying (connection refused or reset, timeouts, HTTP 5xx/408/429);
-- `PermanentError`: retrying will not help (HTTP 404/403, a server that ignores ranges);
+- `TransientError`: worth retrying (connection refused, reset or closed, timeouts, HTTP 408/425/429
+  and 5xx), with the server's Retry-After when it sent one;
+- `PermanentError`: retrying will not help (HTTP 404/403, a server that ignores ranges, a refused
+  redirect);
 - `PackChangedError`: the file is no longer the version probed (ETag, Last-Modified or size
   differ; HTTP 412 to the If-Match the request carried).
 
 Nothing a server sends is trusted: a response must be 206 with the exact Content-Range asked for,
 its body is read in bounded chunks up to the requested length and no further, and a response that
-trickles past the request's deadline is cut.
+trickles past the request's deadline is cut. Redirects are followed here, hop by hop, only where
+`RedirectPolicy` allows (`redirect_refusal`), and never from a public address to a loopback,
+private or link-local one; urllib3 itself neither redirects nor retries.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import enum
 import errno
+import http.client
+import ipaddress
 import re
+import socket
 import time
 import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import EngineError, first_line
 
+if TYPE_CHECKING:
+    from ..config import RedirectPolicy
+
 __all__ = [
+    "AddressScope",
     "FsspecTransport",
     "HttpTransport",
     "PackChangedError",
@@ -34,11 +49,21 @@ __all__ = [
     "RemoteVersion",
     "TransientError",
     "Transport",
+    "address_scope",
+    "parse_content_length",
+    "parse_content_range",
     "redact",
+    "redirect_refusal",
+    "resolve_host",
+    "retry_after_seconds",
 ]
 
 READ_CHUNK = 256 << 10  # bytes read from a response at a time (the deadline is checked between reads)
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+MAX_REDIRECTS = 5  # hops followed for one request
+DRAIN_BYTES = 4096  # a body left unread up to this long is read, so its connection is kept
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,18})-(\d{1,18})/(\d{1,18})", re.ASCII)  # digits as parse_content_length takes
+_DELAY_SECONDS = re.compile(r"\d{1,12}", re.ASCII)
 
 
 class RemoteError(EngineError):
@@ -50,12 +75,35 @@ class PackChangedError(RemoteError):
 
 
 class TransientError(Exception):
-    """A failure worth retrying; `errnum` is the errno reported for the tiles it fails."""
+    """A failure worth retrying; `errnum` is the errno reported for the tiles it fails.
 
-    def __init__(self, message: str, errnum: int = errno.EIO, connection: bool = False) -> None:
+    Parameters
+    ----------
+    message : str
+    errnum : int
+    connection : bool
+        The server could not be reached at all (refused, unreachable, connect timeout).
+    closed_connection : bool
+        The server closed or reset the connection before answering: most often a keep-alive
+        connection it had dropped while idle, which a new connection fixes at once.
+    retry_after : float or None
+        Seconds the server asked to wait before the next try (its Retry-After), if it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        errnum: int = errno.EIO,
+        connection: bool = False,
+        *,
+        closed_connection: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.errnum = errnum
-        self.connection = connection  # the server could not be reached at all
+        self.connection = connection
+        self.closed_connection = closed_connection
+        self.retry_after = retry_after
 
 
 class PermanentError(Exception):
@@ -110,24 +158,200 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def retry_after_seconds(value: str | None, now: datetime.datetime | None = None) -> float | None:
+    """Seconds a Retry-After header asks to wait: delay-seconds or an HTTP date (a past date: 0).
+
+    None when there is no header or it does not parse (the caller's own backoff applies then).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(int(text))
+    if len(text) > 64:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+class AddressScope(enum.Enum):
+    """Where an IP address lies: only PUBLIC ones are reachable from anywhere on the internet."""
+
+    PUBLIC = "public"
+    PRIVATE = "private"  # RFC 1918, unique-local and other site-private ranges
+    LOOPBACK = "loopback"
+    LINK_LOCAL = "link-local"  # 169.254/16 (cloud metadata services), fe80::/10
+    RESERVED = "reserved"  # unspecified, multicast, shared (carrier NAT) and reserved ranges
+
+
+def address_scope(address: str) -> AddressScope:
+    """The scope of one IPv4 or IPv6 address (an IPv4-mapped IPv6 address counts as its IPv4 one).
+
+    Raises
+    ------
+    ValueError
+        `address` is not an IP address.
+    """
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone ("fe80::1%eth0") names no scope
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return AddressScope.LOOPBACK
+    if ip.is_link_local:
+        return AddressScope.LINK_LOCAL
+    if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+        return AddressScope.RESERVED
+    if ip.is_global:
+        return AddressScope.PUBLIC
+    if ip.is_private:
+        return AddressScope.PRIVATE
+    return AddressScope.RESERVED
+
+
+Resolver = Callable[[str], Sequence[str]]
+
+
+def resolve_host(host: str) -> list[str]:
+    """The addresses `host` resolves to (an IP literal: itself); OSError when it does not resolve."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    return sorted({info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+
+
+@dataclass(frozen=True)
+class _Origin:
+    scheme: str
+    host: str  # lower case, IPv6 without brackets
+    port: int  # the scheme's default when the URL names none
+
+    @staticmethod
+    def of(url: str) -> _Origin:
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        port = parts.port  # ValueError for a port out of range
+        default = {"http": 80, "https": 443}.get(scheme, 0)
+        return _Origin(scheme, (parts.hostname or "").rstrip("."), port if port is not None else default)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _same_site(a: str, b: str) -> bool:
+    """The same host, or one a subdomain of the other (``example.com`` and ``cdn.example.com``).
+
+    Without the public suffix list, sibling subdomains (``a.example.com``, ``b.example.com``) are not
+    treated as one site: ``a.github.io`` and ``b.github.io`` belong to different owners.
+    """
+    if a == b:
+        return True
+    if _is_ip(a) or _is_ip(b):
+        return False
+    short, long = sorted((a, b), key=len)
+    return short.count(".") >= 1 and long.endswith("." + short)
+
+
+def redirect_refusal(source: str, target: str, policy: RedirectPolicy, resolve: Resolver = resolve_host) -> str | None:
+    """Why a redirect from `source` to `target` must not be followed, or None to follow it.
+
+    Pure apart from `resolve` (host name -> addresses), which is asked only when the host changes:
+    a public server may not send requests to a loopback, private or link-local address.
+
+    Parameters
+    ----------
+    source : str
+        The URL the redirect answered.
+    target : str
+        Where it points (absolute: resolve a relative Location against `source` first).
+    policy : RedirectPolicy
+    resolve : callable
+        Host name to its addresses; `resolve_host` (the system resolver) by default.
+    """
+    from ..config import RedirectPolicy  # config imports the pack layer, which imports this module
+
+    try:
+        src, dst = _Origin.of(source), _Origin.of(target)
+    except ValueError:
+        return "its address does not parse"
+    if dst.scheme not in ("http", "https"):
+        return f"another scheme ({dst.scheme or 'none'})"
+    if not dst.host:
+        return "it names no host"
+    if policy is RedirectPolicy.NONE:
+        return "redirects are not followed (RemoteConfig.redirects is none)"
+    if src == dst:
+        return None
+    if policy is RedirectPolicy.SAME_ORIGIN:
+        what = "scheme" if src.scheme != dst.scheme else "host" if src.host != dst.host else "port"
+        return f"another {what} (RemoteConfig.redirects allows the same origin only)"
+    if src.scheme == "https" and dst.scheme == "http":
+        return "a downgrade from https to http"
+    if not _same_site(src.host, dst.host):
+        return "another site (RemoteConfig.redirects allows the same site only)"
+    if src.host == dst.host:
+        return None
+    try:
+        from_public = any(address_scope(a) is AddressScope.PUBLIC for a in resolve(src.host))
+        scopes = {address_scope(a) for a in resolve(dst.host)}
+    except (OSError, ValueError) as exc:
+        return f"its host cannot be checked ({_message(exc)})"
+    if not scopes:
+        return "its host resolves to no address"
+    inner = sorted(s.value for s in scopes if s is not AddressScope.PUBLIC)
+    if from_public and inner:
+        return f"a public server redirecting to a {inner[0]} address"
+    return None
+
+
 # ---- HTTP ---------------------------------------------------------------------------------------------
 class HttpTransport:
     """HTTP(S) range requests over a urllib3 connection pool (thread-safe, keep-alive)."""
 
-    def __init__(self, url: str, *, max_requests: int, connect_timeout_s: float, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_requests: int,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        redirects: RedirectPolicy | None = None,
+        resolve: Resolver = resolve_host,
+        pool: Any = None,
+    ) -> None:
+        """`pool`: an object with urllib3.PoolManager's `request` and `clear` to send the requests
+        through instead of a new PoolManager (the fuzz harness answers them without a network)."""
         import urllib3
 
-        from .. import __version__
+        from ..config import RedirectPolicy
+        from ..version import __version__
 
         self.url = url
         self.name = redact(url)
+        self.redirects = redirects or RedirectPolicy.SAME_ORIGIN
+        self._resolve = resolve
         self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
-            num_pools=4,
-            maxsize=max_requests,
-            retries=urllib3.Retry(total=5, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=True),
-            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
-            headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+        self._pool = (
+            pool
+            if pool is not None
+            else urllib3.PoolManager(
+                num_pools=4,
+                maxsize=max_requests,
+                retries=False,  # RemoteFile retries; redirects are checked hop by hop in _request
+                timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+                headers={"User-Agent": f"texstream/{__version__}", "Accept-Encoding": "identity"},
+            )
         )
 
     def probe(self, length: int, deadline: float) -> tuple[RemoteVersion, bytes]:
@@ -181,23 +405,52 @@ class HttpTransport:
         return True
 
     def _request(self, start: int, length: int, version: RemoteVersion | None) -> Any:
-        u3 = self._urllib3
+        """The response to a range GET, after the redirects the policy allows (each hop checked)."""
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if version is not None:  # the server refuses (412) rather than serve another version's bytes
             if version.etag and not version.etag.startswith("W/"):
                 headers["If-Match"] = version.etag
             elif version.last_modified:
                 headers["If-Unmodified-Since"] = version.last_modified
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            resp = self._send(url, headers)
+            if resp.status not in REDIRECT_STATUSES:
+                return resp
+            location = resp.headers.get("Location")
+            _finish(resp)
+            if not location:
+                raise PermanentError(f"HTTP {resp.status} redirect without a Location")
+            target = urllib.parse.urljoin(url, location.strip())
+            why = redirect_refusal(url, target, self.redirects, self._resolve)
+            if why is not None:
+                raise PermanentError(f"refused a redirect to {redact(target)}: {why}", errno.EPERM)
+            url = target
+        raise PermanentError(f"more than {MAX_REDIRECTS} redirects")
+
+    def _send(self, url: str, headers: dict[str, str]) -> Any:
+        """One GET, no redirect followed, every failure classified."""
+        u3 = self._urllib3
         try:
-            return self._pool.request("GET", self.url, headers=headers, preload_content=False, decode_content=False)
-        except u3.exceptions.MaxRetryError as exc:  # too many redirects, or the connection failed
-            reason = exc.reason
-            if isinstance(reason, u3.exceptions.NewConnectionError | u3.exceptions.ConnectTimeoutError):
-                raise _connection_error(reason) from None
-            raise PermanentError(f"request failed: {_message(reason or exc)}") from None
+            return self._pool.request(
+                "GET", url, headers=headers, preload_content=False, decode_content=False, redirect=False
+            )
+        except u3.exceptions.LocationValueError as exc:
+            raise PermanentError(f"bad URL {redact(url)}: {_message(exc)}") from None
+        except u3.exceptions.ConnectTimeoutError as exc:  # NewConnectionError too: refused, unreachable
+            raise _connection_error(exc) from None
         except u3.exceptions.TimeoutError:
             raise TransientError("the server did not answer in time", errno.ETIMEDOUT) from None
-        except (u3.exceptions.ProtocolError, u3.exceptions.SSLError, u3.exceptions.HTTPError, OSError) as exc:
+        except u3.exceptions.ProtocolError as exc:
+            cause = exc.args[1] if len(exc.args) > 1 else exc.__context__
+            if isinstance(cause, http.client.RemoteDisconnected):
+                raise TransientError(
+                    "the server closed the connection without answering", errno.ECONNRESET, closed_connection=True
+                ) from None
+            if isinstance(cause, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+                raise TransientError("the connection was reset", errno.ECONNRESET, closed_connection=True) from None
+            raise TransientError(f"connection failed: {_message(exc)}", errno.ECONNRESET, connection=True) from None
+        except (u3.exceptions.SSLError, u3.exceptions.HTTPError, OSError) as exc:
             raise TransientError(f"connection failed: {_message(exc)}", errno.ECONNRESET, connection=True) from None
 
     def _check_status(self, resp: Any) -> None:
@@ -208,8 +461,12 @@ class HttpTransport:
             raise PackChangedError("the pack changed on the server (HTTP 412 to If-Match)")
         if status == 416:
             raise PackChangedError("the pack on the server is shorter than when it was opened (HTTP 416)")
-        if status in (408, 425, 429) or 500 <= status <= 599:
-            raise TransientError(f"HTTP {status} {resp.reason or ''}".rstrip(), errno.EIO)
+        if status in (408, 425, 429) or (500 <= status <= 599 and status not in (501, 505)):
+            raise TransientError(
+                f"HTTP {status} {resp.reason or ''}".rstrip(),
+                errno.EAGAIN if status in (429, 503) else errno.EIO,
+                retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
+            )
         if status == 404:
             raise PermanentError("not found on the server (HTTP 404)", errno.ENOENT)
         if status in (401, 403):
@@ -217,17 +474,7 @@ class HttpTransport:
         raise PermanentError(f"unexpected HTTP {status} {resp.reason or ''}".rstrip())
 
     def _content_range(self, resp: Any) -> tuple[int, int, int]:
-        text = resp.headers.get("Content-Range", "")
-        m = _CONTENT_RANGE.fullmatch(text.strip())
-        if m is None:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        first, last, total = (int(v) for v in m.groups())
-        if not first <= last < total:
-            raise PermanentError(f"bad Content-Range {text[:80]!r}")
-        length = _content_length(resp)
-        if length is not None and length != last - first + 1:
-            raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
-        return first, last, total
+        return parse_content_range(resp.headers.get("Content-Range", ""), resp.headers.get("Content-Length"))
 
     @staticmethod
     def _version(resp: Any, size: int) -> RemoteVersion:
@@ -243,12 +490,32 @@ def _differs(seen: str | None, opened: str | None) -> bool:
 
 
 def _content_length(resp: Any) -> int | None:
-    text = resp.headers.get("Content-Length")
+    return parse_content_length(resp.headers.get("Content-Length"))
+
+
+def parse_content_length(text: str | None) -> int | None:
+    """The value of a Content-Length header (None when absent); PermanentError unless it is 1 to 18
+    ASCII digits."""
     if text is None:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise PermanentError(f"bad Content-Length {text[:40]!r}")
     return int(text)
+
+
+def parse_content_range(text: str, content_length: str | None = None) -> tuple[int, int, int]:
+    """(first, last, total) of a ``Content-Range: bytes first-last/total`` header, checked against
+    the response's Content-Length header when it has one; PermanentError for anything else."""
+    m = _CONTENT_RANGE.fullmatch(text.strip())
+    if m is None:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    first, last, total = (int(v) for v in m.groups())
+    if not first <= last < total:
+        raise PermanentError(f"bad Content-Range {text[:80]!r}")
+    length = parse_content_length(content_length)
+    if length is not None and length != last - first + 1:
+        raise PermanentError(f"Content-Length {length} does not match Content-Range {text[:80]!r}")
+    return first, last, total
 
 
 def _read_body(resp: Any, length: int, deadline: float) -> bytes:
@@ -280,10 +547,15 @@ def _read_body(resp: Any, length: int, deadline: float) -> bytes:
 
 
 def _finish(resp: Any) -> None:
-    """Give the connection back when the body was read to its end, else drop it."""
+    """Give the connection back once the body is read to its end (a short one, as error pages and
+    redirects have, is read now), else drop it."""
     try:
-        if not resp.isclosed() and resp.length_remaining not in (0, None):
-            resp.close()  # unread bytes: the connection cannot carry another request
+        if not resp.isclosed():
+            left = resp.length_remaining
+            if left is not None and left <= DRAIN_BYTES:
+                resp.drain_conn()  # the connection can carry the next request only after the whole body
+            else:
+                resp.close()  # unread bytes, or a body of unknown length
     finally:
         resp.release_conn()
 

@@ -13,6 +13,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
   budget (``budget.py``) and the latency and totals counters. Verbs: ``observe(feedback)``,
   ``apply(drained=/uploaded=)``, ``orders(free ring slots)``, ``plan(budget)``, ``apply_resize``;
 - ``records.py``: what movers report back (`LoadRecords`, `Drained`, `Uploaded`);
+- ``budget_advice.py``: the smallest budget that fits (pinned layers, page tables, feedback and a
+  staging ring that grows with the budget), named by `BudgetError`;
 - ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared).
 
 Movers (the only modules that hold GL objects or threads; they carry out the deciders' orders and

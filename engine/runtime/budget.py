@@ -32,6 +32,21 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 
 
+def describe_allocation(name: str, nbytes: int) -> str:
+    """An allocation in the library's words, with its size ('pool/bc1-srgb/136' -> 'the tile cache
+    of BC1 sRGB textures (3.0 MiB)'), for messages."""
+    size = _mib(nbytes)
+    if name.startswith("pool/"):
+        parts = name.split("/")
+        kind = parts[1].upper().replace("-SRGB", " sRGB") if len(parts) > 1 else "its"
+        return f"the tile cache of {kind} textures ({size})"
+    return {
+        "feedback": f"the feedback buffers ({size}, sized by the viewport)",
+        "staging-ring": f"the staging ring ({size}, a quarter of the budget up to StreamerConfig.ring_mb)",
+        "page-tables": f"the page tables ({size})",
+    }.get(name, f"{name} ({size})")
+
+
 def _mib(nbytes: float) -> str:
     return f"{nbytes / MIB:.1f} MiB"
 
@@ -130,9 +145,11 @@ class BudgetManager:
         old = self._allocations.get(name, 0)
         new_usage = self._usage - old + nbytes
         if new_usage > self._budget:
+            held = self._usage - old
+            beside = f" beside the {_mib(held)} already held" if held else ""
             raise BudgetError(
-                f"allocating {_mib(nbytes)} for {name!r} would use {_mib(new_usage)} of the "
-                f"{_mib(self._budget)} budget ({_mib(self._usage - old)} already held by others)"
+                f"the VRAM budget ({_mib(self._budget)}) is too small for {describe_allocation(name, nbytes)}{beside}",
+                minimum_bytes=new_usage,
             )
         self._allocations[name] = nbytes
         self._usage = new_usage

@@ -16,7 +16,9 @@ copying and hashing under the lock (about a microsecond a tile).
 
 Threads touch no GL and no engine state: they read the batch, write into the ring memory of the slots
 named in it, and read (never write) the uploader's load-state bytes to skip cancelled loads.
-Unexpected exceptions are kept and re-raised on the render thread by `drain` as one `EngineError`.
+Unexpected exceptions are kept and re-raised on the render thread by `drain` as one `EngineError`:
+once per source while its batches keep failing (the rest are counted in `unexpected_errors`, their
+tiles fail as unreadable), and again only after one of its batches read cleanly.
 
 A read that hangs (a dead network disk, a stalled device) cannot be interrupted from Python. The
 render thread asks `overdue()` each frame: a batch read for longer than the timeout is given up (its
@@ -108,6 +110,8 @@ class IOWorkers:
         self._jobs: queue.SimpleQueue[ReadBatch | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[ReadResult] = queue.SimpleQueue()
         self._fatal: BaseException | None = None
+        self._failing: set[TileSource] = set()  # sources whose latest batch raised (reported once already)
+        self.unexpected_errors = 0  # batches failed by an unexpected exception, the reported ones included
         self._lock = threading.Lock()
         self.pending = 0  # batches submitted and not yet drained (render thread's count)
         self._closed = False
@@ -158,12 +162,19 @@ class IOWorkers:
                         if self._hook is not None:
                             self._hook(batch)
                         status, errnum = read_batch(batch, self._ring, self._stride, self._state, self._skip, scratch)
+                        if self._failing:  # a read without an exception ends its source's failing episode
+                            with self._lock:
+                                self._failing.discard(batch.source)
                 except BaseException as exc:  # unexpected: the batch fails, the error surfaces in drain()
                     status = np.full(len(batch), ReadStatus.IO_ERROR, np.int32)
-                    errnum = np.full(len(batch), errno.EIO, np.int32)
-                    with self._lock:
-                        if self._fatal is None:
-                            self._fatal = exc
+                    code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
+                    errnum = np.full(len(batch), code, np.int32)
+                    with self._lock:  # once per source until one of its batches reads cleanly again
+                        self.unexpected_errors += 1
+                        if batch.source not in self._failing:
+                            self._failing.add(batch.source)
+                            if self._fatal is None:
+                                self._fatal = exc
                 with self._lock:  # one decision with overdue(): given up or not
                     abandoned = batch.batch_id in self._abandoned
                     self._abandoned.discard(batch.batch_id)

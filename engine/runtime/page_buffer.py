@@ -31,6 +31,11 @@ class PageTableBuffer:
     def entries_for(cls, used: int) -> int:
         return max(1, -(-used // cls.STEP)) * cls.STEP
 
+    @classmethod
+    def bytes_for(cls, used: int) -> int:
+        """GPU bytes of a buffer holding `used` entries."""
+        return cls.entries_for(used) * ENTRY_BYTES
+
     @property
     def nbytes(self) -> int:
         return self.entries * ENTRY_BYTES

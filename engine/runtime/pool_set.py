@@ -56,6 +56,11 @@ class PoolSet:
             max_texture_size=min(self.gl.max_texture_size, 16384),
         )
 
+    def placement(self, key: PoolKey, h: PackHeader) -> tuple[int, SlotGeometry]:
+        """(pool index, geometry) a texture of `key` would sample: -1 and a new geometry if no pool is."""
+        pool = self.by_key.get(key)
+        return (pool.index, pool.geometry) if pool is not None else (-1, self.geometry(h))
+
     def first_layers_bytes(self, key: PoolKey, pinned_tiles: int, h: PackHeader) -> int:
         """GPU bytes a texture's pool needs before it can open: nothing if the pool exists, else the
         whole layers its `pinned_tiles` take."""

@@ -34,6 +34,7 @@ from ..config import StreamerConfig
 from ..errors import BudgetError
 from ..pack.format import PackHeader
 from .budget import BudgetManager
+from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
 from .feedback_reduce import FeedbackReducer, Wanted, unique_counts
 from .page_table import PageTables, TexturePages
 from .records import Drained, LoadRecords, Uploaded
@@ -132,7 +133,8 @@ class Residency:
     config
         Streaming configuration (caps, pinned levels, frames in flight, cancel delay).
     budget
-        The VRAM budget: only its mip-bias controller is stepped here (allocations are the movers').
+        The VRAM budget: only its mip-bias controller is stepped here (allocations are the movers';
+        their sizes are read for the smallest budget a `BudgetError` names).
     """
 
     def __init__(self, config: StreamerConfig, budget: BudgetManager) -> None:
@@ -142,6 +144,7 @@ class Residency:
         self.tables = PageTables(self.space)
         self.reducer = FeedbackReducer(self.space)
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
+        self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
         self.scheduler = RequestScheduler(config, self.space, self.tables, lambda ids: self._loading(ids))
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS
@@ -161,15 +164,15 @@ class Residency:
     def _grow(self, capacity: int) -> None:
         self.failed_tile = np.concatenate([self.failed_tile, np.zeros(capacity - self.failed_tile.size, bool)])
 
-    def set_loading(self, loading: Callable[[np.ndarray], np.ndarray]) -> None:
-        """The mask of tile ids that have a load in flight (the uploader's answer)."""
-        self._loading = loading
+    def set_loading(self, loading: Callable[[np.ndarray], np.ndarray], ring_tile_bytes: int = 0) -> None:
+        """The uploader's answers: the mask of tile ids that have a load in flight, and the bytes of
+        its staging-ring slots (the ring a smaller budget would still need, for `BudgetError`s)."""
+        self._loading, self.ring_tile_bytes = loading, ring_tile_bytes
 
     # ---- textures -------------------------------------------------------------------------------
     def pinned_tiles(self, h: PackHeader) -> int:
         """Tiles of a pack's pinned levels."""
-        first = max(0, h.level_count - self.config.pinned_levels)
-        return int(h.level_first[-1] - h.level_first[first])
+        return pinned_tiles(h, self.config.pinned_levels)
 
     def register(self, tex: int, h: PackHeader) -> TileRange:
         """Give texture `tex` its tile ids (undo with `unregister` if opening fails before `attach`)."""
@@ -230,10 +233,7 @@ class Residency:
         if np.any(alloc.slots < 0):
             got = alloc.slots[alloc.slots >= 0]
             ledger.free(got)
-            raise BudgetError(
-                f"{what}: {ids.size} tiles need cache slots; the {ledger.name} pool has {got.size} to give "
-                "(raise BudgetConfig.budget_mb)"
-            )
+            raise BudgetError(f"{what}: {ids.size} tiles need cache slots and the tile cache has {got.size} to give")
         if pin:
             ledger.pin(alloc.slots)
         return alloc.slots, evicted
@@ -262,15 +262,48 @@ class Residency:
         return ids[~resident], held[~ledger.pinned[held]]
 
     def check_room(self, tex: int, ids: np.ndarray, what: str) -> None:
-        """BudgetError unless texture `tex`'s pool can take `ids` without evicting any of its own tiles."""
+        """BudgetError unless texture `tex`'s pool can take `ids` without evicting any of its own tiles;
+        it names the smallest budget holding all of `tex` besides the other textures' pinned levels."""
         ledger = self._ledger_of(tex)
         others = ledger.evictable_mask(self.frame) & (ledger.tex != tex)
         if ids.size > ledger.free_count + int(np.count_nonzero(others)):
-            h = self.headers[tex]
+            h, bm = self.headers[tex], self.budget
+            fixed = bm.reserved("feedback") + bm.reserved("page-tables") + self.pinned_layers_bytes(full=tex)
+            tile_bytes = max(h.tile_raw_size, self.ring_tile_bytes)
             raise BudgetError(
                 f"{what}: all {h.tile_count} tiles need {h.tile_count * h.tile_raw_size / 2**20:.1f} MiB of "
-                f"cache; the {ledger.name} pool holds {ledger.capacity} slots (raise BudgetConfig.budget_mb)"
+                f"cache and the tile cache holds {ledger.capacity} slots",
+                minimum_bytes=minimum_budget(fixed, ring_mb=self.config.ring_mb, tile_bytes=tile_bytes),
             )
+
+    # ---- budget advice: the smallest budget that fits, for BudgetError messages --------------------
+    def pinned_layers_bytes(
+        self, new: tuple[int, SlotGeometry, PackHeader] | None = None, *, full: int = -1, levels: int | None = None
+    ) -> int:
+        """Bytes of the whole layers every pool's pinned tiles take (a pool holds one layer at least).
+
+        `new` adds a texture: (the index of the pool it would join, -1 for a new pool; that pool's
+        geometry; its header). Texture id `full` counts all its tiles, not only its pinned ones;
+        `levels` pinned levels are counted instead of the configured number.
+        """
+        levels = self.config.pinned_levels if levels is None else levels
+        pools: dict[int, tuple[SlotGeometry, int]] = {}
+        for p, g in enumerate(self.geometry):
+            if g is not None:
+                hs = {t: self.headers[t] for t in self.textures_of(p)}
+                pools[p] = (g, sum(h.tile_count if t == full else pinned_tiles(h, levels) for t, h in hs.items()))
+        if new is not None:
+            p, g, h = new
+            g, tiles = pools.get(p, (g, 0))
+            pools[p] = (g, tiles + pinned_tiles(h, levels))
+        return layers_bytes(pools.values())
+
+    def open_minimum(self, new: tuple[int, SlotGeometry, PackHeader], page_bytes: int, levels: int | None) -> int:
+        """The smallest budget in which the open textures and `new` (see `pinned_layers_bytes`) fit:
+        feedback, `page_bytes` of page tables, the pinned levels' layers of every pool and the ring."""
+        fixed = self.budget.reserved("feedback") + page_bytes + self.pinned_layers_bytes(new, levels=levels)
+        tile_bytes = max(new[2].tile_raw_size, self.ring_tile_bytes)
+        return minimum_budget(fixed, ring_mb=self.config.ring_mb, tile_bytes=tile_bytes)
 
     def _ledger_of(self, tex: int) -> SlotLedger:
         ledger = self.ledgers[int(self.pool_of[tex])]

@@ -18,16 +18,19 @@ import moderngl
 import numpy as np
 
 from ..config import StreamerConfig
-from ..errors import EngineError, TileCorruptError
+from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FrameThrottle
+from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters
 from .budget import BudgetManager
+from .budget_advice import open_error
 from .feedback import FeedbackRing
 from .frame_stats import FrameStats, IOStatus
 from .io_workers import ReadHook
+from .origin import Origin
 from .ownership import RenderThreadOwned
 from .page_buffer import PageTableBuffer
 from .pool_set import PoolSet
@@ -60,9 +63,6 @@ class Streamer(RenderThreadOwned, StreamerViews):
     budget_mb : float, optional
         Shortcut for the VRAM budget in MiB (``StreamerConfig(budget_mb=...)``); a `config` whose
         budget says otherwise is refused.
-    read_hook : callable, optional
-        Called on an I/O thread before each batch of tile reads, with the batch: fault injection
-        in tests (it may sleep, block or raise). Leave it None in programs.
 
     Raises
     ------
@@ -101,6 +101,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self.ctx, self.config = ctx, config
         self.gl = GLExt(ctx, debug=config.debug_gl)
         check_bindings(self.gl)
+        register_includes(ctx)  # plain ctx.program() resolves #include "texstream/vt.glsl" too
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
         self._core = Residency(config, self.budget)
@@ -109,6 +110,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._packs: OpenPacks[VirtualTexture] = OpenPacks()
         self._uploader: Uploader | None = None
         self._uploader_parts = {"ctx": ctx, "gl": self.gl, "space": self._core.space, "config": config}
+        # read_hook (not documented API): fault injection for tests, called on an I/O thread with each batch
         self._uploader_parts |= {"budget": self.budget, "read_hook": read_hook}
         vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
         self._feedback = FeedbackRing.reserved(ctx, self.gl, self.budget, (max(1920, vw), max(1080, vh)), config)
@@ -119,7 +121,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
-    def open(self, path: str | os.PathLike[str]) -> VirtualTexture:
+    def open(self, path: str | os.PathLike[str], *, origin: Origin | str = Origin.BOTTOM_LEFT) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
         A pack that is already open is not loaded again: the new handle shares its residency.
 
@@ -129,6 +131,9 @@ class Streamer(RenderThreadOwned, StreamerViews):
             A pack file, or a URL: ``http(s)://`` (range requests) or any filesystem fsspec knows
             (``s3://``, ``gs://``, ... with its backend installed), read through the disk cache of
             `StreamerConfig.remote`.
+        origin : Origin or str, optional
+            Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, GL's and moderngl's) or
+            `Origin.TOP_LEFT` (glTF, DirectX); per handle, also of a shared pack. `VirtualTexture.origin`.
 
         Returns
         -------
@@ -149,11 +154,12 @@ class Streamer(RenderThreadOwned, StreamerViews):
             Too many textures open, or the streamer is released.
         """
         self._check_open()
+        origin = Origin.parse(origin)
         reader = PackReader(path, self.config.remote)
         shared = self._packs.find(pack_identity(reader))
         if shared is not None:
             reader.close()
-            return self._packs.add(self._handle(shared.id, shared.reader, shared.pool))
+            return self._packs.add(self._handle(shared.id, shared.reader, shared.pool, origin))
         vt: VirtualTexture | None = None
         core = self._core
         try:
@@ -174,25 +180,29 @@ class Streamer(RenderThreadOwned, StreamerViews):
                 core.unregister(tex_id)
                 raise
             core.attach(tex_id, h, pool.index, pool.ledger, pool.geometry)
-            vt = self._packs.add(self._handle(tex_id, reader, pool), pack_identity(reader))
+            vt = self._packs.add(self._handle(tex_id, reader, pool, origin), pack_identity(reader))
             assert self._uploader is not None
             self._uploader.add_source(tex_id, reader)
             self._plan_pools()
             ids = core.pinned_level_ids(tex_id)
             self._load_now(vt, ids, what="pinned", pinned_levels=True)
-        except BaseException:
+        except BaseException as exc:
             if vt is not None:
                 self.close(vt)
             reader.close()
+            if isinstance(exc, BudgetError):  # name the smallest budget it opens in (key is set: see _make_room)
+                new = (*self._pool_set.placement(key, h), h)
+                pages = PageTableBuffer.bytes_for(core.space.used + HEADER + h.tile_count)
+                raise open_error(str(path), exc, lambda n: core.open_minimum(new, pages, n)) from None
             raise
         log.info("opened %s as texture %d (%s)", path, tex_id, pool.name)
         return vt
 
-    def _handle(self, tex_id: int, reader: PackReader, pool: CachePool) -> VirtualTexture:
+    def _handle(self, tex_id: int, reader: PackReader, pool: CachePool, origin: Origin) -> VirtualTexture:
         core = self._core
         failures = lambda t: (core.corrupt_tiles(t), int(core.failed_loads[t]))  # noqa: E731
         parts = (tex_id, reader, pool, core.space.ranges[tex_id], core.table_view(tex_id))
-        return VirtualTexture(*parts, on_bind=self._on_bind, on_close=self.close, failures=failures)
+        return VirtualTexture(*parts, on_bind=self._on_bind, on_close=self.close, failures=failures, origin=origin)
 
     def close(self, vt: VirtualTexture) -> None:
         """Close a texture handle. When it is the pack's last handle, its loads are cancelled and its
@@ -238,7 +248,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         up = Uploader.fitting(self._uploader, tile_bytes, sources, **self._uploader_parts)
         if up is not self._uploader:
             self._uploader = up
-            self._core.set_loading(up.loading_mask)
+            self._core.set_loading(up.loading_mask, up.ring.slot_bytes)
 
     def set_feedback_size(self, size: tuple[int, int]) -> None:
         """Size the feedback buffers for draws of `size` pixels.

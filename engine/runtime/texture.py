@@ -23,6 +23,8 @@ from ..gl import enums
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
+from ..remote import SourceState, SourceStatus
+from .origin import Origin, meta_flags
 from .page_table import TexturePages
 from .pools import CachePool
 from .slots import MAX_POOLS  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
@@ -74,6 +76,10 @@ class VirtualTexture:
         The pack's reader (owned by the streamer; closed with the last handle).
     lod_bias : float
         Added to the level the shader samples (positive: blurrier, fewer tiles). Default 0.
+    origin : Origin
+        Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL convention) or
+        `Origin.TOP_LEFT` (glTF, DirectX). Set by ``Streamer.open(path, origin=...)``; may be
+        changed at any time (the next `bind` uses it).
     closed : bool
         True once this handle or its streamer is closed.
     """
@@ -89,13 +95,30 @@ class VirtualTexture:
         on_bind: Callable[[int], None],
         on_close: Callable[[VirtualTexture], None],
         failures: Callable[[int], tuple[int, int]],
+        origin: Origin = Origin.BOTTOM_LEFT,
     ) -> None:
         self.id, self.reader, self.pool, self.tiles, self.table = tex_id, reader, pool, tiles, table
         self.header: PackHeader = reader.header
         self.path = reader.path
         self.lod_bias = 0.0
+        self.origin = origin
         self.closed = False
         self._on_bind, self._on_close, self._failures = on_bind, on_close, failures
+
+    @property
+    def origin(self) -> Origin:
+        return self._origin
+
+    @origin.setter
+    def origin(self, value: Origin | str) -> None:
+        self._origin = Origin.parse(value)
+
+    @property
+    def shader_meta(self) -> tuple[int, int, int, int]:
+        """``VTInfo.meta`` of this texture (level count, page-table base, flags, max anisotropy), for
+        programs that pass a texture's description per instance instead of through `bind`."""
+        h = self.header
+        return (h.level_count, self.tiles.start, meta_flags(h.address_mode, self.origin), max_anisotropy(h.border))
 
     @property
     def corrupt_tiles(self) -> int:
@@ -106,6 +129,18 @@ class VirtualTexture:
     def failed_loads(self) -> int:
         """Load attempts that failed (a tile retried and failing again counts again)."""
         return self._failures(self.id)[1]
+
+    @property
+    def source_status(self) -> SourceStatus:
+        """Whether the pack's bytes can be read now (read-only; owned by the pack's remote file).
+
+        ``status.state`` is `SourceState.OK` for a local pack; for one read by URL it is OFFLINE while
+        its server cannot be reached (or asked to wait) and STALE once the pack changed on the server:
+        tiles not yet loaded then fail, until the server serves the opened version again (tiles load
+        again) or the program reopens the pack to see the new one. ``status.reason`` says why.
+        """
+        remote = self.reader.remote
+        return remote.status() if remote is not None else SourceStatus(SourceState.OK)
 
     def close(self) -> None:
         """Stop streaming this texture and free its cache slots (same as ``streamer.close(self)``)."""
@@ -138,7 +173,7 @@ class VirtualTexture:
             f"{name}_cache": pool.unit,
             f"{name}.size": (h.width, h.height, 1.0 / h.width, 1.0 / h.height),
             f"{name}.tile": (h.tile_size, h.border, h.slot_size, 1.0 / g.layer_size[0]),
-            f"{name}.meta": (h.level_count, self.tiles.start, int(h.address_mode), max_anisotropy(h.border)),
+            f"{name}.meta": self.shader_meta,
             f"{name}.cells": (g.cells_x, g.cells, 0, 0),
             f"{name}.bias": (self.lod_bias, 0.0, 0.0, 0.0),
         }

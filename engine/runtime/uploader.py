@@ -57,6 +57,7 @@ from ..native import Native
 from ..pack.reader import PackReader
 from ..remote import RemoteStats
 from .budget import BudgetManager
+from .budget_advice import ring_bytes
 from .byte_sources import ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
@@ -163,7 +164,7 @@ class Uploader:
     def ring_size(config: StreamerConfig, budget: BudgetManager, tile_bytes: int) -> int:
         """Staging-ring bytes: `config.ring_mb`, but at most a quarter of the budget (small budgets
         would otherwise be all ring) and at least 16 tiles."""
-        return max(min(config.ring_mb << 20, budget.budget // 4), 16 * tile_bytes)
+        return ring_bytes(config.ring_mb, budget.budget, tile_bytes)
 
     @classmethod
     def fitting(

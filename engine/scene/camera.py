@@ -1,10 +1,13 @@
 """Cameras looking at a textured plane, as 4x4 matrices (numpy, float32, column-major for GL).
 
-The plane spans world x in [0, W], y in [0, H] (level-0 texel units) at z = 0, with uv = (x/W, y/H).
-A `View` names what the camera sees: the uv at the screen centre, the zoom there (screen pixels per
-level-0 texel: 1 is 1:1, below 1 minified, above magnified), the tilt away from looking straight
-down (0: orthographic top view, exact texel-to-pixel mapping) and the yaw (rotation about the
-plane's normal), both in degrees.
+The plane spans world x in [0, W], y in [0, H] (level-0 texel units) at z = 0, y growing down the
+image as its rows do: (x/W, y/H) is the point's place on the image from its top-left corner, and its
+texture coordinates (GL origin, v = 0 at the bottom row) are (x/W, 1 - y/H), which the scenes'
+vertex shaders hand on. A `View` names what the camera sees: the image point at the screen centre
+(cx, cy as fractions of the width and height from the top-left corner), the zoom there (screen
+pixels per level-0 texel: 1 is 1:1, below 1 minified, above magnified), the tilt away from looking
+straight down (0: orthographic top view, exact texel-to-pixel mapping) and the yaw (rotation about
+the plane's normal), both in degrees.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import moderngl
 import numpy as np
 
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from ..runtime.streamer import VirtualTexture
-from ..runtime.texture import max_anisotropy
 from .paths import CameraPath, Keyframe, Pose
 from .terrain import SKY
 
@@ -103,7 +103,7 @@ def instance_records(textures: Sequence[VirtualTexture], rects: np.ndarray) -> n
         h = vt.header
         out["size"][i] = (h.width, h.height, 1.0 / h.width, 1.0 / h.height)
         out["tile"][i] = (h.tile_size, h.border, h.slot_size, 0.0)
-        out["meta"][i] = (h.level_count, vt.tiles.start, int(h.address_mode), max_anisotropy(h.border))
+        out["meta"][i] = vt.shader_meta  # level count, page-table base, wrap/origin flags, anisotropy
     return out
 
 
@@ -119,7 +119,9 @@ class GalleryScene:
         self.fog_distance = max(layout.extent) * 0.45  # world units at which fog reaches 63 %
         self._released = False
         self._objects: list[moderngl.Buffer | moderngl.VertexArray] = []
-        self.program = load_program(ctx, vertex="gallery_vs.glsl", fragment="gallery_fs.glsl")
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/gallery_vs.glsl"), fragment=shader_file("texstream/gallery_fs.glsl")
+        )
         try:
             self.quad = ctx.buffer(np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32).tobytes())
             records = instance_records(self.textures, layout.rects())

@@ -104,8 +104,8 @@ def flythrough(
     seconds: float = 20.0,
     waypoints: tuple[tuple[float, float], ...] = FLYTHROUGH_WAYPOINTS,
 ) -> CameraPath:
-    """Low over the ground along a curving line through `waypoints` (uv), each key looking at the
-    next: level 0 at the feet, coarse levels at the horizon."""
+    """Low over the ground along a curving line through `waypoints` (image fractions from the
+    top-left corner), each key looking at the next: level 0 at the feet, coarse levels at the horizon."""
     pts = list(waypoints)
     if len(pts) < 2:
         raise ValueError(f"a flythrough needs at least 2 waypoints, got {len(pts)}")

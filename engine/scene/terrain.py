@@ -8,6 +8,7 @@ import moderngl
 import numpy as np
 
 from ..gl.shaders import program as load_program
+from ..gl.shaders import shader_file
 from ..runtime.streamer import VirtualTexture
 from .paths import Pose
 
@@ -26,7 +27,9 @@ class TerrainScene:
         detail: VirtualTexture | None = None,
     ) -> None:
         self.ctx, self.albedo, self.normals, self.detail = ctx, albedo, normals, detail
-        self.program = load_program(ctx, vertex="terrain_vs.glsl", fragment="terrain_fs.glsl")
+        self.program = load_program(
+            ctx, vertex=shader_file("texstream/terrain_vs.glsl"), fragment=shader_file("texstream/terrain_fs.glsl")
+        )
         quad = np.array([0, 0, 1, 0, 0, 1, 1, 1], np.float32)
         self.vbo = ctx.buffer(quad.tobytes())
         self.vao = ctx.vertex_array(self.program, [(self.vbo, "2f", "in_pos")])

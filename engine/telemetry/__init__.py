@@ -10,10 +10,11 @@ from __future__ import annotations
 from .font import GlyphAtlas, load_font
 from .memory import memory_stats, memory_summary
 from .overlay import Overlay
-from .schema import FRAME_SCHEMA, SUMMARY_SCHEMA, schema_markdown, validate_frame, validate_summary
+from .schema import FRAME_SCHEMA, SUMMARY_SCHEMA, FrameRecord, schema_markdown, validate_frame, validate_summary
 from .stats import HISTORY_SERIES, History, Telemetry
 
 __all__ = [
+    "FrameRecord",
     "FRAME_SCHEMA",
     "HISTORY_SERIES",
     "SUMMARY_SCHEMA",

@@ -12,6 +12,7 @@ which are always measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "FRAME_FIELDS",
+    "FrameRecord",
     "FRAME_SCHEMA",
     "SUMMARY_FIELDS",
     "SUMMARY_SCHEMA",
@@ -186,6 +188,33 @@ def _schema(title: str, fields: tuple[Field, ...]) -> dict[str, Any]:
 
 
 FRAME_SCHEMA: dict[str, Any] = _schema("texstream telemetry frame", FRAME_FIELDS)
+
+_PYTHON_TYPES: dict[str, Any] = {"integer": int, "number": float, "string": str, "boolean": bool, "object": dict}
+
+
+def _record_type(name: str, fields: tuple[Field, ...], doc: str) -> type:
+    """A frozen dataclass with one typed attribute per field, in the table's order."""
+    spec = []
+    for f in fields:
+        base = _PYTHON_TYPES[f.type.split("|")[0]]
+        spec.append((f.name, base | None if f.type.endswith("|null") else base))
+
+    def as_dict(self: Any) -> dict[str, Any]:
+        """The record as the JSON object `FRAME_SCHEMA` describes (field order kept)."""
+        return {f.name: getattr(self, f.name) for f in fields}
+
+    cls = dataclasses.make_dataclass(name, spec, frozen=True, slots=True, namespace={"as_dict": as_dict})
+    cls.__doc__ = doc
+    cls.__module__ = __name__
+    return cls
+
+
+FrameRecord = _record_type(
+    "FrameRecord",
+    FRAME_FIELDS,
+    """One frame as `Telemetry` records it: an attribute per `FRAME_FIELDS` entry (same names, units
+    and meaning as the JSONL export, which is ``record.as_dict()``).""",
+)
 SUMMARY_SCHEMA: dict[str, Any] = _schema("texstream telemetry summary", SUMMARY_FIELDS)
 
 
@@ -230,8 +259,10 @@ def _validate(record: Mapping[str, Any], schema: Mapping[str, Any], what: str) -
     return problems
 
 
-def validate_frame(record: Mapping[str, Any]) -> None:
+def validate_frame(record: Mapping[str, Any] | FrameRecord) -> None:
     """Raise ValueError listing every way `record` departs from `FRAME_SCHEMA` (no-op when it fits)."""
+    if isinstance(record, FrameRecord):
+        record = record.as_dict()
     problems = _validate(record, FRAME_SCHEMA, "frame record")
     if problems:
         raise ValueError("frame record does not fit FRAME_SCHEMA: " + "; ".join(problems))

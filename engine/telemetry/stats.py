@@ -13,7 +13,8 @@ Typical loop::
     telemetry.write_summary("summary.json")
     telemetry.release()
 
-Each frame record is a flat dict whose fields are listed in `FRAME_SCHEMA` (docs/TELEMETRY.md);
+Each frame record is a `FrameRecord` (typed attributes) whose fields are listed in `FRAME_SCHEMA`
+(docs/TELEMETRY.md);
 `summary()` returns a `SUMMARY_SCHEMA` dict for the whole run. Rates (upload MB/s, evictions/s)
 use a frame clock: real time (``time.perf_counter``) by default, or a fixed ``dt`` per frame so that
 a scripted benchmark gives the same figures on every machine. CPU and GPU timings are always measured.
@@ -39,9 +40,10 @@ import numpy as np
 
 from ..gl.loader import Feature
 from ..gl.objects import GpuTimer
-from .schema import FRAME_FIELDS, validate_summary
+from .schema import FRAME_FIELDS, FrameRecord, validate_summary
 
 if TYPE_CHECKING:
+    from ..runtime.frame_stats import StreamerStats
     from ..runtime.streamer import Streamer
 
 __all__ = ["HISTORY_SERIES", "History", "Telemetry"]
@@ -208,9 +210,8 @@ class Telemetry:
         self._csv_file: IO[str] | None = None
         self._csv: Any = None  # csv.writer
         self.jsonl_path: Path | None = None
-        self._warned: set[str] = set()
         self._refetch = _RefetchTracker()
-        self.last: dict[str, Any] | None = None
+        self.last: FrameRecord | None = None
         self._released = False
         self.reset()
 
@@ -228,11 +229,11 @@ class Telemetry:
         self._latency_hist = np.zeros(_LATENCY_BINS, np.int64)
         self._latency_max = -1
         # cumulative counters now: per-frame figures are differences from these
-        base = self.streamer.stats().as_dict()
+        base = self.streamer.stats()
         self._prev_totals = self._totals(base)
-        self._prev_stalls = int(base.get("ring_stalls", 0))
-        self._prev_dropped = int(base.get("feedback_dropped", 0))
-        self._prev_net_bytes = int(base.get("net_bytes", 0))
+        self._prev_stalls = base.ring_stalls
+        self._prev_dropped = base.feedback_dropped
+        self._prev_net_bytes = base.net_bytes
         self._run = {
             "uploads": 0,
             "upload_bytes": 0,
@@ -248,15 +249,16 @@ class Telemetry:
         self._total_refetched = 0
         self.last = None
 
-    def update(self) -> dict[str, Any]:
+    def update(self) -> FrameRecord:
         """Run `streamer.update()`, timing it, then `record()` the frame; returns the frame record."""
         t = time.perf_counter()
         self.streamer.update()
         return self.record(update_ms=(time.perf_counter() - t) * 1e3)
 
-    def record(self, update_ms: float | None = None) -> dict[str, Any]:
-        """Record the frame the latest `streamer.update()` produced; returns its record (`FRAME_SCHEMA`)."""
-        s = self.streamer.stats().as_dict()
+    def record(self, update_ms: float | None = None) -> FrameRecord:
+        """Record the frame the latest `streamer.update()` produced; returns its `FrameRecord`
+        (``.as_dict()`` is the JSON record)."""
+        s = self.streamer.stats()
         if self.dt is not None:
             dt = self.dt
             self._time += dt
@@ -268,82 +270,82 @@ class Telemetry:
         cur_totals = self._totals(s)
         evicted = cur_totals["evicted"] - self._prev_totals["evicted"]
         self._prev_totals = cur_totals
-        stalls = int(self._get(s, "ring_stalls", 0))
+        stalls = int(s.ring_stalls)
         stalls_frame = stalls - self._prev_stalls
         self._prev_stalls = stalls
-        dropped = int(self._get(s, "feedback_dropped", 0))
+        dropped = int(s.feedback_dropped)
         dropped_frame = dropped - self._prev_dropped
         self._prev_dropped = dropped
-        uploads = int(self._get(s, "uploads", 0))
-        upload_bytes = int(self._get(s, "upload_bytes", 0))
+        uploads = int(s.uploads)
+        upload_bytes = int(s.upload_bytes)
         refetched = self._refetch.check(self.streamer) if uploads or self.frames == 0 else 0
         self._total_refetched += refetched
         gpu_ms = self._poll_gpu()
         if update_ms is None:
-            update_ms = float(self._get(s, "update_ms", 0.0))
+            update_ms = s.update_ms
         self._record_latencies(s)
 
         h = self._histories
         h["dt_s"].push(dt)
         h["upload_bytes"].push(upload_bytes)
         h["evicted"].push(evicted)
-        net_total = int(self._get(s, "net_bytes", 0))
+        net_total = int(s.net_bytes)
         h["net_bytes"].push(max(0, net_total - self._prev_net_bytes))
         self._prev_net_bytes = net_total
         net_mb_s = self._rate("net_bytes") / MB
         upload_mb_s = self._rate("upload_bytes") / MB
         evictions_per_s = self._rate("evicted")
-        budget = int(self._get(s, "budget_bytes", 0))
-        vram = int(self._get(s, "vram_bytes", 0))
+        budget = int(s.budget_bytes)
+        vram = int(s.vram_bytes)
         frame: dict[str, Any] = {
-            "frame": int(self._get(s, "frame", self.streamer.frame)),
+            "frame": int(s.frame),
             "time_s": float(self._time),
             "dt_s": float(dt),
             "update_ms": float(update_ms),
-            "upload_ms": float(self._get(s, "upload_ms", 0.0)),
+            "upload_ms": float(s.upload_ms),
             "gpu_ms": gpu_ms,
             "uploads": uploads,
             "upload_bytes": upload_bytes,
             "upload_mb_s": float(upload_mb_s),
-            "requested": int(self._get(s, "requested", 0)),
-            "wanted_pages": int(self._get(s, "wanted_pages", 0)),
-            "missing_pages": int(self._get(s, "missing_pages", 0)),
-            "resident_tiles": int(self._get(s, "resident_tiles", 0)),
-            "working_set_bytes": int(self._get(s, "working_set_bytes", 0)),
-            "stream_cache_bytes": int(self._get(s, "stream_cache_bytes", 0)),
-            "in_flight": int(self._get(s, "in_flight", 0)),
-            "queued": int(self._get(s, "queued", 0)),
+            "requested": int(s.requested),
+            "wanted_pages": int(s.wanted_pages),
+            "missing_pages": int(s.missing_pages),
+            "resident_tiles": int(s.resident_tiles),
+            "working_set_bytes": int(s.working_set_bytes),
+            "stream_cache_bytes": int(s.stream_cache_bytes),
+            "in_flight": int(s.in_flight),
+            "queued": int(s.queued),
             "evicted": int(evicted),
             "evictions_per_s": float(evictions_per_s),
             "refetched": int(refetched),
-            "failed": int(self._get(s, "failed", 0)),
-            "corrupt_tiles": int(self._get(s, "corrupt_tiles", 0)),
-            "feedback_age": int(self._get(s, "feedback_age", -1)),
+            "failed": int(s.failed),
+            "corrupt_tiles": int(s.corrupt_tiles),
+            "feedback_age": int(s.feedback_age),
             "feedback_dropped": dropped,
-            "latency_p50_frames": float(self._get(s, "latency_p50_frames", 0.0)),
-            "latency_p95_frames": float(self._get(s, "latency_p95_frames", 0.0)),
-            "latency_p99_frames": float(self._get(s, "latency_p99_frames", 0.0)),
-            "ring_occupancy": float(self._get(s, "ring_occupancy", 0.0)),
+            "latency_p50_frames": float(s.latency_p50_frames),
+            "latency_p95_frames": float(s.latency_p95_frames),
+            "latency_p99_frames": float(s.latency_p99_frames),
+            "ring_occupancy": float(s.ring_occupancy),
             "ring_stalls": stalls,
             "ring_stalls_frame": int(stalls_frame),
             "vram_bytes": vram,
-            "vram_peak_bytes": int(self._get(s, "vram_peak_bytes", vram)),
+            "vram_peak_bytes": int(s.vram_peak_bytes),
             "budget_bytes": budget,
             "headroom_bytes": budget - vram,
-            "budget_source": str(self._get(s, "budget_source", "")),
-            "vram_breakdown": {str(k): int(v) for k, v in self._get(s, "vram_breakdown", {}).items()},
-            "mip_bias": float(self._get(s, "mip_bias", 0.0)),
+            "budget_source": str(s.budget_source),
+            "vram_breakdown": dict(s.vram_breakdown),
+            "mip_bias": float(s.mip_bias),
             **{f"total_{k}": v for k, v in cur_totals.items()},
             "total_refetched": self._total_refetched,
-            "remote_packs": int(self._get(s, "remote_packs", 0)),
+            "remote_packs": int(s.remote_packs),
             "net_mb_s": float(net_mb_s),
-            "net_latency_p95_ms": float(self._get(s, "net_latency_p95_ms", 0.0)),
-            "net_failed_requests": int(self._get(s, "net_failed_requests", 0)),
-            "net_offline": bool(self._get(s, "net_offline", False)),
+            "net_latency_p95_ms": float(s.net_latency_p95_ms),
+            "net_failed_requests": int(s.net_failed_requests),
+            "net_offline": bool(s.net_offline),
             "total_net_bytes": net_total,
-            "cache_hit_rate": float(self._get(s, "cache_hit_rate", 0.0)),
-            "cache_bytes": int(self._get(s, "cache_bytes", 0)),
-            "cache_capacity_bytes": int(self._get(s, "cache_capacity_bytes", 0)),
+            "cache_hit_rate": float(s.cache_hit_rate),
+            "cache_bytes": int(s.cache_bytes),
+            "cache_capacity_bytes": int(s.cache_capacity_bytes),
         }
         assert len(frame) == len(FRAME_FIELDS), "frame record and FRAME_FIELDS disagree"
         for name in (
@@ -376,27 +378,19 @@ class Telemetry:
         run["feedback_dropped"] += dropped_frame
         run["max_missing"] = max(run["max_missing"], frame["missing_pages"])
         self._max_bias = max(self._max_bias, frame["mip_bias"])
-        self.last = frame
+        record = FrameRecord(**frame)
+        self.last = record
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(frame, separators=(",", ":"), allow_nan=False) + "\n")
             self._jsonl.flush()
         if self._csv is not None:
             self._csv.writerow(csv_row(frame))
             self._csv_file.flush()
-        return frame
+        return record
 
-    def _totals(self, stats: dict[str, Any]) -> dict[str, int]:
-        totals = self._get(stats, "totals", {})
-        return {k: int(totals.get(k, 0)) for k in _TOTALS}
-
-    def _get(self, stats: dict[str, Any], key: str, default: Any) -> Any:
-        """`stats[key]`, or `default` (logged once) when the streamer does not report it."""
-        if key in stats:
-            return stats[key]
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning("Streamer.stats() has no %r; telemetry records %r", key, default)
-        return default
+    @staticmethod
+    def _totals(stats: StreamerStats) -> dict[str, int]:
+        return {k: int(getattr(stats.totals, k)) for k in _TOTALS}
 
     def _rate(self, series: str) -> float:
         """Sum of `series` per frame-clock second over the newest `rate_window_s` (at least one frame)."""
@@ -407,9 +401,9 @@ class Telemetry:
         span = float(dts[:n].sum())
         return float(vals[:n].sum()) / span if span > 0 else 0.0
 
-    def _record_latencies(self, stats: dict[str, Any]) -> None:
+    def _record_latencies(self, stats: StreamerStats) -> None:
         last = self.streamer.last
-        if last.frame != stats.get("frame"):
+        if last.frame != stats.frame:
             return
         a = np.asarray(last.latency_frames, np.int64)
         if a.size:
@@ -489,7 +483,7 @@ class Telemetry:
         upd = np.frombuffer(self._update_ms, np.float64) if self.frames else np.zeros(0)
         gpu = np.frombuffer(self._gpu_ms, np.float64) if len(self._gpu_ms) else np.zeros(0)
         p50, p95, p99 = self.latency_percentiles()
-        last = self.last or {}
+        last = self.last
         out: dict[str, Any] = {
             "frames": self.frames,
             "wall_s": wall,
@@ -525,7 +519,7 @@ class Telemetry:
             "max_mip_bias": float(self._max_bias),
             "final_mip_bias": float(budget.bias),
             "max_missing_pages": run["max_missing"],
-            "final_missing_pages": int(last.get("missing_pages", 0)),
+            "final_missing_pages": last.missing_pages if last is not None else 0,
             "ring_stalls": run["ring_stalls"],
             "feedback_dropped": run["feedback_dropped"],
         }

@@ -2,7 +2,8 @@
 
 These functions need only numpy and Pillow. The pytest plugin (`texstream.testing.plugin`, installed
 as the ``texstream`` entry point of ``pytest11``) adds fixtures around them: ``gl_context`` (headless
-EGL, GL errors checked after each test), ``streamer`` (released after the test, GL leaks checked),
+EGL, GL errors checked after each test), ``streamer`` (released after the test, the GL objects
+texstream made checked for leaks; ``texstream_strict_gl`` / ``--texstream-strict-gl`` checks all),
 ``golden`` with the ``texstream_golden`` marker and the ``--texstream-update-golden`` flag. See the
 documentation page "Testing your rendering in CI".
 """

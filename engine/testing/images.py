@@ -34,29 +34,46 @@ def _rgb(image: np.ndarray) -> np.ndarray:
     return np.repeat(a, 3, axis=2) if a.shape[2] == 1 else a[..., :3]
 
 
-def psnr(image: np.ndarray, reference: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """Peak signal-to-noise ratio in dB of the RGB channels of two 8-bit images.
+def psnr(
+    image: np.ndarray,
+    reference: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    peak: float = 255.0,
+    ignore_alpha: bool = True,
+) -> float:
+    """Peak signal-to-noise ratio in dB of two images or arrays of the same shape.
+
+    The one PSNR of the project: the rendering tests, the bake tests and the benchmarks all use it.
 
     Parameters
     ----------
     image, reference : numpy.ndarray
-        uint8 arrays of the same height and width (grey, RGB or RGBA; alpha is ignored).
+        Arrays of the same shape: 8-bit images (grey, RGB or RGBA), single channels, masked pixel
+        lists, or float data (give its `peak`).
     mask : numpy.ndarray of bool, optional
         Compare only these pixels (H x W).
+    peak : float
+        The largest possible value (255 for 8-bit data, 1.0 for normalised floats).
+    ignore_alpha : bool
+        Drop the fourth channel of H x W x 4 arrays (rendered frames); False compares every channel.
 
     Returns
     -------
     float
-        ``10 log10(255^2 / MSE)``; `IDENTICAL_DB` (99) when the images are equal.
+        ``10 log10(peak^2 / MSE)``; `IDENTICAL_DB` (99) when the arrays are equal (finite, so it
+        sorts and serialises).
     """
-    a, b = _rgb(image), _rgb(reference)
+    a, b = np.asarray(image), np.asarray(reference)
     if a.shape != b.shape:
-        raise ValueError(f"images differ in size: {a.shape[1]}x{a.shape[0]} and {b.shape[1]}x{b.shape[0]}")
+        raise ValueError(f"images differ in shape: {a.shape} and {b.shape}")
+    if ignore_alpha and a.ndim == 3 and a.shape[2] == 4:
+        a, b = a[..., :3], b[..., :3]
     d = a.astype(np.float64) - b.astype(np.float64)
     if mask is not None:
         d = d[np.asarray(mask, bool)]
     mse = float(np.mean(d * d)) if d.size else 0.0
-    return IDENTICAL_DB if mse == 0 else min(IDENTICAL_DB, 10.0 * math.log10(255.0**2 / mse))
+    return IDENTICAL_DB if mse == 0 else min(IDENTICAL_DB, 10.0 * math.log10(peak * peak / mse))
 
 
 def difference_image(image: np.ndarray, reference: np.ndarray, gain: float = 8.0) -> np.ndarray:

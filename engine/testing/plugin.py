@@ -9,16 +9,22 @@ gl_context
     pending.
 streamer
     A `Streamer` on `gl_context` with a 64 MiB budget, released after the test; the test fails if
-    GL objects made during it are left behind (release what the test itself made, too).
+    GL objects texstream made during it are left behind (an unreleased `Streamer`, `VirtualTexture`
+    or `texstream.program`). Objects the test made through the context are its own business, unless
+    strict checking is asked for (the ``texstream_strict_gl`` marker or ``--texstream-strict-gl``):
+    then every object left in the context fails the test.
 golden
     ``golden(image)`` compares `image` with ``golden/<test name>.png`` beside the test file (the
-    ``texstream_golden(name=None, min_psnr=45.0)`` marker changes either); ``--texstream-update-golden``
-    writes the file instead. A mismatch writes actual, expected and difference images under
-    ``texstream-artifacts/<test>/`` (``--texstream-artifacts DIR``) and names them.
+    ``texstream_golden(name=None, min_psnr=45.0, folder=None)`` marker changes either; a relative
+    `folder` is relative to the test file's folder, and it must lie inside the pytest rootdir);
+    ``--texstream-update-golden`` writes the file instead. A mismatch writes actual, expected and
+    difference images under ``texstream-artifacts/<test>/`` (``--texstream-artifacts DIR``) and names them.
 texstream_artifacts
     That per-test folder, for `assert_image_close(..., out_dir=texstream_artifacts)`.
 
-The plugin changes nothing for tests that use none of these; ``-p no:texstream`` turns it off.
+A test that failed gets no second error from these fixtures (no leak check, no "never called
+golden"): its own failure says what went wrong. The plugin changes nothing for tests that use none
+of these; ``-p no:texstream`` turns it off.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ __all__ = ["GoldenImage"]
 
 DEFAULT_BUDGET_MB = 64.0
 GOLDEN_MARKER = "texstream_golden"
+STRICT_MARKER = "texstream_strict_gl"
+_CALL_FAILED = pytest.StashKey[bool]()  # set on a test item whose setup or call failed
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,6 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the golden images of texstream_golden tests instead of comparing with them",
     )
     group.addoption(
+        "--texstream-strict-gl",
+        action="store_true",
+        help="the streamer fixture fails a test for every GL object left in the context, not only those texstream made",
+    )
+    group.addoption(
         "--texstream-artifacts",
         default=None,
         metavar="DIR",
@@ -61,11 +74,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from .._shadow import shadow_message, shadowing_folder
+
+    if (folder := shadowing_folder()) is not None:  # texstream's own tests would fail without saying why
+        config.issue_config_time_warning(pytest.PytestConfigWarning(shadow_message(folder)), stacklevel=2)
     config.addinivalue_line(
         "markers",
         f"{GOLDEN_MARKER}(name=None, min_psnr=45.0, folder=None): the image given to the `golden` fixture is "
-        "compared with golden/<name>.png (beside the test file, or in `folder`)",
+        "compared with golden/<name>.png (beside the test file, or in `folder`, relative to the test file's "
+        "folder and inside the rootdir)",
     )
+    config.addinivalue_line(
+        "markers",
+        f"{STRICT_MARKER}: the streamer fixture fails the test for every GL object left in the context, "
+        "including those the test made itself",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    report = yield
+    if report.when in ("setup", "call") and report.failed:
+        item.stash[_CALL_FAILED] = True
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return request.node.stash.get(_CALL_FAILED, False)
 
 
 def _required(config: pytest.Config) -> bool:
@@ -86,6 +121,10 @@ def _gl_errors(ctx: object, limit: int = 16) -> list[str]:
 @pytest.fixture(scope="session")
 def gl_context(request: pytest.FixtureRequest) -> Iterator[object]:
     """A standalone OpenGL 4.5 core context through EGL (see the module docstring)."""
+    from .._shadow import shadow_message, shadowing_folder
+
+    if (folder := shadowing_folder()) is not None:
+        pytest.fail(shadow_message(folder), pytrace=False)
     from ..errors import GLError
     from ..gl.context import headless_context
 
@@ -119,21 +158,26 @@ def _texstream_gl_errors(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def streamer(gl_context: object) -> Iterator[object]:
+def streamer(request: pytest.FixtureRequest, gl_context: object) -> Iterator[object]:
     """A `Streamer` with a 64 MiB budget, released after the test, GL leaks checked."""
     from ..config import BudgetConfig, StreamerConfig
-    from ..gl.gl_ext import GLExt
     from ..runtime.streamer import Streamer
+    from .leaks import leak_check
 
-    gl = GLExt(gl_context)  # type: ignore[arg-type]
-    before = gl.live_objects()
-    s = Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=DEFAULT_BUDGET_MB)))  # type: ignore[arg-type]
-    try:
-        yield s
-    finally:
-        s.release()
-    left = {k: v for k, v in gl.live_objects().minus(before).items() if v > 0}
-    assert not left, f"GL objects left behind after the test: {left} (release what the test made)"
+    strict = bool(request.config.getoption("--texstream-strict-gl")) or (
+        request.node.get_closest_marker(STRICT_MARKER) is not None
+    )
+    with leak_check(gl_context) as left_behind:
+        s = Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=DEFAULT_BUDGET_MB)))  # type: ignore[arg-type]
+        try:
+            yield s
+        finally:
+            s.release()
+    if _failed(request):
+        return
+    message = left_behind().message(strict)
+    if message:
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture
@@ -168,12 +212,29 @@ class GoldenImage:
         return assert_image_close(image, reference, self.min_psnr, name=self.path.stem, out_dir=self.artifacts)
 
 
+def _golden_folder(request: pytest.FixtureRequest, folder: object) -> Path:
+    """The marker's `folder` resolved against the test file's folder; refused outside the rootdir
+    (a golden image is part of the project, and `--texstream-update-golden` writes there)."""
+    here = Path(request.node.path).parent
+    if not folder:
+        return here / "golden"
+    resolved = (here / Path(str(folder))).resolve()
+    root = Path(request.config.rootpath).resolve()
+    if not resolved.is_relative_to(root):
+        pytest.fail(
+            f"{GOLDEN_MARKER}(folder={str(folder)!r}) resolves to {resolved}, outside the project's "
+            f"rootdir {root}: keep golden images inside the project",
+            pytrace=False,
+        )
+    return resolved
+
+
 @pytest.fixture
 def golden(request: pytest.FixtureRequest, texstream_artifacts: Path) -> Iterator[GoldenImage]:
     marker = request.node.get_closest_marker(GOLDEN_MARKER)
     kwargs = dict(marker.kwargs) if marker is not None else {}
     name = kwargs.get("name") or (marker.args[0] if marker is not None and marker.args else None)
-    folder = Path(kwargs["folder"]) if kwargs.get("folder") else Path(request.node.path).parent / "golden"
+    folder = _golden_folder(request, kwargs.get("folder"))
     check = GoldenImage(
         folder / f"{safe_name(name or request.node.name)}.png",
         float(kwargs.get("min_psnr", 45.0)),
@@ -181,5 +242,5 @@ def golden(request: pytest.FixtureRequest, texstream_artifacts: Path) -> Iterato
         texstream_artifacts,
     )
     yield check
-    if marker is not None and check.calls == 0:
+    if marker is not None and check.calls == 0 and not _failed(request):
         pytest.fail(f"{request.node.name} is marked {GOLDEN_MARKER} but never called golden(image)", pytrace=False)

@@ -9,7 +9,7 @@ import pytest
 import texture2ddecoder as t2d
 from PIL import Image
 
-from texstream.bake import pipeline
+from texstream.bake import jobs
 from texstream.pack import PackHeader, PackReader, TexelFormat
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -64,8 +64,8 @@ def load_photo(name: str) -> np.ndarray:
 @pytest.fixture
 def small_bands(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny band and final-stage budgets, so small images take the multi-band, multi-stage paths."""
-    monkeypatch.setattr(pipeline, "BAND_BYTES", 1 << 14)
-    monkeypatch.setattr(pipeline, "FINAL_BYTES", 1 << 12)
+    monkeypatch.setattr(jobs, "BAND_BYTES", 1 << 14)
+    monkeypatch.setattr(jobs, "FINAL_BYTES", 1 << 12)
 
 
 def leftovers(folder: Path) -> list[str]:

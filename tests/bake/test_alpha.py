@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from texstream.bake import ArraySource, PillowSource, bake, open_source
-from texstream.bake.pipeline import ALPHA_FORMATS, choose_format
+from texstream.bake.format_choice import ALPHA_FORMATS, choose_format
 from texstream.bake.source import has_alpha
 from texstream.config import BakeConfig
 from texstream.pack import AddressMode, PackReader, TexelFormat

@@ -3,6 +3,7 @@ within a bounded time; workers are not forked from the bake process and die with
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from texstream.bake import bake, pipeline, workers
+from texstream.bake import bake, bands, jobs, workers
 from texstream.bake.source import VipsSource
 from texstream.config import BakeConfig
 from texstream.pack import TexelFormat
@@ -84,6 +85,8 @@ def _start_bake(src: Path, out: Path) -> subprocess.Popen:
         "bc7",
         "--bc7-quality",
         "fast",
+        "--supercompression",
+        "none",  # the temporary file grows by the raw tile size: its size says how far the bake got
         "--jobs",
         "2",
         "--no-progress",
@@ -91,34 +94,60 @@ def _start_bake(src: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def _wait_running(proc: subprocess.Popen, folder: Path, workers_at_least: int = 0) -> set[int]:
-    """Wait until the bake writes its temporary pack (and has that many descendants); return them."""
+# Level 0 of `big_png` as BC7 (one byte a texel) in 136-texel slots: a lower bound of the pack's size.
+LEVEL0_BYTES = (4608 // 128) * (4096 // 128) * 136 * 136
+
+
+def _wait_running(proc: subprocess.Popen, folder: Path, workers_at_least: int = 0, written: int = 0) -> set[int]:
+    """Wait until the bake's temporary pack holds `written` bytes (and the bake has that many
+    descendants); return them."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         family = _descendants(proc.pid)
-        if list(folder.glob(".*.tmp")) and len(family) >= workers_at_least:
+        temps = list(folder.glob(".*.tmp"))
+        if temps and len(family) >= workers_at_least and _size(temps[0]) >= written:
             return family
-        time.sleep(0.02)
+        time.sleep(0.01)
     raise AssertionError(f"the bake did not start (exit {proc.poll()}): {proc.stderr.read() if proc.stderr else ''}")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_blocks * 512  # bytes written (the index region before them is a hole)
+    except OSError:
+        return 0
+
+
+def _signal_all(pids: set[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 @pytest.mark.parametrize(("signum", "group", "code"), [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
 def test_signals_abort_the_cli_bake_cleanly(
     big_png: Path, tmp_path: Path, signum: signal.Signals, group: bool, code: int
 ) -> None:
-    """At random moments of the bake: exit 130 (Ctrl-C to the process group) or 143 (SIGTERM to the
-    process), one line on stderr, no pack and no temporary file, no process of the bake left."""
+    """At random points of the bake: exit 130 (Ctrl-C to the process group) or 143 (SIGTERM to the
+    process), one line on stderr, no pack and no temporary file, no process of the bake left.
+
+    Deterministic on any machine: the point is an amount of the pack already written (at most a
+    quarter of level 0, while most of it is still to encode), and the bake's other processes (fork
+    server, workers) are stopped with SIGSTOP there, so it cannot finish before the signal arrives;
+    they continue once it is sent."""
     rng = random.Random(signum)
     for trial in range(4):
         folder = tmp_path / f"t{trial}"
         folder.mkdir()
         proc = _start_bake(big_png, folder / "out.tpk")
         try:
-            _wait_running(proc, folder)
-            time.sleep(rng.uniform(0.0, 1.5))
-            family = _descendants(proc.pid)
+            written = int(rng.uniform(0.0, 0.25) * LEVEL0_BYTES)
+            family = _wait_running(proc, folder, workers_at_least=4, written=written)
+            _signal_all(family, signal.SIGSTOP)
+            assert proc.poll() is None and not (folder / "out.tpk").exists(), trial  # still baking
             t0 = time.monotonic()
             os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+            _signal_all(family, signal.SIGCONT)
             out, err = proc.communicate(timeout=60)
             took = time.monotonic() - t0
         finally:
@@ -205,8 +234,8 @@ def test_workers_are_not_forked_from_the_bake_process() -> None:
     from texstream.bake.mips import Transfer
     from texstream.pack import PackHeader
 
-    state = pipeline._WorkerState(pipeline.Settings(PackHeader(width=64, height=64), Transfer(True, True), "fast", 3))
-    pool = workers.WorkerPool(2, pipeline._init_worker, (state,), pipeline._run_job)
+    state = bands.WorkerState(jobs.Settings(PackHeader(width=64, height=64), Transfer(True, True), "fast", 3))
+    pool = workers.WorkerPool(2, bands.init_worker, (state,), bands.run_job)
     try:
         for pid in pool.pids:
             st = _stat(pid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import etcpak
@@ -13,6 +14,7 @@ from texstream.gl import shaders
 from texstream.gl.gl_ext import GLExt
 from texstream.gl.objects import TextureArray
 from texstream.pack.format import TexelFormat
+from texstream.testing import psnr as testing_psnr
 
 DATA = Path(__file__).parent / "data"
 SLOT = 136  # a production slot: 128 content texels plus a 4-texel border on each side
@@ -84,9 +86,8 @@ def srgb_to_linear(c: np.ndarray) -> np.ndarray:
     return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
 
 
-def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0.0 else 10.0 * np.log10(peak * peak / mse)
+# float layers read back in [0, 1], every channel compared
+psnr = functools.partial(testing_psnr, peak=1.0, ignore_alpha=False)
 
 
 class LayerSampler:

@@ -308,10 +308,10 @@ def test_memory_info_is_none_or_kib_figures(gl: GLExt) -> None:
 
 @pytestmark_gl
 def test_get_error_and_check(gl: GLExt) -> None:
-    gl._f.glBindTexture(0xDEAD, 0)  # deliberately bad target
+    gl.functions.glBindTexture(0xDEAD, 0)  # deliberately bad target
     assert gl.get_error() == "GL_INVALID_ENUM"
     assert gl.get_error() is None
-    gl._f.glBindTexture(0xDEAD, 0)
+    gl.functions.glBindTexture(0xDEAD, 0)
     with pytest.raises(GLError, match="here: GL_INVALID_ENUM"):
         gl.check("here")
     gl.check("clean")  # nothing pending
@@ -368,7 +368,7 @@ def test_missing_optional_features_fail_only_when_used(gl_context: moderngl.Cont
     with pytest.raises(GLError, match="GL_ARB_buffer_storage"):
         gl.create_mapped_buffer(256)
     with pytest.raises(GLError, match="glBufferStorage needs OpenGL 4.4 or GL_ARB_buffer_storage"):
-        gl._f.glBufferStorage(0, 0, None, 0)
+        gl.functions.glBufferStorage(0, 0, None, 0)
     assert not gl.supports_format(gl_format(TexelFormat.BC1))
     with pytest.raises(GLError, match="GL_EXT_texture_compression_s3tc"):
         gl.create_texture_array(gl_format(TexelFormat.BC1), 8, 1)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import moderngl
 import pytest
 
+import texstream as ts
 from texstream.errors import ShaderError
 from texstream.gl import shaders
 from texstream.gl.shaders import ShaderCompileError, ShaderSource, load_source, preprocess
@@ -217,3 +221,136 @@ def test_compute_shader_errors_map_too(gl_context: moderngl.Context) -> None:
         shaders.compute_shader(gl_context, cs)
     ok = shaders.compute_shader(gl_context, cs.replace("x = 1;", "vec3 c = ts_srgb_to_linear(vec3(0.5));"))
     ok.release()
+
+
+# ---- moderngl's habits ------------------------------------------------------------------------
+VT_FS = """#version 450 core
+#include "texstream/vt.glsl"
+VT_DECLARE(u_vt)
+in vec2 v_uv;
+out vec4 f_color;
+void main() { f_color = VT_SAMPLE(u_vt, v_uv); }
+"""
+VT_VS = """#version 450 core
+#include "texstream/common.glsl"
+out vec2 v_uv;
+void main() { v_uv = ts_fullscreen_uv(gl_VertexID); gl_Position = ts_fullscreen_position(gl_VertexID); }
+"""
+
+
+@pytest.fixture
+def fresh_context() -> Iterator[moderngl.Context]:
+    """A context of its own: nothing registered in its ``includes`` yet."""
+    ctx = moderngl.create_context(standalone=True, backend="egl", require=450)
+    yield ctx
+    ctx.release()
+
+
+@pytest.mark.gl
+def test_program_takes_modernlgs_keyword_names(gl_context: moderngl.Context) -> None:
+    prog = ts.program(gl_context, vertex_shader=VT_VS, fragment_shader=VT_FS)
+    assert "u_vt_cache" in prog
+    prog.release()
+
+
+@pytest.mark.gl
+def test_program_takes_files_explicitly(
+    gl_context: moderngl.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my.vert").write_text(VT_VS)
+    (tmp_path / "my.frag").write_text(VT_FS)
+    monkeypatch.chdir(tmp_path)  # a relative file name is found in the working folder
+    for prog in (
+        ts.program(gl_context, vertex_path="my.vert", fragment_shader=ts.shader_file("my.frag")),
+        ts.program(gl_context, vertex_path=tmp_path / "my.vert", fragment_path=str(tmp_path / "my.frag")),
+        ts.program(gl_context, vertex=tmp_path / "my.vert", fragment_shader=ts.shader_file(tmp_path / "my.frag")),
+        ts.program(
+            gl_context, vertex=ts.shader_file("plane_vs.glsl"), fragment=ts.shader_file("texstream/plane_fs.glsl")
+        ),
+    ):
+        assert "u_vt_cache" in prog
+        prog.release()
+
+
+@pytest.mark.gl
+def test_a_file_name_string_is_not_taken_as_a_file(gl_context: moderngl.Context) -> None:
+    with pytest.raises(ShaderError, match=r"'plane_vs.glsl' is a file name.*shader_file\('plane_vs.glsl'\)"):
+        ts.program(gl_context, vertex_shader="plane_vs.glsl", fragment_shader=VT_FS)
+    with pytest.raises(ShaderError, match="'my.frag' is a file name"):
+        ts.preprocess("my.frag")
+
+
+@pytest.mark.gl
+def test_a_stage_given_twice_or_missing_is_a_type_error(gl_context: moderngl.Context) -> None:
+    with pytest.raises(TypeError, match="vertex stage is given twice"):
+        ts.program(gl_context, vertex_shader=VT_VS, vertex=VT_VS)
+    with pytest.raises(TypeError, match="needs a vertex stage"):
+        ts.program(gl_context, fragment_shader=VT_FS)
+
+
+@pytest.mark.gl
+def test_register_includes_makes_plain_ctx_program_work(fresh_context: moderngl.Context) -> None:
+    with pytest.raises(KeyError):  # moderngl alone does not know texstream's includes
+        fresh_context.program(vertex_shader=VT_VS, fragment_shader=VT_FS)
+    ts.register_includes(fresh_context)
+    ts.register_includes(fresh_context)  # twice: harmless
+    assert set(shaders.INCLUDABLE) <= set(fresh_context.includes)
+    prog = fresh_context.program(vertex_shader=VT_VS, fragment_shader=VT_FS)
+    assert "u_vt_cache" in prog
+    prog.release()
+
+
+@pytest.mark.gl
+def test_a_streamer_registers_its_contexts_includes(fresh_context: moderngl.Context) -> None:
+    with ts.Streamer(fresh_context):
+        prog = fresh_context.program(vertex_shader=VT_VS, fragment_shader=VT_FS)
+        prog.release()
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("use", ["VT_DECLARE(u_vt)", "vec4 c = VT_SAMPLE(u_vt, vec2(0.5));"])
+def test_vt_names_without_the_include_say_which_include(gl_context: moderngl.Context, use: str) -> None:
+    fs = f"#version 450 core\nout vec4 f_color;\n{use}\nvoid main() {{ f_color = vec4(1.0); }}\n"
+    with pytest.raises(ShaderCompileError) as info:
+        ts.program(gl_context, vertex_shader=VT_VS, fragment_shader=fs)
+    message = str(info.value)
+    assert message.startswith("fragment shader uses VT_")
+    assert "<fragment>:3" in message and 'add #include "texstream/vt.glsl"' in message
+    assert info.value.stage == "fragment"
+
+
+MGLW_PROGRAM = """#version 450 core
+#if defined VERTEX_SHADER
+#include "texstream/common.glsl"
+out vec2 v_uv;
+void main() { v_uv = ts_fullscreen_uv(gl_VertexID); gl_Position = ts_fullscreen_position(gl_VertexID); }
+#elif defined FRAGMENT_SHADER
+#include "texstream/vt.glsl"
+VT_DECLARE(u_vt)
+in vec2 v_uv;
+out vec4 f_color;
+void main() { f_color = VT_SAMPLE(u_vt, v_uv); }
+#endif
+"""
+
+
+@pytest.mark.gl
+def test_moderngl_window_load_program_finds_texstream_includes(
+    gl_context: moderngl.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mglw = pytest.importorskip("moderngl_window")
+    from moderngl_window import resources
+    from moderngl_window.conf import settings
+    from moderngl_window.exceptions import ImproperlyConfigured
+    from moderngl_window.meta import ProgramDescription
+
+    (tmp_path / "streamed.glsl").write_text(MGLW_PROGRAM)
+    monkeypatch.setattr(settings, "PROGRAM_FINDERS", ["moderngl_window.finders.program.FilesystemFinder"])
+    monkeypatch.setattr(settings, "PROGRAM_DIRS", [tmp_path])
+    mglw.activate_context(ctx=gl_context)
+    with pytest.raises(ImproperlyConfigured, match="texstream/common.glsl"):  # moderngl-window alone
+        resources.programs.load(ProgramDescription(path="streamed.glsl"))
+    ts.register_includes(gl_context)
+    prog = resources.programs.load(ProgramDescription(path="streamed.glsl"))
+    assert "u_vt_cache" in prog
+    prog.release()

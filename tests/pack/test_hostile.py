@@ -412,5 +412,48 @@ def test_header_bytes_version_must_be_known() -> None:
     assert len(body) == HEADER_SIZE
     from texstream.pack.format import parse_header_bytes
 
-    with pytest.raises(PackFormatError, match="unsupported pack version 7"):
+    with pytest.raises(
+        PackFormatError,
+        match=r"written by a newer texstream \(format 7; this one reads formats up to 2\): upgrade texstream$",
+    ):
         parse_header_bytes(body, 1 << 20)
+
+
+# ---- files that are not packs say how to make one -----------------------------------------------
+@pytest.mark.parametrize(
+    ("first_bytes", "kind"),
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(200), "a PNG image"),
+        (b"\xff\xd8\xff\xe0" + bytes(200), "a JPEG image"),
+        (b"RIFF\x00\x00\x00\x00WEBPVP8 " + bytes(200), "a WebP image"),
+    ],
+)
+def test_an_image_given_as_a_pack_points_to_bake(tmp_path: Path, first_bytes: bytes, kind: str) -> None:
+    p = tmp_path / "photo.tpk"
+    p.write_bytes(first_bytes)
+    with pytest.raises(PackFormatError) as info:
+        PackReader(p)
+    assert (
+        str(info.value) == f"{p}: not a texstream pack but {kind}; bake it into one first: texstream bake SRC OUT.tpk"
+    )
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b"hello\n"], ids=["random", "short"])
+def test_any_other_file_points_to_bake_without_its_bytes(tmp_path: Path, content: bytes) -> None:
+    p = tmp_path / "thing.tpk"
+    p.write_bytes(content)
+    with pytest.raises(PackFormatError) as info:
+        PackReader(p)
+    assert str(info.value) == f"{p}: not a texstream pack; packs are made with: texstream bake SRC OUT.tpk"
+
+
+def test_a_pack_from_a_newer_texstream_says_upgrade(tmp_path: Path) -> None:
+    p = tmp_path / "future.tpk"
+    make_pack(p, PackHeader(width=64, height=64, tile_size=64))
+    p.write_bytes(_edit_header(bytearray(p.read_bytes()), version=9))
+    with pytest.raises(PackFormatError) as info:
+        PackReader(p)
+    assert (
+        str(info.value)
+        == f"{p}: written by a newer texstream (format 9; this one reads formats up to 2): upgrade texstream"
+    )

@@ -63,7 +63,9 @@ def test_reserve_refusal_is_one_line_with_numbers_and_changes_nothing() -> None:
     with pytest.raises(BudgetError) as exc:
         b.reserve("ring", 3 * MIB)
     msg = str(exc.value)
-    assert "\n" not in msg and "'ring'" in msg and "3.0 MiB" in msg and "11.0 MiB" in msg and "10.0 MiB" in msg
+    assert "\n" not in msg and "ring (3.0 MiB)" in msg and "8.0 MiB already held" in msg and "10.0 MiB" in msg
+    assert msg.endswith("set BudgetConfig.budget_mb to at least 11") and exc.value.minimum_bytes == 11 * MIB
+    assert exc.value.advice("--budget-mb", None).endswith("pass --budget-mb 11 or more")
     assert b.usage == 8 * MIB and b.reserved("ring") == 0
     with pytest.raises(BudgetError):
         b.reserve("pool/bc1", 10 * MIB + 1)  # growing an existing one is checked too
@@ -138,3 +140,16 @@ def test_describe() -> None:
     b.reserve("ring", 100)
     d = b.describe()
     assert d["budget"] == 2 * MIB and d["usage"] == 100 and d["allocations"] == {"ring": 100}
+
+
+def test_refusals_speak_of_the_library_not_its_allocation_names() -> None:
+    b = BudgetManager(BudgetConfig(budget_mb=1))
+    for name, words in [
+        ("pool/bc1-srgb/136", "the tile cache of BC1 sRGB textures"),
+        ("feedback", "the feedback buffers"),
+        ("staging-ring", "the staging ring"),
+        ("page-tables", "the page tables"),
+    ]:
+        with pytest.raises(BudgetError) as exc:
+            b.reserve(name, 2 * MIB)
+        assert words in str(exc.value) and f"'{name}'" not in str(exc.value) and "pool/" not in str(exc.value)

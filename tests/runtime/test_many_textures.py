@@ -89,7 +89,7 @@ def level3(i: int) -> np.ndarray:
         c[..., 2] = 0.0
     if srgb:
         c = np.where(c <= 0.0031308, c * 12.92, 1.055 * c ** (1 / 2.4) - 0.055)
-    return np.clip(np.round(c * 255.0), 0, 255)[::-1]  # rows bottom-up like the framebuffer
+    return np.clip(np.round(c * 255.0), 0, 255)  # top row first, like the image and the grid read back
 
 
 def image(i: int, size: int = 192) -> np.ndarray:

@@ -21,6 +21,7 @@ from texstream import (
     StreamerConfig,
     StreamerStats,
     program,
+    shader_file,
 )
 from texstream.runtime import update_watch
 
@@ -35,7 +36,9 @@ def test_draws_without_update_warn_once_naming_the_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
-    prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    prog = program(
+        gl_context, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+    )
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         vt = s.open(packs.colour)
         with pytest.warns(
@@ -56,7 +59,9 @@ def test_a_slow_frame_drawing_many_textures_once_does_not_warn(
     """Drawing many textures once each in a frame that takes long (llvmpipe, a loaded box) is not the
     forgotten update(): only a texture drawn again and again is."""
     monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
-    prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    prog = program(
+        gl_context, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+    )
     copies = []  # distinct files: the same pack opened again would be one shared texture
     for i in range(update_watch.NO_UPDATE_BINDS + 2):
         copies.append(tmp_path / f"normals-{i}.tpk")
@@ -72,7 +77,9 @@ def test_a_slow_frame_drawing_many_textures_once_does_not_warn(
 
 
 def test_updates_between_draws_never_warn(gl_context: moderngl.Context, packs) -> None:
-    prog = program(gl_context, vertex="plane_vs.glsl", fragment="plane_fs.glsl")
+    prog = program(
+        gl_context, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
+    )
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as s:
         vt = s.open(packs.colour)
         with warnings.catch_warnings():

@@ -137,8 +137,8 @@ def test_streamed_frames_converge_and_are_never_black(gl_context: moderngl.Conte
         assert scores[i] >= FLOOR_DB, f"{name}: frame {i} is {scores[i]:.1f} dB from the reference"
     assert scores[-1] >= CONVERGED_DB, f"{name}: converged to {scores[-1]:.1f} dB only ({scores})"
     last = result.telemetry[-1]
-    assert last["missing_pages"] == 0 and last["corrupt_tiles"] == 0
-    assert all(t["vram_bytes"] <= t["budget_bytes"] for t in result.telemetry)
+    assert last.missing_pages == 0 and last.corrupt_tiles == 0
+    assert all(t.vram_bytes <= t.budget_bytes for t in result.telemetry)
 
 
 def test_one_to_one_matches_independent_decoder(gl_context: moderngl.Context, packs: Packs) -> None:

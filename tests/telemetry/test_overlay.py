@@ -17,6 +17,7 @@ from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 from texstream.telemetry import Overlay, Telemetry
 from texstream.telemetry.overlay import LEVEL_COLOURS, NO_LEVEL_COLOUR
+from texstream.testing import psnr
 
 from .conftest import Packs, streamer_config
 
@@ -47,11 +48,6 @@ def canvas(gl_context: moderngl.Context) -> Iterator[moderngl.Framebuffer]:
 def read(fbo: moderngl.Framebuffer) -> np.ndarray:
     w, h = fbo.size
     return np.frombuffer(fbo.read(components=4, alignment=1), np.uint8).reshape(h, w, 4)[::-1].copy()
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def test_hud_changes_only_its_rectangle(gl_context: moderngl.Context, packs: Packs, overlay: Overlay) -> None:
@@ -168,9 +164,9 @@ def test_residency_minimap_colours(gl_context: moderngl.Context, packs: Packs, o
     with Streamer(gl_context, streamer_config()) as streamer:
         vt = streamer.open(packs.small)
         top = vt.table.level_count - 1
-        pinned = overlay._residency_image(vt)  # noqa: SLF001
+        pinned = overlay.residency_image(vt)  # noqa: SLF001
         streamer.make_all_resident(vt)
-        full = overlay._residency_image(vt)  # noqa: SLF001
+        full = overlay.residency_image(vt)  # noqa: SLF001
     tx, ty = int(vt.table.tiles_x[0]), int(vt.table.tiles_y[0])
     assert pinned.shape == full.shape == (ty, tx, 4)
     first_pinned = vt.table.first_pinned_level  # pages sample the finest pinned level

@@ -132,3 +132,20 @@ def test_layout_many_equals_one_by_one() -> None:
         np.testing.assert_array_equal(many.x[span == i], one.x)
         np.testing.assert_array_equal(many.y[span == i], one.y)
     assert atlas.measure("a\u4e00") == atlas.measure("a?"), "characters outside the atlas draw as ?"
+
+
+def test_frame_record_has_one_typed_attribute_per_field() -> None:
+    import dataclasses
+
+    from texstream.telemetry import FrameRecord
+    from texstream.telemetry.schema import FRAME_FIELDS
+
+    fields = dataclasses.fields(FrameRecord)
+    assert [f.name for f in fields] == [f.name for f in FRAME_FIELDS]
+    nullable = {f.name for f in FRAME_FIELDS if f.type.endswith("|null")}
+    assert {f.name for f in fields if "None" in str(f.type)} == nullable
+    values = {f.name: None if f.name in nullable else 0 for f in FRAME_FIELDS}
+    record = FrameRecord(**values)
+    assert record.as_dict() == values and list(record.as_dict()) == [f.name for f in FRAME_FIELDS]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.frame = 1  # type: ignore[misc]

@@ -50,15 +50,15 @@ def test_frames_fit_the_schema_and_stream_to_jsonl(
     for f in frames:
         validate_frame(f)
     lines = path.read_text().splitlines()
-    assert [json.loads(line) for line in lines] == frames
-    assert [f["frame"] for f in frames] == list(range(1, 19))
-    assert sum(f["uploads"] for f in frames) > 0, "the run streamed tiles"
-    assert any(f["missing_pages"] for f in frames) and frames[-1]["missing_pages"] == 0
+    assert [json.loads(line) for line in lines] == [f.as_dict() for f in frames]
+    assert [f.frame for f in frames] == list(range(1, 19))
+    assert sum(f.uploads for f in frames) > 0, "the run streamed tiles"
+    assert any(f.missing_pages for f in frames) and frames[-1].missing_pages == 0
     last = frames[-1]
-    assert last["time_s"] == pytest.approx(18 * DT) and last["dt_s"] == pytest.approx(DT)
-    assert last["headroom_bytes"] == last["budget_bytes"] - last["vram_bytes"] >= 0
-    assert sum(last["vram_breakdown"].values()) == last["vram_bytes"]
-    assert last["total_uploads"] == sum(f["uploads"] for f in frames)
+    assert last.time_s == pytest.approx(18 * DT) and last.dt_s == pytest.approx(DT)
+    assert last.headroom_bytes == last.budget_bytes - last.vram_bytes >= 0
+    assert sum(last.vram_breakdown.values()) == last.vram_bytes
+    assert last.total_uploads == sum(f.uploads for f in frames)
     assert tel._jsonl is None, "release() closed the file"  # noqa: SLF001
 
 
@@ -73,19 +73,19 @@ def test_summary_has_every_field_and_adds_up(
     assert json.loads((tmp_path / "summary.json").read_text()) == written == s
     assert list(s) == SUMMARY_SCHEMA["required"]
     assert s["frames"] == 20 and s["wall_s"] == pytest.approx(20 * DT) and s["fps_mean"] == pytest.approx(60)
-    assert s["uploads"] == sum(f["uploads"] for f in frames) > 0
-    assert s["upload_bytes"] == sum(f["upload_bytes"] for f in frames)
+    assert s["uploads"] == sum(f.uploads for f in frames) > 0
+    assert s["upload_bytes"] == sum(f.upload_bytes for f in frames)
     assert s["upload_mb_s_mean"] == pytest.approx(s["upload_bytes"] / MB / s["wall_s"])
-    assert s["evictions"] == sum(f["evicted"] for f in frames)
+    assert s["evictions"] == sum(f.evicted for f in frames)
     assert s["latency_samples"] == s["uploads"]
     assert 0 <= s["latency_p50_frames"] <= s["latency_p95_frames"] <= s["latency_p99_frames"]
     assert s["latency_p99_frames"] <= s["latency_max_frames"]
-    upd = [f["update_ms"] for f in frames]
+    upd = [f.update_ms for f in frames]
     assert s["update_ms_max"] == pytest.approx(max(upd))
     assert s["update_ms_p50"] == pytest.approx(float(np.percentile(upd, 50)))
     assert s["vram_peak_bytes"] <= s["budget_bytes"] and s["vram_peak_fraction"] <= 1.0
-    assert s["max_missing_pages"] == max(f["missing_pages"] for f in frames)
-    assert s["final_missing_pages"] == frames[-1]["missing_pages"]
+    assert s["max_missing_pages"] == max(f.missing_pages for f in frames)
+    assert s["final_missing_pages"] == frames[-1].missing_pages
     assert s["corrupt_tiles"] == 0 and s["failed"] == 0 and s["textures"] == 1
 
 
@@ -98,10 +98,10 @@ def test_rates_follow_the_frame_clock(gl_context: moderngl.Context, packs: Packs
     n = round(window / DT)
     for i, f in enumerate(frames):
         recent = frames[max(0, i - n + 1) : i + 1]
-        expect = sum(r["upload_bytes"] for r in recent) / (len(recent) * DT) / MB
-        assert f["upload_mb_s"] == pytest.approx(expect), i
-        assert f["evictions_per_s"] == pytest.approx(sum(r["evicted"] for r in recent) / (len(recent) * DT))
-    np.testing.assert_allclose(tel.history("upload_mb_s"), [f["upload_mb_s"] for f in frames])
+        expect = sum(r.upload_bytes for r in recent) / (len(recent) * DT) / MB
+        assert f.upload_mb_s == pytest.approx(expect), i
+        assert f.evictions_per_s == pytest.approx(sum(r.evicted for r in recent) / (len(recent) * DT))
+    np.testing.assert_allclose(tel.history("upload_mb_s"), [f.upload_mb_s for f in frames])
     with pytest.raises(ValueError, match="unknown history series"):
         tel.history("nope")
 
@@ -114,9 +114,9 @@ def test_real_clock_and_direct_record(gl_context: moderngl.Context, packs: Packs
             streamer.update()
             f = tel.record()  # the loop calls update() itself
             renderer.draw(vt, VIEWS[0])
-        assert f["update_ms"] == streamer.stats().update_ms
-        assert f["dt_s"] == pytest.approx(0.02) and f["time_s"] == pytest.approx(0.1)
-        assert f["gpu_ms"] is None, "no GPU bracket, no GPU time"
+        assert f.update_ms == streamer.stats().update_ms
+        assert f.dt_s == pytest.approx(0.02) and f.time_s == pytest.approx(0.1)
+        assert f.gpu_ms is None, "no GPU bracket, no GPU time"
     with pytest.raises(ValueError, match="dt"):
         Telemetry(streamer, dt=0)
 
@@ -128,7 +128,7 @@ def test_gpu_time_is_measured_without_waiting(
         vt = streamer.open(packs.small)
         frames = run(tel, renderer, vt, 12)
         s = tel.summary()
-    gpu = [f["gpu_ms"] for f in frames if f["gpu_ms"] is not None]
+    gpu = [f.gpu_ms for f in frames if f.gpu_ms is not None]
     assert gpu and s["gpu_samples"] == len(gpu)
     assert all(0 <= g < 10_000 for g in gpu)
     assert s["gpu_ms_max"] == pytest.approx(max(gpu))
@@ -163,7 +163,7 @@ def test_refetches_match_an_independent_count(gl_context: moderngl.Context, pack
         renderer.release()
     assert s["evictions"] > 0, "the budget forced evictions"
     assert s["refetches"] == expected > 0
-    assert frames[-1]["total_refetched"] == expected == sum(f["refetched"] for f in frames)
+    assert frames[-1].total_refetched == expected == sum(f.refetched for f in frames)
     assert s["refetch_fraction"] == pytest.approx(expected / s["uploads"])
 
 
@@ -225,11 +225,11 @@ def test_frames_stream_to_csv(
     assert tuple(rows[0].keys()) == CSV_COLUMNS
     assert len(rows) == len(frames)
     for row, frame in zip(rows, frames, strict=True):
-        assert int(row["frame"]) == frame["frame"]
-        assert int(row["vram_bytes"]) == frame["vram_bytes"] <= int(row["budget_bytes"])
-        assert float(row["update_ms"]) == pytest.approx(frame["update_ms"])
-        assert json.loads(row["vram_breakdown"]) == frame["vram_breakdown"]
-        assert (row["gpu_ms"] == "") == (frame["gpu_ms"] is None)
+        assert int(row["frame"]) == frame.frame
+        assert int(row["vram_bytes"]) == frame.vram_bytes <= int(row["budget_bytes"])
+        assert float(row["update_ms"]) == pytest.approx(frame.update_ms)
+        assert json.loads(row["vram_breakdown"]) == frame.vram_breakdown
+        assert (row["gpu_ms"] == "") == (frame.gpu_ms is None)
     assert tel._csv_file is None, "release() closed the file"  # noqa: SLF001
 
 
@@ -250,10 +250,10 @@ def test_working_set_is_the_wanted_tiles_and_their_parents(
         slot = pool.geometry.slot_bytes
         levels = vt.header.level_table[-streamer.config.pinned_levels :]
         pinned = int((levels["tiles_x"].astype(int) * levels["tiles_y"]).sum())  # the coarsest levels stay
-    assert frames[0]["working_set_bytes"] == 0  # no feedback read yet
-    assert frames[-1]["working_set_bytes"] == 20 * slot
-    assert frames[-1]["stream_cache_bytes"] == (pool.capacity - pinned) * slot
-    assert frames[-1]["stream_cache_bytes"] < frames[-1]["vram_breakdown"][pool.name]
+    assert frames[0].working_set_bytes == 0  # no feedback read yet
+    assert frames[-1].working_set_bytes == 20 * slot
+    assert frames[-1].stream_cache_bytes == (pool.capacity - pinned) * slot
+    assert frames[-1].stream_cache_bytes < frames[-1].vram_breakdown[pool.name]
 
 
 def test_working_set_above_the_cache_raises_the_bias(gl_context: moderngl.Context, packs: Packs) -> None:
@@ -269,6 +269,6 @@ def test_working_set_above_the_cache_raises_the_bias(gl_context: moderngl.Contex
                 renderer.draw(vt, View(0.5, 0.5, 1.2, 50.0))
     finally:
         renderer.release()
-    over = [f for f in frames if f["working_set_bytes"] > f["stream_cache_bytes"]]
-    assert over, [(f["working_set_bytes"], f["stream_cache_bytes"]) for f in frames]
-    assert max(f["mip_bias"] for f in frames) > 0
+    over = [f for f in frames if f.working_set_bytes > f.stream_cache_bytes]
+    assert over, [(f.working_set_bytes, f.stream_cache_bytes) for f in frames]
+    assert max(f.mip_bias for f in frames) > 0

@@ -5,6 +5,7 @@ when its texture changes, and `--texstream-update-golden` rewrites the golden im
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,62 +14,45 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from texstream.bake import bake_procedural
-from texstream.config import BakeConfig
 from texstream.testing import IDENTICAL_DB, ImageMismatch, assert_image_close, psnr, read_png
 
-USER_TEST = """
-import os
-import pytest
-import texstream as ts
-from texstream.apps.render import PlaneRenderer
-from texstream.scene.camera import View
-from texstream.testing import all_resident, assert_image_close, converge
+ROOT = Path(__file__).resolve().parents[2]
+TESTED_BLOCK = re.compile(r"<!-- tests/testing/test_plugin.py runs this block -->\n```python\n(.*?)```", re.S)
+SEED = "seed=1,"
 
-@pytest.mark.texstream_golden(min_psnr=40)
-def test_terrain(gl_context, streamer, golden, texstream_artifacts):
-    vt = streamer.open(os.environ["PACK"])
-    renderer = PlaneRenderer(gl_context, (128, 128))
-    try:
-        frame = converge(streamer, lambda: renderer.draw(vt, View(0.5, 0.5, 0.25)) or renderer.read())
-        with ts.Streamer(gl_context) as ref:
-            whole_vt = ref.open(os.environ["PACK"])
-            whole = all_resident(ref, lambda: renderer.draw(whole_vt, View(0.5, 0.5, 0.25)) or renderer.read())
-        assert_image_close(frame, whole, 45, name="vs-all-resident", out_dir=texstream_artifacts)
-        golden(frame)
-    finally:
-        renderer.release()
-"""
+
+def docs_example() -> str:
+    """docs/testing.md's example test file, as printed."""
+    (block,) = TESTED_BLOCK.findall((ROOT / "docs" / "testing.md").read_text(encoding="utf-8"))
+    assert block.count(SEED) == 1  # the runs below change the texture through it
+    return block
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("user-project")
-    (root / "test_render.py").write_text(USER_TEST)
-    for seed in (1, 2):
-        bake_procedural(
-            root / f"terrain{seed}.tpk", 1024, "terrain", seed, BakeConfig(tile_size=64, jobs=1, progress=False)
-        )
+    (root / "test_render.py").write_text(docs_example())
     return root
 
 
-def run_pytest(root: Path, pack: str, *args: str) -> subprocess.CompletedProcess:
+def run_pytest(root: Path, *args: str, target: str = "test_render.py") -> subprocess.CompletedProcess:
     # the user's environment (its Python path, GL libraries), without the outer pytest's settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PACK=str(root / pack), TEXSTREAM_REQUIRE="gl")
+    env.update(TEXSTREAM_REQUIRE="gl", COLUMNS="1000")  # summary lines whole
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
             "-q",
+            "-rA",
             "-p",
             "no:cacheprovider",
             "--rootdir",
             str(root),
             "--texstream-require-gl",
             *args,
-            str(root / "test_render.py"),
+            str(root / target),
         ],
         capture_output=True,
         text=True,
@@ -80,18 +64,20 @@ def run_pytest(root: Path, pack: str, *args: str) -> subprocess.CompletedProcess
 
 def test_a_fresh_project_passes_fails_readably_and_updates_its_golden(project: Path, gl_context: object) -> None:
     golden = project / "golden" / "test_terrain.png"
-    first = run_pytest(project, "terrain1.tpk")  # no golden image yet: a clear failure
+    first = run_pytest(project)  # no golden image yet: a clear failure
     assert first.returncode == 1 and "no golden image" in first.stdout and "--texstream-update-golden" in first.stdout
 
-    update = run_pytest(project, "terrain1.tpk", "--texstream-update-golden")
+    update = run_pytest(project, "--texstream-update-golden")
     assert update.returncode == 0, update.stdout + update.stderr
     assert golden.is_file()
     stored = read_png(golden)
 
-    again = run_pytest(project, "terrain1.tpk")
+    again = run_pytest(project)
     assert again.returncode == 0, again.stdout + again.stderr
 
-    changed = run_pytest(project, "terrain2.tpk")  # the texture changed: the golden comparison fails
+    # the texture changed: the golden comparison fails
+    (project / "test_render.py").write_text(docs_example().replace(SEED, "seed=2,"))
+    changed = run_pytest(project)
     assert changed.returncode == 1
     assert "PSNR" in changed.stdout and "is below 40 dB" in changed.stdout, changed.stdout
     written = sorted((project / "texstream-artifacts").rglob("*.png"))
@@ -102,10 +88,103 @@ def test_a_fresh_project_passes_fails_readably_and_updates_its_golden(project: P
     }
     assert all(str(p) in changed.stdout for p in written)  # the message names them
 
-    regen = run_pytest(project, "terrain2.tpk", "--texstream-update-golden")
+    regen = run_pytest(project, "--texstream-update-golden")
     assert regen.returncode == 0
     assert psnr(read_png(golden), stored) < 40  # rewritten with the new texture
-    assert run_pytest(project, "terrain2.tpk").returncode == 0
+    assert run_pytest(project).returncode == 0
+
+
+FIXTURE_TESTS = """
+import pytest
+import texstream as ts
+
+
+def test_released_simple_framebuffer(gl_context, streamer):
+    fbo = gl_context.simple_framebuffer((16, 16))
+    fbo.use()
+    fbo.clear(0.5, 0.5, 0.5)
+    fbo.release()  # leaves its two renderbuffers: moderngl's Framebuffer.release() does
+
+
+@pytest.mark.texstream_strict_gl
+def test_released_simple_framebuffer_strict(gl_context, streamer):
+    fbo = gl_context.simple_framebuffer((16, 16))
+    fbo.release()
+
+
+KEPT = []  # streamers a test holds on to without releasing them
+
+
+def test_unreleased_streamer(gl_context, streamer):
+    KEPT.append(ts.Streamer(gl_context))  # never released and still referenced: its GL objects stay
+
+
+@pytest.mark.texstream_golden
+def test_fails_before_golden(gl_context, streamer, golden):
+    ts.Streamer(gl_context)
+    assert 1 == 2, "the test's own failure"
+
+
+@pytest.mark.texstream_golden(folder="../../../outside")
+def test_golden_three_levels_up(golden):
+    golden(None)
+
+
+@pytest.mark.texstream_golden(folder="OUTSIDE_ABSOLUTE")
+def test_golden_absolute_elsewhere(golden):
+    golden(None)
+
+
+@pytest.mark.texstream_golden(folder="images")
+def test_golden_relative_to_the_test_file(golden):
+    import numpy as np
+
+    golden(np.full((4, 4, 3), 200, np.uint8))
+"""
+
+
+def _outcomes(stdout: str) -> dict[str, str]:
+    """`-rA` summary lines: {test name: 'PASSED' or 'FAILED - message' or 'ERROR - message'}."""
+    found: dict[str, str] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"(PASSED|FAILED|ERROR) \S+::(\w+)(?: - (.*))?$", line)
+        if m:
+            kind, name, message = m.groups()
+            found[name] = (
+                (found.get(name, "") + " | " if name in found else "") + kind + (f" - {message}" if message else "")
+            )
+    return found
+
+
+def test_fixtures_blame_texstream_objects_and_keep_golden_images_inside(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, gl_context: object
+) -> None:
+    """Run from the project's root, tests in a subfolder: a released simple_framebuffer passes
+    (strict checking fails it, with the hint); an unreleased Streamer fails, blamed on texstream; a
+    failed test gets no second error; golden folders resolve against the test file's folder and
+    never outside the rootdir."""
+    root = tmp_path / "project"
+    tests = root / "tests" / "render"
+    tests.mkdir(parents=True)
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (tests / "test_fixtures.py").write_text(FIXTURE_TESTS.replace("OUTSIDE_ABSOLUTE", str(outside)))
+    done = run_pytest(root, "--texstream-update-golden", target="tests/render/test_fixtures.py")
+    got = _outcomes(done.stdout)
+    assert got["test_released_simple_framebuffer"] == "PASSED", done.stdout
+    strict = got["test_released_simple_framebuffer_strict"]
+    assert strict.startswith("PASSED | ERROR") and "{'framebuffers'" not in strict, done.stdout
+    assert "made by the test left behind (strict check): {'renderbuffers': 2}" in done.stdout
+    assert "fbo.color_attachments and fbo.depth_attachment" in done.stdout
+    assert got["test_unreleased_streamer"].startswith("PASSED | ERROR"), done.stdout
+    assert "GL objects made by texstream left behind after the test" in done.stdout
+    assert got["test_fails_before_golden"].startswith("FAILED"), done.stdout
+    assert "ERROR" not in got["test_fails_before_golden"] and "never called golden" not in done.stdout
+    for name in ("test_golden_three_levels_up", "test_golden_absolute_elsewhere"):
+        assert got[name].startswith("ERROR"), (name, done.stdout)
+        assert "outside the project's rootdir" in got[name], (name, done.stdout)
+    assert list(outside.iterdir()) == [] and not (tmp_path / "outside").exists()
+    assert got["test_golden_relative_to_the_test_file"] == "PASSED", done.stdout
+    assert (tests / "images" / "test_golden_relative_to_the_test_file.png").is_file()
 
 
 def test_marker_without_a_comparison_fails(tmp_path: Path) -> None:

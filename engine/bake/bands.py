@@ -1,0 +1,246 @@
+"""The worker side of a bake: what one process does with a `BandJob` or `CutJob`.
+
+A band becomes finished tiles (mips, slots with borders, block compression, supercompression,
+checksum) and its rows of the next stage's level. The same code runs in the bake's own worker
+processes (`init_worker` then `run_job`, state inherited from the fork server), inline when a bake
+has one job, and on a Dask worker (`run_job_in_this_process`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..errors import EngineError
+from ..pack import codec
+from ..pack.format import AddressMode
+from ..pack.writer import EncodedTiles
+from . import bcn
+from .jobs import BandJob, CutJob, JobResult, RingRef, Settings
+from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
+from .source import Source
+from .tiler import LevelCutter
+
+__all__ = [
+    "WorkerState",
+    "execute",
+    "gather_rows",
+    "init_worker",
+    "run_job",
+    "run_job_in_this_process",
+    "warm_tables",
+    "warm_worker_tables",
+]
+
+
+@dataclass
+class WorkerState:
+    settings: Settings
+    ring: mmap.mmap | None = None
+    source: Source | None = None  # read in place (one job, in this process)
+    ring_fd: Any = None  # workers.PassedFd of the ring's memfd, mapped by each worker
+    ring_size: int = 0
+
+
+_worker: WorkerState | None = None
+
+
+def init_worker(state: WorkerState) -> None:
+    global _worker
+    _tune_malloc()
+    if state.ring_fd is not None:
+        state.ring = mmap.mmap(state.ring_fd.fd, state.ring_size)
+        os.close(state.ring_fd.fd)
+        state.ring_fd = None
+    _worker = state
+    warm_tables(state.settings)
+
+
+def _tune_malloc() -> None:
+    """Keep freed band buffers in the heap (glibc): every band allocates the same ~100 MiB, and
+    returning it to the kernel each time costs a page fault per 4 KiB when it comes back."""
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+
+
+@lru_cache(maxsize=1)
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt, or None elsewhere."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def warm_tables(settings: Settings) -> None:
+    _warm_transfer(settings.transfer)
+
+
+def _warm_transfer(t: Transfer) -> None:
+    t.reduce(np.zeros((2, 2, 4), np.uint8), None, AddressMode.CLAMP)
+    t.encode(np.zeros((1, 1, 4), np.float32))
+
+
+def warm_worker_tables() -> None:
+    """Build every transfer's tables (run once in the fork server; workers inherit them)."""
+    for srgb in (False, True):
+        for alpha in (False, True):
+            _warm_transfer(Transfer(srgb=srgb, alpha=alpha))
+
+
+def run_job(job: BandJob | CutJob) -> JobResult:
+    assert _worker is not None, "worker not initialised"
+    return execute(job, _worker)
+
+
+def run_job_in_this_process(settings: Settings, job: BandJob | CutJob) -> JobResult:
+    """Run one job in a process this bake did not start (a Dask worker): its state is made once per
+    process and settings, as `init_worker` makes it for the bake's own workers."""
+    return execute(job, _settled_state(settings))
+
+
+@lru_cache(maxsize=4)
+def _settled_state(settings: Settings) -> WorkerState:
+    _tune_malloc()
+    warm_tables(settings)
+    return WorkerState(settings)
+
+
+def execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
+    """Run one job (in a worker process, or inline when jobs == 1)."""
+    if isinstance(job, CutJob):
+        res = JobResult()
+        h = state.settings.header
+        w, lh = h.level_dims(job.level)
+        cutter = LevelCutter(w, lh, h.tile_size, h.border, h.address_mode)
+        _encode_row(state.settings, cutter, job.level, job.ty, job.rows, res.tiles)
+        return res
+    return _run_band(job, state)
+
+
+def _encode_row(
+    settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray, out: EncodedTiles
+) -> None:
+    h = settings.header
+    for tx, slot in cutter.cut(rows):
+        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb, alpha=settings.alpha)
+        stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
+        out.add(level, tx, ty, stored, digest)
+
+
+def _band_input(job: BandJob, state: WorkerState, lo: int, hi: int) -> np.ndarray:
+    ref = job.data
+    if isinstance(ref, RingRef):
+        assert state.ring is not None
+        a = np.frombuffer(state.ring, np.dtype(ref.dtype), ref.rows * ref.width * 4, ref.offset)
+        return a.reshape(ref.rows, ref.width, 4)
+    if ref is not None:
+        return ref
+    source = job.source or state.source
+    assert source is not None
+    rows = source.read_rows(lo, hi)
+    if rows.shape != (hi - lo, source.width, 4) or rows.dtype != np.uint8:
+        raise EngineError(
+            f"source {source.name} returned {rows.shape} {rows.dtype} for rows {lo}..{hi}, "
+            f"expected ({hi - lo}, {source.width}, 4) uint8"
+        )
+    return np.ascontiguousarray(rows)
+
+
+def _run_band(job: BandJob, state: WorkerState) -> JobResult:
+    settings = state.settings
+    h = settings.header
+    st = job.stage
+    t, b = h.tile_size, h.border
+    a0, b0 = st.content(job.band)
+    lo, hi = st.window(job.band)
+    data = _band_input(job, state, lo, hi)
+    if data.shape[0] != hi - lo:
+        raise EngineError(f"band {job.band} of stage {st.index} has {data.shape[0]} rows, expected {hi - lo}")
+    res = JobResult()
+    transfer = settings.transfer
+    if transfer.alpha and (transfer.srgb or transfer.premultiplied or st.index == 0):
+        if _opaque(data):
+            transfer = Transfer(srgb=transfer.srgb, alpha=False)  # exact for alpha 255 (1.0), and faster
+        else:
+            res.alpha = st.index == 0
+    reductions = st.count - 1 if st.final else st.count
+    levels = band_levels(
+        LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer, h.address_mode, job.top_row0.__getitem__
+    )
+    for lr in levels:
+        d = lr.level - st.level
+        lw, lh = h.level_dims(lr.level)
+        ca = a0 >> d
+        cb = lh if b0 >= st.height else b0 >> d
+        if d == st.count:  # the next stage's input
+            res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
+            break
+        elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
+        enc = _encoded_rows(lr, elo, ehi, transfer)
+        if job.want_top:
+            assert elo == 0 and lr.lo == 0
+            res.top_rows[lr.level] = enc[: min(lh, t + b)].copy()
+            res.top_row0[lr.level] = lr.data[0].copy()
+        if job.want_bottom:
+            assert ehi == lh
+            res.bottom_rows[lr.level] = enc[lh - b - elo :].copy() if b else enc[:0].copy()
+        cutter = LevelCutter(lw, lh, t, b, h.address_mode)
+        for ty in range(ca // t, -(-cb // t)):
+            if ty == 0 and job.skip_row0:
+                continue
+            rows = gather_rows(
+                cutter.slot_rows(ty), enc, elo, job.top_rows.get(lr.level), job.bottom_rows.get(lr.level), lh
+            )
+            _encode_row(settings, cutter, lr.level, ty, rows, res.tiles)
+    return res
+
+
+def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.ndarray:
+    """Rows [elo, ehi) of a level as stored: encoded, and bled when the colour has alpha."""
+    if not transfer.premultiplied:
+        part = lr.data[elo - lr.lo : ehi - lr.lo]
+        return part if part.dtype == np.uint8 else transfer.encode(part)
+    # The bleed reads BLEED_ROWS rows either side (the stage's margin holds them; at a level's
+    # edge there is nothing to read), so every band gives a shared row the same colours.
+    blo, bhi = max(lr.lo, elo - BLEED_ROWS), min(lr.hi, ehi + BLEED_ROWS)
+    rows = lr.data[blo - lr.lo : bhi - lr.lo]
+    enc = rows.copy() if rows.dtype == np.uint8 else transfer.encode(rows)
+    bleed(enc, rows, blo, transfer)
+    return enc[elo - blo : ehi - blo]
+
+
+def _opaque(rows: np.ndarray) -> bool:
+    """Whether every alpha in a band is 255 (uint8) or exactly 1.0 (float32)."""
+    alpha = rows[..., 3]
+    return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
+
+
+def gather_rows(
+    idx: np.ndarray, enc: np.ndarray, elo: int, top: np.ndarray | None, bottom: np.ndarray | None, height: int
+) -> np.ndarray:
+    """Slot rows `idx` (resolved level rows) from the band's encoded rows or the wrap contexts."""
+    ehi = elo + enc.shape[0]
+    if idx[0] >= elo and idx[-1] < ehi and np.all(np.diff(idx) == 1):
+        return enc[idx[0] - elo : idx[-1] - elo + 1]
+    out = np.empty((idx.size,) + enc.shape[1:], np.uint8)
+    for k, r in enumerate(idx.tolist()):
+        if elo <= r < ehi:
+            out[k] = enc[r - elo]
+        elif top is not None and r < top.shape[0]:
+            out[k] = top[r]
+        elif bottom is not None and r >= height - bottom.shape[0]:
+            out[k] = bottom[r - (height - bottom.shape[0])]
+        else:
+            raise AssertionError(f"row {r} of a {height}-row level is in neither the band nor a context")
+    return out

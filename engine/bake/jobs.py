@@ -1,0 +1,143 @@
+"""The bake's job records and its stage plan: what the main process, its worker processes and a Dask
+cluster's workers exchange.
+
+A *stage* tiles levels ``level .. level+count-1`` from bands of level ``level``'s rows (see
+`pipeline` for how the pyramid is split); a `BandJob` is one band of a stage, a `CutJob` one deferred
+tile row (wrap address mode), a `JobResult` what a worker hands back. `Settings` is everything a worker
+needs besides the job. These records pickle small: band inputs travel through the shared ring
+(`RingRef`) where the bake has one. Both the local pool (`pipeline`) and the cluster executor
+(`cluster`) import this module; neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..pack.format import PackHeader
+from ..pack.writer import EncodedTiles
+from .mips import Transfer
+from .source import Source
+
+__all__ = ["BAND_BYTES", "FINAL_BYTES", "BandJob", "CutJob", "JobResult", "RingRef", "Settings", "Stage", "plan_stages"]
+
+BAND_BYTES = 32 << 20  # input bytes of one band: bounds worker memory (~4x this) and the ring
+FINAL_BYTES = 4 << 20  # a level this small (as float32 RGBA) is finished by one job
+
+
+# ---- stage plan -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stage:
+    """Levels ``level .. level+count-1`` tiled from bands of level ``level``'s rows."""
+
+    index: int
+    level: int
+    count: int
+    final: bool
+    width: int
+    height: int
+    band: int  # rows of level `level` per band
+    margin: int  # extra rows each side
+
+    @property
+    def bands(self) -> int:
+        return -(-self.height // self.band)
+
+    def content(self, i: int) -> tuple[int, int]:
+        return i * self.band, min(self.height, (i + 1) * self.band)
+
+    def window(self, i: int) -> tuple[int, int]:
+        a, b = self.content(i)
+        return max(0, a - self.margin), min(self.height, b + self.margin)
+
+
+def plan_stages(
+    header: PackHeader,
+    band_bytes: int | None = None,
+    final_bytes: int | None = None,
+    min_bands: int = 1,
+    context: int = 0,
+) -> list[Stage]:
+    """Split the pyramid into stages whose bands stay within `band_bytes` (at least one tile row)
+    and, where the level is tall enough, number at least `min_bands` (work for every worker, and a
+    short wait for the last band); a level of at most `final_bytes` (as float32 RGBA) is finished
+    in one job. `context`: rows each band reads past its border at every level it tiles (bleeding
+    colour into transparent texels reads `mips.BLEED_ROWS`)."""
+    band_bytes = BAND_BYTES if band_bytes is None else band_bytes
+    final_bytes = FINAL_BYTES if final_bytes is None else final_bytes
+    t, b = header.tile_size, header.border
+    stages: list[Stage] = []
+    s = 0
+    while s < header.level_count:
+        w, h = header.level_dims(s)
+        remaining = header.level_count - s
+        texel = 4 if s == 0 else 16  # uint8 RGBA source rows, float32 RGBA after
+        if remaining == 1 or w * h * 16 <= final_bytes:
+            stages.append(Stage(len(stages), s, remaining, True, w, h, h, 0))
+            break
+        k = 1
+        while (
+            k + 1 < remaining
+            # Two levels per band are worth 4x the memory: a band's float output for the next
+            # stage (16 bytes a texel) shrinks 4x with every level, and it travels between processes.
+            and (t << k) * w * texel <= (band_bytes if k > 1 else 4 * band_bytes)
+            and -(-h // (t << k)) >= min_bands
+        ):
+            k += 1
+        stages.append(Stage(len(stages), s, k, False, w, h, t << (k - 1), (b + context) << (k - 1)))
+        s += k
+    return stages
+
+
+# ---- jobs (pickled to workers) ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs besides the job itself."""
+
+    header: PackHeader
+    transfer: Transfer
+    bc7_quality: str
+    zstd_level: int
+    alpha: bool = True  # the source may have real alpha (steers the BC7 encoder)
+
+
+@dataclass(frozen=True)
+class RingRef:
+    """A band's rows in the shared ring: byte offset, row count, width, dtype (uint8 or float32)."""
+
+    offset: int
+    rows: int
+    width: int
+    dtype: str
+
+
+@dataclass
+class BandJob:
+    stage: Stage
+    band: int
+    data: RingRef | np.ndarray | None  # None: the worker reads the source itself
+    source: Source | None = None  # a picklable source (procedural); else see `data`
+    top_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [0, n)
+    top_row0: dict[int, np.ndarray] = field(default_factory=dict)  # level -> row 0 as filtered
+    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [h-n, h)
+    skip_row0: bool = False  # leave each level's tile row 0 to a later CutJob (wrap)
+    want_top: bool = False
+    want_bottom: bool = False
+
+
+@dataclass
+class CutJob:
+    level: int
+    ty: int
+    rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
+
+
+@dataclass
+class JobResult:
+    tiles: EncodedTiles = field(default_factory=EncodedTiles)
+    output: np.ndarray | None = None
+    top_rows: dict[int, np.ndarray] = field(default_factory=dict)
+    top_row0: dict[int, np.ndarray] = field(default_factory=dict)
+    bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
+    alpha: bool = False  # a stage-0 band held alpha below 255

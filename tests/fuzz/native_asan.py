@@ -1,0 +1,265 @@
+"""The compiled helper (engine/native/_native.c) under AddressSanitizer + UndefinedBehaviorSanitizer,
+fed by the fuzz corpus.
+
+``python -m tests.fuzz.native_asan build DIR``   compile a sanitized copy into DIR (gcc or clang)
+``python -m tests.fuzz.native_asan replay LIB [TARGET...]``  run its entry points on the corpus inputs
+                                                 (pack, header, tile); must run with the sanitizer
+                                                 runtime preloaded (`sanitized_env`)
+``python -m tests.fuzz.native_asan DIR``         both (what `make fuzz-native` runs)
+
+The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` for local packs) and
+`ts_decode_batch` directly: every pack input of the corpus that opens is read whole, then again with
+each tile damaged and with the file cut short; every tile input is decoded under each codec. Each
+answer is compared with the pure-Python twin's (the contract in _native.c: same status codes). Any
+sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
+status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the
+helper writes have exact bounds the sanitizer checks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+SOURCE = ROOT / "engine" / "native" / "_native.c"
+FLAGS = (
+    "-shared",
+    "-fPIC",
+    "-O1",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+)
+
+
+def compiler() -> str | None:
+    """The C compiler to build with: $CC, else gcc, else clang."""
+    for name in (os.environ.get("CC"), "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def asan_runtime(cc: str) -> str | None:
+    """The compiler's shared ASan runtime (to preload into an interpreter that was not built with it)."""
+    for name in ("libasan.so", "libclang_rt.asan-x86_64.so"):
+        try:
+            out = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        path = os.path.realpath(out.stdout.strip())
+        if os.path.isabs(path) and os.path.exists(path):
+            return path
+    return None
+
+
+def build(out_dir: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
+    """Compile the sanitized helper (`source`) into `out_dir`: (library, "") or (None, why not)."""
+    cc = compiler()
+    if cc is None:
+        return None, "no C compiler (gcc or clang) to build the sanitized helper"
+    if asan_runtime(cc) is None:
+        return None, f"{cc} has no shared AddressSanitizer runtime (libasan)"
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").exists():
+        return None, f"Python's headers are not installed ({include}/Python.h)"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / "_native_sanitized.so"
+    proc = subprocess.run(
+        [cc, *FLAGS, f"-I{include}", str(source), "-o", str(lib)], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        return None, f"{cc} -fsanitize=address,undefined failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+    return lib, ""
+
+
+def sanitized_env(cc: str) -> dict[str, str]:
+    """The environment a replay runs in: the ASan runtime preloaded, every report fatal."""
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = asan_runtime(cc) or ""
+    env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86"
+    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=87"
+    env["PYTHONMALLOC"] = "malloc"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+# ---- replay (runs inside the sanitized process) --------------------------------------------------------
+def _read_both(batch, raw_size: int, state_slots: int, scratches) -> list[list[int]]:  # noqa: ANN001
+    """Status codes of one batch read by each scratch (compiled, then Python), in fresh exact rings."""
+    import numpy as np
+
+    from texstream.runtime.io_workers import read_batch
+
+    results = []
+    for scratch in scratches:
+        ring = np.zeros(state_slots * raw_size, np.uint8)
+        state = np.zeros(state_slots, np.uint8)
+        status, _ = read_batch(batch, ring, raw_size, state, 255, scratch)
+        results.append(status.tolist())
+    return results
+
+
+def _replay_pack(data: bytes, folder: Path, scratches, label: str) -> int:  # noqa: ANN001
+    import numpy as np
+
+    from texstream.errors import PackFormatError
+    from texstream.pack.reader import PackReader
+    from texstream.runtime.io_workers import ReadBatch, TileSource
+
+    from .harness import pack_bytes
+
+    body = pack_bytes(data)
+    path = folder / "replay.tpk"
+    path.write_bytes(body)
+    try:
+        reader = PackReader(path)
+    except PackFormatError:
+        return 0
+    checked = 0
+    with reader:
+        h = reader.header
+        idx = reader.index
+        order = np.argsort(idx["offset"], kind="stable")
+        count = int(order.size)
+        source = TileSource(reader.fileno(), h.supercompression, h.tile_raw_size, int(idx["stored_size"].max()), "r")
+
+        def batch() -> ReadBatch:
+            return ReadBatch(
+                batch_id=0,
+                source=source,
+                tiles=order.astype(np.int64),
+                ring_slots=np.arange(count, dtype=np.int64),
+                file_offsets=idx["offset"][order].astype(np.int64),
+                stored=idx["stored_size"][order].astype(np.int64),
+                checksums=idx["checksum"][order].astype(np.uint64),
+            )
+
+        variants = [("as written", None)]
+        variants += [
+            (f"tile {k} damaged", int(idx["offset"][order[k]] + idx["stored_size"][order[k]] // 2))
+            for k in range(min(count, 8))
+        ]
+        variants.append(("cut short", -1))
+        pristine = path.read_bytes()
+        for name, where in variants:
+            damaged = bytearray(pristine)
+            if where is not None and where >= 0:
+                damaged[where] ^= 0x5A
+            path.write_bytes(bytes(damaged if where != -1 else pristine[: int(idx["offset"][order[-1]]) + 1]))
+            native, python = _read_both(batch(), h.tile_raw_size, count, scratches)
+            if native != python:
+                raise AssertionError(f"{label} ({name}): compiled statuses {native} != Python's {python}")
+            checked += 1
+    return checked
+
+
+def _replay_tile(data: bytes, native_lib, scratch, label: str) -> int:  # noqa: ANN001
+    import numpy as np
+
+    from texstream.errors import TileCorruptError
+    from texstream.pack import codec
+    from texstream.pack.format import Supercompression
+    from texstream.runtime.io_workers import ReadStatus
+
+    from .harness import tile_input
+
+    _, raw_size, stored = tile_input(data)
+    if not stored:
+        return 0
+    checked = 0
+    for mode in Supercompression:
+        try:
+            expected_sum = codec.checksum(codec.decompress(stored, mode, raw_size))
+            want = ReadStatus.OK
+        except TileCorruptError:
+            expected_sum, want = 0, ReadStatus.DECODE_ERROR
+        src = (ctypes.c_uint8 * len(stored)).from_buffer_copy(stored)  # exact bounds: the sanitizer sees overreads
+        ring = (ctypes.c_uint8 * raw_size)()
+        where = np.zeros(1, np.int64)
+        sizes = np.array([len(stored)], np.int64)
+        sums = np.array([expected_sum], np.uint64)
+        slots = np.zeros(1, np.int64)
+        status = np.zeros(1, np.int32)
+        native_lib.decode_batch(
+            int(mode),
+            1,
+            ctypes.addressof(src),
+            where.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+            sizes.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+            raw_size,
+            sums.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+            slots.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+            ctypes.addressof(ring),
+            raw_size,
+            scratch.dctx,
+            ctypes.byref(native_lib.codecs),
+            status.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+        )
+        got = ReadStatus(int(status[0]))
+        if got != want:
+            raise AssertionError(f"{label} as {mode.name.lower()}: compiled decode says {got.name}, Python {want.name}")
+        checked += 1
+    return checked
+
+
+def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile")) -> int:
+    """Every corpus and crash input of the pack, header and tile targets through the sanitized helper."""
+    from texstream.native import load_library
+    from texstream.runtime.io_workers import _Scratch
+
+    if not hasattr(ctypes.CDLL(None), "__asan_report_load1"):
+        print("the sanitizer runtime is not loaded (run with sanitized_env: LD_PRELOAD)", file=sys.stderr)
+        return 2
+    native = load_library(str(lib), deep_bind=False)
+    if native is None:
+        print(f"cannot load the sanitized helper {lib} (or a codec function it needs)", file=sys.stderr)
+        return 2
+    scratches = (_Scratch(native), _Scratch(None))
+    inputs = 0
+    checks = 0
+    with tempfile.TemporaryDirectory(prefix="texstream-asan-") as tmp:
+        for target in targets:
+            files = sorted((HERE / "corpus" / target).glob("*")) + sorted((HERE / "crashes" / target).glob("*"))
+            for f in files:
+                label = f"{target}/{f.name}"
+                if target == "tile":
+                    checks += _replay_tile(f.read_bytes(), native, scratches[0], label)
+                else:
+                    checks += _replay_pack(f.read_bytes(), Path(tmp), scratches, label)
+                inputs += 1
+    for s in scratches:
+        s.close()
+    print(f"sanitized helper: {inputs} corpus inputs, {checks} batches compared with the Python path, no report")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "replay":
+        return replay(Path(argv[1]), *([tuple(argv[2:])] if argv[2:] else []))
+    if len(argv) == 2 and argv[0] == "build":
+        lib, why = build(Path(argv[1]))
+        print(lib or why, file=sys.stdout if lib else sys.stderr)
+        return 0 if lib else 1
+    if len(argv) == 1:
+        lib, why = build(Path(argv[0]))
+        if lib is None:
+            print(f"cannot run the sanitizer replay: {why}", file=sys.stderr)
+            return 1
+        command = [sys.executable, "-m", "tests.fuzz.native_asan", "replay", str(lib)]
+        return subprocess.run(command, cwd=ROOT, env=sanitized_env(compiler() or "gcc"), check=False).returncode
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

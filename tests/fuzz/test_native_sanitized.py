@@ -1,0 +1,59 @@
+"""The compiled helper built with -fsanitize=address,undefined and fed the fuzz corpus (see
+tests/fuzz/native_asan.py). Skips without a compiler or sanitizer runtime; where TEXSTREAM_REQUIRE
+lists "native" (CI) it must run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.require import skip_unless_required
+
+from .native_asan import ROOT, SOURCE, build, compiler, sanitized_env
+
+
+def _replay(lib: Path, *targets: str) -> subprocess.CompletedProcess[str]:
+    cc = compiler()
+    assert cc is not None
+    return subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.native_asan", "replay", str(lib), *targets],
+        cwd=ROOT,
+        env=sanitized_env(cc),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lib, why = build(tmp_path_factory.mktemp("asan"))
+    if lib is None:
+        skip_unless_required("native", why)
+    return lib
+
+
+def test_the_corpus_through_the_sanitized_helper(sanitized: Path) -> None:
+    proc = _replay(sanitized)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    assert "no report" in proc.stdout
+
+
+def test_the_sanitizer_catches_a_planted_overflow(sanitized: Path, tmp_path: Path) -> None:
+    """The same replay on a copy of the helper that copies one byte too many must fail with an
+    AddressSanitizer report: the replay really runs the instrumented code on exact-size buffers."""
+    source = SOURCE.read_text()
+    planted = source.replace("memcpy(dst, src, (size_t)raw);", "memcpy(dst, src, (size_t)raw + 1);")
+    assert planted != source
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _replay(lib, "tile")  # the planted bug is in the uncompressed tile copy
+    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
