@@ -27,8 +27,9 @@ from .gl.objects import FrameThrottle
 from .gl.shaders import ShaderFile, preprocess, program, register_includes, shader_file
 from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
 from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
-from .runtime.frame_stats import FrameStats, StreamerStats, StreamTotals
+from .runtime.frame_stats import FeedbackInfo, FrameStats, StreamerStats, StreamTotals
 from .runtime.origin import Origin
+from .runtime.residency import Completeness
 from .runtime.streamer import IOStatus, Streamer, VirtualTexture
 from .telemetry import FrameRecord, Overlay, Telemetry
 from .version import __version__
@@ -38,7 +39,9 @@ __all__ = [
     "BakeConfig",
     "BudgetConfig",
     "BudgetError",
+    "Completeness",
     "EngineError",
+    "FeedbackInfo",
     "FrameRecord",
     "FrameStats",
     "FrameThrottle",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import os
@@ -299,6 +300,10 @@ class StreamerConfig:
     Attributes
     ----------
     budget : BudgetConfig
+        the VRAM budget and its mip-bias controller
+    budget_mb : float | None
+        shortcut for ``budget=BudgetConfig(budget_mb=...)``: the budget in MiB; None: `budget` decides.
+        An explicit `budget` whose own ``budget_mb`` differs is refused (ValueError)
     ring_mb : int
         persistent-mapped staging ring ("pinned" upload memory)
     io_threads : int
@@ -309,6 +314,9 @@ class StreamerConfig:
         upload cap per update(), bytes
     upload_tiles_per_frame : int
         upload cap per update(), tiles (and requests issued per update)
+    request_tiles_per_frame : int | None
+        loads issued per update() when it should differ from the upload cap (None: the same);
+        more than the upload cap lets read tiles wait for their upload
     feedback_divisor : int
         feedback buffer is the framebuffer size / this
     cancel_after_frames : int
@@ -332,11 +340,13 @@ class StreamerConfig:
     """
 
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    budget_mb: float | None = None
     ring_mb: int = 64
     io_threads: int = 4
     frames_in_flight: int = 3
     upload_bytes_per_frame: int = 32 << 20
     upload_tiles_per_frame: int = 512
+    request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
     cancel_after_frames: int = 8
     prefetch: bool = True
@@ -355,6 +365,7 @@ class StreamerConfig:
             "frames_in_flight": self.frames_in_flight >= 1,
             "upload_bytes_per_frame": self.upload_bytes_per_frame >= 1,
             "upload_tiles_per_frame": self.upload_tiles_per_frame >= 1,
+            "request_tiles_per_frame": self.request_tiles_per_frame is None or self.request_tiles_per_frame >= 1,
             "feedback_divisor": self.feedback_divisor >= 1,
             "cancel_after_frames": self.cancel_after_frames >= 1,
             "pinned_levels": self.pinned_levels >= 1,
@@ -369,3 +380,14 @@ class StreamerConfig:
             raise TypeError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
         if not isinstance(self.budget, BudgetConfig):
             raise TypeError(f"budget must be a BudgetConfig, got {type(self.budget).__name__}")
+        if self.budget_mb is not None:
+            mb = self.budget_mb
+            if isinstance(mb, bool) or not isinstance(mb, int | float):
+                raise TypeError(f"budget_mb must be a number of MiB, got {type(mb).__name__}")
+            if self.budget.budget_mb is not None and self.budget.budget_mb != mb:
+                raise ValueError(
+                    f"budget_mb={mb!r} conflicts with budget=BudgetConfig(budget_mb={self.budget.budget_mb!r}): "
+                    "give the budget once"
+                )
+            # the shortcut fills the nested config, so everything else reads config.budget only
+            object.__setattr__(self, "budget", dataclasses.replace(self.budget, budget_mb=mb))

@@ -81,7 +81,7 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
-    from ..runtime.pools import SlotGeometry
+    from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
 
     native = load() if compiled else None

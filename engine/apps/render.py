@@ -14,7 +14,7 @@ from ..gl.shaders import program as load_program
 from ..gl.shaders import shader_file
 from ..runtime.streamer import Streamer, VirtualTexture
 from ..scene.camera import View, plane_mvp
-from ..telemetry import Telemetry
+from ..telemetry import FrameRecord, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class PlaneRenderer:
 @dataclass
 class RenderResult:
     frames: list[np.ndarray]
-    telemetry: list[dict] = field(default_factory=list)  # one frame record a frame (FRAME_SCHEMA)
+    telemetry: list[FrameRecord] = field(default_factory=list)  # one record a frame (FRAME_SCHEMA's fields)
 
 
 FPS = 60.0  # the frame clock of the telemetry's rates

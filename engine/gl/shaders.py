@@ -38,7 +38,6 @@ resulting `ShaderError` names ``file:line`` and quotes the offending source line
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 import os
 import posixpath
@@ -54,6 +53,7 @@ import moderngl
 
 from ..errors import ShaderError
 from .shader_errors import Diagnostic, ShaderCompileError, compile_program
+from .shader_root import PACKAGE_PREFIX, shader_root
 
 __all__ = [
     "INCLUDABLE",
@@ -73,8 +73,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-PACKAGE = "texstream.shaders"
-PACKAGE_PREFIX = "texstream/"
 MAX_INCLUDE_DEPTH = 32
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"(?P<path>[^"]+)"\s*(//.*)?$')
@@ -123,19 +121,6 @@ class ShaderSource:
             return None
         file_id, line = self.flat_map[flat_line - 1]
         return None if file_id < 0 else self.locate(file_id, line)
-
-
-def shader_root() -> Traversable:
-    """The folder of texstream's shader files (the ``texstream.shaders`` package data)."""
-    try:
-        return importlib.resources.files(PACKAGE)
-    except ModuleNotFoundError:
-        # An editable install does not expose a namespace package nested in a regular one; the
-        # source checkout keeps the shaders next to the package folder.
-        fallback = Path(__file__).resolve().parents[2] / "shaders"
-        if fallback.is_dir():
-            return fallback
-        raise ShaderError(f"cannot find texstream's shader folder (package {PACKAGE} is not installed)") from None
 
 
 class _Preprocessor:

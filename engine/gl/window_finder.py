@@ -13,7 +13,7 @@ from pathlib import Path
 from moderngl_window.conf import settings
 from moderngl_window.finders.base import BaseFilesystemFinder
 
-from .shaders import PACKAGE_PREFIX, shader_root
+from .shader_root import PACKAGE_PREFIX, shader_root
 
 __all__ = ["FINDER", "TexstreamShaderFinder", "register_finder"]
 

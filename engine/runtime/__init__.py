@@ -1,0 +1,52 @@
+"""The streaming runtime: deciding what is resident apart from moving bytes.
+
+Layout
+------
+Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic feedback):
+
+- ``slots.py``: `SlotLedger`, one per cache pool (allocate, keep free, LRU victims, pins, release,
+  shrink plans, invariant checks; slots handed out as runs of consecutive layers), `SlotGeometry`,
+  `plan_capacities`;
+- ``residency.py``: `Residency`, the only owner of residency state: the tile id space (``tiles.py``),
+  the page tables as arrays (``page_table.py``), the ledgers, the request scheduler
+  (``requests.py``), the feedback reduction (``feedback_reduce.py``), the mip-bias steps of the
+  budget (``budget.py``) and the latency and totals counters. Verbs: ``observe(feedback)``,
+  ``apply(drained=/uploaded=)``, ``orders(free ring slots)``, ``plan(budget)``, ``apply_resize``;
+- ``records.py``: what movers report back (`LoadRecords`, `Drained`, `Uploaded`);
+- ``budget_advice.py``: the smallest budget that fits (pinned layers, page tables, feedback and a
+  staging ring that grows with the budget), named by `BudgetError`;
+- ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared).
+
+Movers (the only modules that hold GL objects or threads; they carry out the deciders' orders and
+report results as records, and change no residency state of their own accord):
+
+- ``pools.py``: `CachePool`, one GL texture array plus its ledger, carrying out its move plans;
+  ``pool_set.py``: which pools exist; ``page_buffer.py``: the page tables' GPU buffer;
+- ``staging.py``: the persistent-mapped staging ring; ``uploader.py``: a load's whole life and the
+  upload calls; ``io_workers.py``: the I/O thread pool; ``byte_sources.py``: where a tile's bytes
+  come from (local pread, remote ranges) and how they are decoded;
+- ``feedback.py``: the feedback buffers and their asynchronous readback;
+- ``texture.py``: `VirtualTexture`, the handle a shader binds (given callbacks at construction; it
+  does not import the streamer).
+
+The facade: ``streamer.py`` (`Streamer`: the frame script and the public methods) with its read-only
+views in ``views.py`` and ``frame_stats.py`` (`FrameStats`, `StreamerStats`, `IOStatus`,
+`FeedbackInfo`) and ``residency.Completeness``. Telemetry and the memory report read these views,
+never a streamer's private attributes.
+
+Threading contract
+------------------
+- The render thread (the one that made the streamer, its GL context current) makes every GL call
+  and every state change: `update()`, open, close, budget changes, every ledger, table and load
+  state change. Calls from another thread raise `EngineError`.
+- I/O threads (``io_workers.py``, with ``byte_sources.py`` on them) read, checksum and decompress a
+  batch of tiles into ring memory handed to them; they touch no GL and no engine state and send
+  back one message per batch. Remote packs add their own network threads (``texstream.remote``).
+- Only the movers listed above may import ``moderngl``, ``texstream.gl`` or ``threading``; the
+  deciders and what they import may not (tests/runtime/test_layout.py checks it).
+
+One frame (`Streamer.update`)::
+
+    reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
+            -> upload page tables -> begin the next feedback frame
+"""

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
+from ..config import StreamerConfig
+from ..errors import BudgetError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike, MappedBuffer
+from .budget import BudgetManager
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,44 @@ class FeedbackRing:
         self.age = -1  # frames between the newest feedback read and the frame it was read in
         self.dropped = 0  # entries lost because the buffer was full
         self.skipped_frames = 0  # frames without a free buffer (GPU far behind): no feedback recorded
+
+    @classmethod
+    def reserved(
+        cls, ctx: moderngl.Context, gl: GLExt, budget: BudgetManager, size: tuple[int, int], config: StreamerConfig
+    ) -> FeedbackRing:
+        """A ring for draws of `size` pixels, its bytes reserved in `budget` as "feedback" (BudgetError:
+        nothing made)."""
+        divisor = config.feedback_divisor
+        ring = cls(ctx, gl, cls.capacity_for(size, divisor), divisor)
+        try:
+            budget.reserve("feedback", ring.nbytes)
+        except BaseException:
+            ring.release()
+            raise
+        return ring
+
+    def resized(self, size: tuple[int, int], budget: BudgetManager, config: StreamerConfig) -> FeedbackRing:
+        """A ring for draws of `size` pixels in place of this one (released); BudgetError keeps this one."""
+        budget.release("feedback")
+        try:
+            new = FeedbackRing.reserved(self.ctx, self.gl, budget, size, config)
+        except BudgetError:
+            budget.reserve("feedback", self.nbytes)
+            raise
+        self.release()
+        return new
+
+    def fitted(
+        self, viewport: tuple[int, int, int, int] | None, budget: BudgetManager, config: StreamerConfig
+    ) -> FeedbackRing:
+        """This ring, or a bigger one when draws of `viewport` would overflow it (kept if the budget
+        cannot hold a bigger one: the entries that do not fit are counted as dropped)."""
+        if not viewport or FeedbackRing.capacity_for(viewport[2:], config.feedback_divisor) <= self.capacity:
+            return self
+        try:
+            return self.resized((viewport[2], viewport[3]), budget, config)
+        except BudgetError:
+            return self
 
     @staticmethod
     def capacity_for(size: tuple[int, int], stride: int) -> int:

@@ -1,18 +1,21 @@
-"""What one `Streamer.update()` did (`FrameStats`), and what `Streamer.stats()` returns (`StreamerStats`)."""
+"""The streamer's typed read-only views: what one `Streamer.update()` did (`FrameStats`), what
+`Streamer.stats()` returns (`StreamerStats`), `IOStatus` and `FeedbackInfo`. Built from the residency
+core, the budget and the movers' own status records; nothing here reads a streamer's internals."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .uploader import Uploaded
+from ..remote import NetworkSummary
+from .budget import BudgetManager
+from .records import Uploaded
+from .residency import Residency, StreamTotals
+from .staging import RingStats
 
-if TYPE_CHECKING:
-    from .streamer import Streamer
-
-__all__ = ["FrameStats", "StreamTotals", "StreamerStats", "streamer_stats"]
+__all__ = ["FeedbackInfo", "FrameStats", "IOStatus", "StreamTotals", "StreamerStats", "streamer_stats"]
 
 _FRAME_KEYS = (
     "frame",
@@ -62,15 +65,26 @@ class FrameStats:
 
 
 @dataclass(frozen=True)
-class StreamTotals:
-    """Running totals since the streamer started."""
+class IOStatus:
+    """`Streamer.io_status()`: the reader threads and the staging ring."""
 
-    uploads: int  # tiles uploaded into the cache
-    upload_bytes: int
-    evicted: int  # tiles evicted
-    failed: int  # failed loads (a tile failing again counts again)
-    requested: int  # loads handed to the I/O threads
-    cancelled: int  # queued loads dropped because nothing wanted them any more
+    threads: int  # threads taking new batches
+    stuck_threads: int  # retired threads still inside a read that was given up
+    pending_batches: int  # batches submitted and not yet drained
+    compiled: bool  # reads and uploads run in the compiled helper (texstream.native)
+    ring: RingStats | None  # None before the first texture opens
+
+
+@dataclass(frozen=True)
+class FeedbackInfo:
+    """`Streamer.feedback_info()`: the feedback buffers the draws write wanted pages into."""
+
+    depth: int  # buffers in the ring (one per frame in flight)
+    nbytes_each: int
+    stride: int  # one feedback texel per stride x stride pixels
+    capacity: int  # entries each buffer holds
+    dropped: int  # entries lost to a full buffer so far
+    frozen: bool  # feedback is read but ignored (`Streamer.freeze_feedback`)
 
 
 @dataclass(frozen=True)
@@ -174,34 +188,45 @@ class StreamerStats:
         return asdict(self)
 
 
-def streamer_stats(s: Streamer) -> StreamerStats:
-    """`s`'s latest update() plus running totals."""
-    st = s.last
-    lat = np.array(s._latencies) if s._latencies else np.zeros(1)
-    p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
-    ring = s._uploader.ring if s._uploader is not None else None
-    net = s.network()
-    working_set, stream_cache = _working_set_bytes(s)
+def streamer_stats(
+    last: FrameStats,
+    core: Residency,
+    budget: BudgetManager,
+    ring: RingStats | None,
+    net: NetworkSummary,
+    feedback: FeedbackInfo,
+    corrupt_tiles: int,
+) -> StreamerStats:
+    """The latest update() plus running totals, from the parts that own them."""
+    p50, p95, p99 = core.latency_percentiles()
+    need = room = 0
+    for p, (tiles, slots) in core.pressure(core.sampled).items():
+        # the pressure the mip bias answers: the newest feedback's pages at full detail with their
+        # parents against the slots streamed tiles can use (pinned levels excluded from both)
+        g = core.geometry[p]
+        assert g is not None
+        need += tiles * g.slot_bytes
+        room += slots * g.slot_bytes
     return StreamerStats(
-        **{k: getattr(st, k) for k in _FRAME_KEYS},
-        vram_bytes=s.budget.usage,
-        vram_peak_bytes=s.budget.peak,
-        budget_bytes=s.budget.budget,
-        budget_source=s.budget.source,
-        vram_breakdown=s.budget.breakdown(),
-        mip_bias=s.budget.bias,
-        resident_tiles=int(s._tables.resident_count.sum()),
-        working_set_bytes=working_set,
-        stream_cache_bytes=stream_cache,
-        corrupt_tiles=sum(vt.corrupt_tiles for vt in s.textures),
+        **{k: getattr(last, k) for k in _FRAME_KEYS},
+        vram_bytes=budget.usage,
+        vram_peak_bytes=budget.peak,
+        budget_bytes=budget.budget,
+        budget_source=budget.source,
+        vram_breakdown=budget.breakdown(),
+        mip_bias=budget.bias,
+        resident_tiles=core.resident_tiles,
+        working_set_bytes=need if core.headers else 0,
+        stream_cache_bytes=room if core.headers else 0,
+        corrupt_tiles=corrupt_tiles,
         latency_p50_frames=p50,
         latency_p95_frames=p95,
         latency_p99_frames=p99,
-        ring_occupancy=1.0 - ring.free_count / ring.slot_count if ring is not None else 0.0,
-        ring_stalls=ring.stall_count if ring is not None else 0,
-        feedback_frozen=s.freeze_feedback,
-        feedback_dropped=s._feedback.dropped,
-        totals=StreamTotals(**s._totals),
+        ring_occupancy=ring.occupancy if ring is not None else 0.0,
+        ring_stalls=ring.stalls if ring is not None else 0,
+        feedback_frozen=feedback.frozen,
+        feedback_dropped=feedback.dropped,
+        totals=core.totals(),
         remote_packs=net.remote_packs,
         net_requests=net.requests,
         net_failed_requests=net.failed_requests,
@@ -216,17 +241,3 @@ def streamer_stats(s: Streamer) -> StreamerStats:
         cache_bytes=net.cache_bytes,
         cache_capacity_bytes=net.cache_capacity_bytes,
     )
-
-
-def _working_set_bytes(s: Streamer) -> tuple[int, int]:
-    """GPU bytes of the newest feedback's pages at full detail (no mip bias) with their parents, and
-    of the cache slots streamed tiles can use; coarsest pinned levels excluded from both. The
-    pressure the mip bias answers: the budget holds the view's detail while the first fits the second."""
-    need = room = 0
-    if s.textures:
-        pressure = s.pressure(s.sampled_pages)
-        for pool in s.pools.values():
-            tiles, slots = pressure[pool.name]
-            need += tiles * pool.geometry.slot_bytes
-            room += slots * pool.geometry.slot_bytes
-    return need, room

@@ -1,15 +1,15 @@
-"""The engine's cache pools as a set: one `CachePool` per (texel format, sRGB, slot size), each on its
-own texture unit (``FIRST_UNIT + index``), sized together inside the budget.
+"""The engine's cache pools as a set of movers: one `CachePool` per (texel format, sRGB, slot size),
+each on its own texture unit (``FIRST_UNIT + index``).
 
-`PoolSet` owns which pools exist, which pool each texture samples, how many slots hold textures'
-pinned levels, the sizing plan (`pools.plan_capacities`) and the free-slot reserve kept ahead of
-demand. It answers with records (`ResizeResult`, `Allocation`); the streamer applies them to the page
-tables and the uploader. Render thread only.
+`PoolSet` owns which pools exist (their GL texture arrays), which one a new texture samples, the
+geometry a new pool gets, and carries out a sizing plan decided by `residency.Residency.plan`.
+Which tiles the slots hold, pins, the reserve and pressure are the ledgers' and the residency core's.
+Render thread only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +19,10 @@ from ..errors import EngineError
 from ..gl.gl_ext import GLExt
 from ..pack.format import PackHeader
 from .budget import BudgetManager
-from .feedback_reduce import Wanted, unique_counts
-from .page_table import PageTables
-from .pools import Allocation, CachePool, PoolDemand, PoolKey, ResizeResult, SlotGeometry, SlotState, plan_capacities
-from .texture import FIRST_UNIT, MAX_POOLS
-from .tiles import MAX_TEXTURES, TileSpace
-from .uploader import LoadRecords
+from .pools import CachePool, PoolKey
+from .residency import Residency
+from .slots import MAX_POOLS, ResizeResult, SlotGeometry
+from .texture import FIRST_UNIT
 
 __all__ = ["PoolResize", "PoolSet"]
 
@@ -44,16 +42,9 @@ class PoolSet:
         self.gl, self.budget, self.config = gl, budget, config
         self.by_key: dict[PoolKey, CachePool] = {}
         self.by_index: list[CachePool | None] = [None] * MAX_POOLS
-        self.of_tex = np.full(MAX_TEXTURES, -1, np.int64)  # pool index of each texture id
-        self.level_pins = [0] * MAX_POOLS  # per pool: slots pinned for textures' coarsest levels
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[CachePool]:
         return iter(list(self.by_key.values()))
-
-    def pinned_tiles(self, h: PackHeader) -> int:
-        """Tiles of a pack's pinned levels."""
-        first = max(0, h.level_count - self.config.pinned_levels)
-        return int(h.level_first[-1] - h.level_first[first])
 
     def geometry(self, h: PackHeader) -> SlotGeometry:
         max_slots = max(1, self.budget.budget // h.tile_raw_size)
@@ -65,16 +56,21 @@ class PoolSet:
             max_texture_size=min(self.gl.max_texture_size, 16384),
         )
 
-    def first_layers_bytes(self, key: PoolKey, h: PackHeader) -> int:
+    def placement(self, key: PoolKey, h: PackHeader) -> tuple[int, SlotGeometry]:
+        """(pool index, geometry) a texture of `key` would sample: -1 and a new geometry if no pool is."""
+        pool = self.by_key.get(key)
+        return (pool.index, pool.geometry) if pool is not None else (-1, self.geometry(h))
+
+    def first_layers_bytes(self, key: PoolKey, pinned_tiles: int, h: PackHeader) -> int:
         """GPU bytes a texture's pool needs before it can open: nothing if the pool exists, else the
-        whole layers its pinned tiles take."""
+        whole layers its `pinned_tiles` take."""
         if key in self.by_key:
             return 0
         g = self.geometry(h)
-        return g.round_up(self.pinned_tiles(h)) // g.cells * g.layer_bytes
+        return g.round_up(pinned_tiles) // g.cells * g.layer_bytes
 
-    def attach(self, key: PoolKey, tex: int, h: PackHeader) -> CachePool:
-        """The pool texture `tex` samples, created (with room for its pinned tiles) if new."""
+    def attach(self, key: PoolKey, tex: int, pinned_tiles: int, h: PackHeader) -> CachePool:
+        """The pool texture `tex` samples, created (with room for its `pinned_tiles`) if new."""
         pool = self.by_key.get(key)
         if pool is None:
             index = next((i for i, p in enumerate(self.by_index) if p is None), None)
@@ -87,113 +83,47 @@ class PoolSet:
                 key,
                 index,
                 g,
-                g.round_up(max(1, self.pinned_tiles(h))),
+                g.round_up(max(1, pinned_tiles)),
                 self.config.frames_in_flight,
                 FIRST_UNIT,
             )
             self.by_key[key] = pool
             self.by_index[index] = pool
         pool.textures.append(tex)
-        self.of_tex[tex] = pool.index
         return pool
 
-    def detach(self, pool: CachePool, tex: int, frame: int, pinned_loaded: int) -> None:
-        """Texture `tex` closed: its slots freed (after frames in flight), its pool dropped if empty."""
-        self.level_pins[pool.index] -= pinned_loaded
-        pool.release_texture(tex, frame)
+    def detach(self, pool: CachePool, tex: int, empty: bool) -> None:
+        """Texture `tex` closed; its pool's array is released when no texture samples it (`empty`)."""
         pool.textures.remove(tex)
-        self.of_tex[tex] = -1
-        if not pool.textures:
+        if empty:
+            assert not pool.textures
             pool.release()
             del self.by_key[pool.key]
             self.by_index[pool.index] = None
-            self.level_pins[pool.index] = 0
 
-    def plan(self, headers: dict[int, PackHeader], frame: int, budget: int | None = None) -> list[PoolResize]:
-        """Resize every pool to its share of `budget` (default the current one) left after the other
-        allocations; shrinking first, so that growth has room. Returns what each resize did."""
-        held = self.budget.usage - sum(self.budget.reserved(p.name) for p in self)
-        demands = {}
-        for key, p in self.by_key.items():
-            hs = [headers[t] for t in p.textures]
-            demands[key] = PoolDemand(
-                p.geometry, len(hs), sum(self.pinned_tiles(h) for h in hs), sum(h.tile_count for h in hs), p.capacity
-            )
-        available = (self.budget.budget if budget is None else budget) - held
-        plan = plan_capacities(demands, available, self.gl.max_array_layers)
-        order = sorted(plan, key=lambda k: plan[k] - self.by_key[k].capacity)
-        return [PoolResize(self.by_key[k], self.by_key[k].resize(plan[k], frame)) for k in order]
+    def held_elsewhere(self) -> int:
+        """Budget bytes held by everything but the pools."""
+        return self.budget.usage - sum(self.budget.reserved(p.name) for p in self)
 
-    def reserve(self, pool: CachePool) -> int:
-        """Free slots kept ahead of demand in `pool` (prefetch never takes them)."""
-        return min(pool.capacity // 16, self.config.upload_tiles_per_frame)
-
-    def keep_free(self, frame: int) -> list[Allocation]:
-        """Evict LRU tiles no frame in flight uses until each pool holds its reserve of free slots: a
-        load into a slot evicted on demand would wait frames_in_flight frames for its overwrite gate."""
-        return [p.keep_free(frame, self.reserve(p)) for p in self]
-
-    def free_loads(self, loads: LoadRecords) -> None:
-        """Give back the cache slots of loads that ended without an upload (a slot a resize removed
-        or re-let is left alone)."""
-        for p in np.unique(loads.pool).tolist():
+    def apply(self, capacities: dict[int, int], order: list[int], frame: int) -> list[PoolResize]:
+        """Resize pools (by index) to `capacities`, in `order`. Returns what each resize did."""
+        out = []
+        for p in order:
             pool = self.by_index[p]
-            if pool is None:
-                continue
-            m = loads.pool == p
-            cs, tiles = loads.cache_slot[m], loads.tiles[m]
-            live = (cs >= 0) & (cs < pool.capacity)
-            live[live] = (pool.tile[cs[live]] == tiles[live]) & (pool.state[cs[live]] == SlotState.LOADING)
-            pool.free(cs[live])
+            assert pool is not None
+            out.append(PoolResize(pool, pool.resize(capacities[p], frame)))
+        return out
 
-    def mark_resident(self, loads: LoadRecords, frame: int) -> None:
-        for p in np.unique(loads.pool).tolist():
-            m = loads.pool == p
-            self.by_index[p].mark_resident(loads.cache_slot[m], frame)  # type: ignore[union-attr]
-
-    def touch(self, space: TileSpace, tables: PageTables, wanted: Wanted, frame: int) -> None:
-        """Record a use of every slot `wanted` samples, and its parent's (trilinear reads both)."""
-        if not len(wanted) or not self.by_key:
-            return
-        ids = np.concatenate([wanted.ids, space.parent[wanted.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        slots = tables.sample_slot(ids)
-        pool_of = self.of_tex[space.tex[ids].astype(np.int64)]
-        for p in self:
-            p.touch(slots[pool_of == p.index], frame)
-
-    def capacity(self, pool: CachePool) -> int:
-        """Slots a pool has for streamed tiles (those pinned for the coarsest levels do not count;
-        make_all_resident's pins do)."""
-        return max(1, pool.capacity - self.level_pins[pool.index])
-
-    def pressure(self, space: TileSpace, tables: PageTables, wanted: Wanted) -> dict[str, tuple[int, int]]:
-        """Per pool: (working set, capacity) of `wanted`: the wanted tiles plus their parents
-        (trilinear samples both), pinned levels excluded."""
-        ids = np.concatenate([wanted.ids, space.parent[wanted.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        tex = space.tex[ids].astype(np.int64)
-        ids = unique_counts(ids[space.level[ids] < tables.first_pinned[tex]])[0]
-        per_pool = np.bincount(self.of_tex[space.tex[ids].astype(np.int64)], minlength=MAX_POOLS)
-        return {p.name: (int(per_pool[p.index]), self.capacity(p)) for p in self}
-
-    def step_bias(self, space: TileSpace, tables: PageTables, wanted: Wanted, finer: Callable[[], Wanted]) -> None:
-        """One step of the budget's mip-bias controller, on the most loaded pool. Only when the next step
-        down would cross to a finer level is the finer working set (`finer()`) measured instead, so the
-        bias falls only when that set fits (else the level would flip between two every few frames)."""
-
-        def worst(w: Wanted) -> tuple[int, int]:
-            return max(self.pressure(space, tables, w).values(), key=lambda nc: nc[0] / nc[1], default=(0, 1))
-
-        bm, cfg = self.budget, self.config.budget
-        smallest = min((self.capacity(p) for p in self), default=1)
-        if bm.bias == 0 and 2 * len(wanted) < cfg.low_water * smallest:
-            return  # pages plus parents cannot fill any pool: no pressure to measure
-        need, cap = worst(wanted)
-        b = bm.bias_levels
-        if b > 0 and need <= cfg.high_water * cap and bm.bias - cfg.bias_step < b:
-            need, cap = worst(finer())
-        bm.update_bias(need, cap)
+    def replan(self, core: Residency, budget: int) -> list[np.ndarray]:
+        """Resize every pool to its share of `budget` as the core plans it (shrinking first), fold
+        each resize into the core, and return the tiles whose loads lost their cache slot."""
+        plan = core.plan(budget - self.held_elsewhere(), self.gl.max_array_layers)
+        cancelled = []
+        for r in self.apply(plan, core.resize_order(plan), core.frame):
+            tiles = core.apply_resize(r.pool.index, r.result)
+            if tiles.size:
+                cancelled.append(tiles)
+        return cancelled
 
     def release(self) -> None:
         for p in self:

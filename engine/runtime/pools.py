@@ -1,162 +1,38 @@
 """Cache pools: per compression format, one GPU texture array of tile slots shared by its textures.
 
-A `CachePool` owns its GL texture array and the bookkeeping of its slots (which tile each holds,
-its `SlotState`, last use, pin, and the frame from which it may be overwritten). It talks to the
-rest of the engine only through what its methods return: the tiles an allocation evicted, the slots
-a resize moved, the loads a shrink or a closed texture cancelled. The streamer applies those to the
-page tables and the uploader.
-
-Physical layout (`SlotGeometry`): the texture array has ``layers`` layers; each layer is a grid of
-``cells_x x cells_y`` slots of ``slot_size`` texels square (``slot_size = T + 2B``, a multiple of 4 so
-BC blocks never straddle two slots). Slot ``s`` lives in layer ``s // cells`` at cell
-``(s % cells) % cells_x, (s % cells) // cells_x``. Several cells per layer get around
-``GL_MAX_ARRAY_TEXTURE_LAYERS`` (2048 on many drivers: only ~19 MB of 136-texel BC1 slots).
-
-Slot lifecycle::
-
-    FREE --allocate--> LOADING --mark_resident--> RESIDENT --(evicted by allocate)--> LOADING ...
-      ^                   |                           |
-      +------ free -------+-------- release_texture --+
-
-A RESIDENT slot is evicted only when unpinned and unused (per feedback) for ``frames_in_flight``
-frames. Independently, a slot whose tile left it at frame E is not overwritten before frame
-``E + frames_in_flight`` (`writable_at`): draws issued before E may still be in flight and sample
-it through their page tables, and waiting avoids an implicit GPU sync on the upload.
-
-Pools are sized together (`plan_capacities`): what the budget leaves after the fixed costs is shared
-in proportion to the number of textures per pool times the slot bytes (equal slots per texture:
-an albedo and its normal map want about as many tiles each), each pool at least its pinned tiles,
-never more than its textures' tile count.
+A `CachePool` is the mover half of a pool: it owns the GL texture array, keeps its bytes reserved in
+the budget, binds it, and carries out what its `slots.SlotLedger` decides (the ledger says which tile
+each slot holds; a resize's plan says which slots survive and where they move, the pool makes the new
+array and copies them on the GPU). Everything it reports comes from the ledger's records
+(`ResizeResult`); the residency core applies them to the page tables and the loads.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import math
-from dataclasses import dataclass
 
-import numpy as np
-
-from ..errors import BudgetError
 from ..gl.enums import gl_format
 from ..gl.gl_ext import GLExt
 from ..gl.objects import TextureArray
 from ..pack.format import TexelFormat
 from .budget import BudgetManager
+from .slots import ResizeResult, SlotGeometry, SlotLedger
 
-__all__ = ["CachePool", "PoolKey", "ResizeResult", "SlotGeometry", "SlotState", "plan_capacities"]
+__all__ = ["CachePool", "PoolKey", "pool_name"]
 
 log = logging.getLogger(__name__)
 
 PoolKey = tuple[TexelFormat, bool, int]  # texel format, sRGB, slot size
-NEVER = np.iinfo(np.int64).min // 4
 
 
-class SlotState(enum.IntEnum):
-    """A cache slot's state (uint8 in `CachePool.state`)."""
-
-    FREE = 0
-    LOADING = 1  # reserved for a load in the uploader (nothing valid in it yet)
-    RESIDENT = 2  # holds its tile; page tables may point at it
-
-
-# plain ints of the states for per-frame array code (enum attribute lookups are slow)
-_FREE = int(SlotState.FREE)
-_LOADING = int(SlotState.LOADING)
-_RESIDENT = int(SlotState.RESIDENT)
-
-
-@dataclass(frozen=True)
-class SlotGeometry:
-    """How slots are laid out in a texture array: `cells_x` x `cells_y` slots per layer."""
-
-    slot_size: int  # texels a side of one slot (T + 2B)
-    slot_bytes: int  # GPU bytes of one slot in its texel format
-    cells_x: int = 1
-    cells_y: int = 1
-
-    def __post_init__(self) -> None:
-        if self.slot_size < 4 or self.slot_size % 4:
-            raise ValueError(f"slot size must be a positive multiple of 4 texels, got {self.slot_size!r}")
-        if self.slot_bytes < 1:
-            raise ValueError(f"slot bytes must be positive, got {self.slot_bytes!r}")
-        if self.cells_x < 1 or self.cells_y < 1 or self.cells_x != self.cells_y:
-            raise ValueError(f"cells per layer must be a square grid >= 1, got {self.cells_x!r} x {self.cells_y!r}")
-
-    @classmethod
-    def choose(
-        cls, slot_size: int, slot_bytes: int, max_slots: int, *, max_layers: int = 2048, max_texture_size: int = 16384
-    ) -> SlotGeometry:
-        """Smallest square cell grid whose layers can hold `max_slots` within the GL limits.
-
-        Small grids keep resizing fine-grained (a pool grows and shrinks by whole layers).
-        """
-        if max_slots < 1 or max_layers < 1:
-            raise ValueError(f"max_slots and max_layers must be >= 1, got {max_slots!r}, {max_layers!r}")
-        g = max(1, math.isqrt(-(-max_slots // max_layers)))
-        while g * g * max_layers < max_slots:
-            g += 1
-        if g * slot_size > max_texture_size:
-            raise ValueError(
-                f"{max_slots} slots of {slot_size} texels need layers of {g * slot_size} texels, "
-                f"above the {max_texture_size}-texel limit"
-            )
-        return cls(slot_size=slot_size, slot_bytes=slot_bytes, cells_x=g, cells_y=g)
-
-    @property
-    def cells(self) -> int:
-        """Slots per layer."""
-        return self.cells_x * self.cells_y
-
-    @property
-    def layer_size(self) -> tuple[int, int]:
-        """Texel width and height of one layer."""
-        return self.cells_x * self.slot_size, self.cells_y * self.slot_size
-
-    @property
-    def layer_bytes(self) -> int:
-        return self.cells * self.slot_bytes
-
-    def round_capacity(self, slots: int) -> int:
-        """`slots` rounded down to whole layers."""
-        return max(0, slots) // self.cells * self.cells
-
-    def round_up(self, slots: int) -> int:
-        """`slots` rounded up to whole layers."""
-        return -(-max(0, slots) // self.cells) * self.cells
-
-    def locate(self, slots: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(layer, cell x, cell y) of each slot (vectorized). Texel origin = cell * slot_size."""
-        s = np.asarray(slots, dtype=np.int64)
-        cell = s % self.cells
-        return s // self.cells, cell % self.cells_x, cell // self.cells_x
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """What `CachePool.allocate` did: a slot per requested tile (-1: none) and the tiles it evicted."""
-
-    slots: np.ndarray
-    evicted_tiles: np.ndarray
-    evicted_slots: np.ndarray
-    evicted_last_used: np.ndarray  # frame of each evicted tile's last use
-
-
-@dataclass(frozen=True)
-class ResizeResult:
-    """What a resize did besides the GPU copy: tiles that moved slot, lost it, or were loading in a
-    removed layer (their loads must be cancelled)."""
-
-    moved_from: np.ndarray
-    moved_to: np.ndarray
-    evicted_tiles: np.ndarray
-    cancelled_tiles: np.ndarray
-    cancelled_slots: np.ndarray
+def pool_name(key: PoolKey) -> str:
+    """The budget and report name of the pool of `key`, e.g. ``pool/bc1-srgb/136``."""
+    fmt, srgb, size = key
+    return f"pool/{fmt.name.lower()}{'-srgb' if srgb else ''}/{size}"
 
 
 class CachePool:
-    """One format's GL texture array of tile slots plus their bookkeeping. Render thread only.
+    """One format's GL texture array of tile slots plus its ledger. Render thread only.
 
     Parameters
     ----------
@@ -189,27 +65,14 @@ class CachePool:
         frames_in_flight: int,
         first_unit: int,
     ) -> None:
-        if frames_in_flight < 1:
-            raise ValueError(f"frames_in_flight must be >= 1, got {frames_in_flight!r}")
         fmt, srgb, _ = key
         self.gl, self.budget, self.key, self.index, self.geometry = gl, budget, key, index, geometry
         self.unit = first_unit + index
-        self.frames_in_flight = frames_in_flight
         self.gl_format = gl_format(fmt, srgb)
-        self.name = f"pool/{fmt.name.lower()}{'-srgb' if srgb else ''}/{geometry.slot_size}"
+        self.name = pool_name((fmt, srgb, geometry.slot_size))
         self.textures: list[int] = []  # texture ids sampling this pool
-        self._check_capacity(capacity)
-        self.capacity = 0
-        self.state = np.zeros(0, np.uint8)
-        self.tile = np.zeros(0, np.int64)  # tile id per slot (-1: free)
-        self.tex = np.zeros(0, np.int16)  # texture id per slot (-1: free)
-        self.level = np.zeros(0, np.int8)
-        self.last_used = np.zeros(0, np.int64)
-        self.pinned = np.zeros(0, bool)
-        self.writable_at = np.zeros(0, np.int64)  # frame from which the slot may be overwritten
-        self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
+        self.ledger = SlotLedger(self.name, capacity, frames_in_flight, geometry.cells)
         self.texture: TextureArray | None = None
-        self._extend(capacity)
         self.texture = self._make_texture(capacity)
 
     # ---- GL -------------------------------------------------------------------------------------
@@ -235,6 +98,10 @@ class CachePool:
 
     # ---- counts ---------------------------------------------------------------------------------
     @property
+    def capacity(self) -> int:
+        return self.ledger.capacity
+
+    @property
     def layers(self) -> int:
         return self.capacity // self.geometry.cells
 
@@ -242,195 +109,21 @@ class CachePool:
     def bytes_on_gpu(self) -> int:
         return self.layers * self.geometry.layer_bytes
 
-    @property
-    def free_count(self) -> int:
-        return int(self._free.size)
-
-    @property
-    def used_count(self) -> int:
-        return self.capacity - self.free_count
-
-    @property
-    def resident_count(self) -> int:
-        return int(np.count_nonzero(self.state == SlotState.RESIDENT))
-
-    @property
-    def pinned_count(self) -> int:
-        return int(np.count_nonzero(self.pinned))
-
-    def resident_tile_ids(self) -> np.ndarray:
-        """Tile id of every RESIDENT slot (in slot order)."""
-        return self.tile[self.state == _RESIDENT]
-
-    def evictable_mask(self, frame: int) -> np.ndarray:
-        return (self.state == SlotState.RESIDENT) & ~self.pinned & (self.last_used <= frame - self.frames_in_flight)
-
-    # ---- allocation -----------------------------------------------------------------------------
-    def allocate(self, frame: int, tiles: np.ndarray, tex: np.ndarray, levels: np.ndarray) -> Allocation:
-        """Reserve a slot per tile, in order (state LOADING): free slots first, then the least recently
-        used evictable ones (unpinned, RESIDENT, unused for frames_in_flight frames; among equals finer
-        levels first), chosen with one argpartition. -1 where nothing was left."""
-        tiles = np.asarray(tiles, np.int64).ravel()
-        n = tiles.size
-        out = np.full(n, -1, np.int64)
-        empty = np.zeros(0, np.int64)
-        if n == 0:
-            return Allocation(out, empty, empty, empty)
-        take = min(n, self._free.size)
-        if take:
-            top = self._free[self._free.size - take :][::-1]  # lowest free slots
-            if np.any(self.writable_at[top] > frame):
-                # some free slots wait for draws in flight (a released texture's): writable ones first
-                order = np.lexsort((self._free, self.writable_at[self._free] > frame))
-                top, rest = self._free[order[:take]], self._free[order[take:]]
-                self._free = np.sort(rest)[::-1]
-            else:
-                self._free = self._free[: self._free.size - take]
-            out[:take] = top
-        victims = self._pick_victims(frame, n - take) if n > take else empty
-        evicted_tiles = self.tile[victims].copy()
-        evicted_last_used = self.last_used[victims].copy()
-        if victims.size:
-            out[take : take + victims.size] = victims
-            self.writable_at[victims] = frame + self.frames_in_flight
-        got = out >= 0
-        s = out[got]
-        self.state[s] = _LOADING
-        self.tile[s] = tiles[got]
-        self.tex[s] = np.asarray(tex, np.int64).ravel()[got]
-        self.level[s] = np.asarray(levels, np.int64).ravel()[got]
-        self.last_used[s] = frame
-        self.pinned[s] = False
-        return Allocation(out, evicted_tiles, victims, evicted_last_used)
-
-    def keep_free(self, frame: int, count: int) -> Allocation:
-        """Evict least recently used tiles (unused for frames_in_flight frames) until `count` slots are
-        free, so that loads of the next frames find slots past their overwrite gate instead of waiting
-        frames_in_flight frames for a slot evicted on demand. Returns the evicted tiles."""
-        empty = np.zeros(0, np.int64)
-        short = count - self._free.size
-        if short <= 0:
-            return Allocation(empty, empty, empty, empty)
-        victims = self._pick_victims(frame, short)
-        tiles, last = self.tile[victims].copy(), self.last_used[victims].copy()
-        self.writable_at[victims] = frame + self.frames_in_flight
-        self._clear(victims)
-        self._push_free(victims)
-        return Allocation(empty, tiles, victims, last)
-
-    def _pick_victims(self, frame: int, count: int) -> np.ndarray:
-        candidates = np.flatnonzero(self.evictable_mask(frame))
-        if candidates.size == 0:
-            return candidates
-        # Oldest first; among equally old, finer levels first (coarser ones back more pages); then
-        # lowest slot, so the choice is deterministic.
-        order_key = (self.last_used[candidates] * 64 + self.level[candidates]) * self.capacity + candidates
-        if candidates.size > count:
-            part = np.argpartition(order_key, count - 1)[:count]
-            candidates, order_key = candidates[part], order_key[part]
-        return candidates[np.argsort(order_key, kind="stable")]
-
-    # ---- state changes --------------------------------------------------------------------------
-    def _slots(self, slots: np.ndarray | int, states: tuple[SlotState, ...], what: str) -> np.ndarray:
-        s = np.asarray(slots, np.int64).ravel()
-        if s.size == 0:
-            return s
-        if s.min() < 0 or s.max() >= self.capacity:
-            raise ValueError(f"{self.name}: {what} slot out of range 0..{self.capacity - 1}: {s.min()}..{s.max()}")
-        st = self.state[s]
-        ok = st == states[0]
-        for other in states[1:]:
-            ok |= st == other
-        if not ok.all():
-            bad = int(s[~ok][0])
-            raise ValueError(f"{self.name}: cannot {what} slot {bad} in state {SlotState(int(self.state[bad])).name}")
-        return s
-
-    def mark_resident(self, slots: np.ndarray | int, frame: int) -> None:
-        """LOADING -> RESIDENT (its upload was issued); counts as a use at `frame`."""
-        s = self._slots(slots, (_LOADING,), "mark resident")
-        self.state[s] = _RESIDENT
-        self.last_used[s] = np.maximum(self.last_used[s], frame)
-
-    def free(self, slots: np.ndarray | int) -> None:
-        """LOADING -> FREE: a load that failed or was cancelled (nothing was written into the slot)."""
-        s = np.unique(self._slots(slots, (_LOADING,), "free"))
-        self._clear(s)
-        self._push_free(s)
-
-    def touch(self, slots: np.ndarray, frame: int) -> None:
-        """Record a use at `frame` of every listed slot (-1 entries ignored; a free slot's use is
-        overwritten when it is allocated)."""
-        s = np.asarray(slots, np.int64).ravel()
-        s = s[(s >= 0) & (s < self.capacity)]
-        self.last_used[s] = frame
-
-    def pin(self, slots: np.ndarray | int) -> None:
-        """Never evict these slots (the coarsest levels, or an all-resident reference)."""
-        s = self._slots(slots, (_LOADING, SlotState.RESIDENT), "pin")
-        self.pinned[s] = True
-
-    def unpin(self, slots: np.ndarray | int) -> None:
-        s = self._slots(slots, (_LOADING, SlotState.RESIDENT), "unpin")
-        self.pinned[s] = False
-
-    def release_texture(self, tex: int, frame: int) -> tuple[np.ndarray, np.ndarray]:
-        """Drop every slot of texture `tex`; returns (tiles, slots) that were LOADING: cancel those
-        loads. Slots that held tiles are not overwritten before frame + frames_in_flight."""
-        s = np.flatnonzero((self.tex == tex) & (self.state != SlotState.FREE))
-        loading = s[self.state[s] == _LOADING]
-        resident = s[self.state[s] == _RESIDENT]
-        out = (self.tile[loading].copy(), loading.copy())
-        self.writable_at[resident] = np.maximum(self.writable_at[resident], frame + self.frames_in_flight)
-        self._clear(s)
-        self._push_free(s)
-        return out
-
-    def _clear(self, s: np.ndarray) -> None:
-        self.state[s] = _FREE
-        self.tile[s] = -1
-        self.tex[s] = -1
-        self.pinned[s] = False
-
-    def _push_free(self, s: np.ndarray) -> None:
-        if s.size:  # the stack stays sorted: the lowest free slot on top
-            self._free = np.sort(np.concatenate([self._free, s]))[::-1]
-
     # ---- resizing -------------------------------------------------------------------------------
-    def _check_capacity(self, capacity: int) -> None:
-        cells = self.geometry.cells
-        if not isinstance(capacity, int | np.integer) or capacity < cells or capacity % cells:
-            raise ValueError(f"capacity must be a positive multiple of {cells} slots (whole layers), got {capacity!r}")
-
-    def _extend(self, capacity: int) -> None:
-        old, extra = self.capacity, capacity - self.capacity
-
-        def ext(a: np.ndarray, fill: object) -> np.ndarray:
-            return np.concatenate([a, np.full(extra, fill, a.dtype)])
-
-        self.state = ext(self.state, SlotState.FREE)
-        self.tile = ext(self.tile, -1)
-        self.tex = ext(self.tex, -1)
-        self.level = ext(self.level, 0)
-        self.last_used = ext(self.last_used, NEVER)
-        self.pinned = ext(self.pinned, False)
-        self.writable_at = ext(self.writable_at, NEVER)
-        self._free = np.concatenate([np.arange(capacity - 1, old - 1, -1, dtype=np.int64), self._free])
-        self.capacity = capacity
-
     def resize(self, capacity: int, frame: int) -> ResizeResult:
         """Grow or shrink to `capacity` slots (whole layers); survivors are copied on the GPU.
 
-        Shrinking keeps every pinned tile, every loading slot in the kept layers and then the most
-        recently used resident tiles; survivors from removed layers move into free slots of the kept
-        layers. BudgetError, changing nothing, when the pinned tiles do not fit. For a moment both the
-        old and the new array exist (inside open, close or set_budget, never inside update).
+        The ledger decides (`SlotLedger.plan_shrink`: pinned tiles, loading slots of the kept layers,
+        then the most recently used); this makes the new array, copies the kept layers and the movers'
+        cells, and then applies the plan to the ledger. BudgetError, changing nothing, when the pinned
+        tiles or the new array do not fit. For a moment both the old and the new array exist (inside
+        open, close or set_budget, never inside update).
         """
-        self._check_capacity(capacity)
-        empty = np.zeros(0, np.int64)
-        if capacity == self.capacity:
-            return ResizeResult(empty, empty, empty, empty, empty)
-        plan = self._plan_shrink(capacity) if capacity < self.capacity else None
+        ledger = self.ledger
+        ledger.check_capacity(capacity)
+        if capacity == ledger.capacity:
+            return ResizeResult.empty()
+        plan = ledger.plan_shrink(capacity) if capacity < ledger.capacity else None
         old_tex, old_layers = self.texture, self.layers
         assert old_tex is not None
         self.budget.release(self.name)
@@ -443,14 +136,13 @@ class CachePool:
         if keep:
             self.gl.copy_layers(old_tex, 0, new_tex, 0, keep)
         if plan is None:
-            self._extend(capacity)
-            result = ResizeResult(empty, empty, empty, empty, empty)
+            ledger.grow(capacity)
+            result = ResizeResult.empty()
         else:
-            result = self._apply_shrink(capacity, *plan)
-            if result.moved_from.size:
+            if plan.moved_from.size:
                 s = self.geometry.slot_size
-                fl, fx, fy = self.geometry.locate(result.moved_from)
-                tl, tx, ty = self.geometry.locate(result.moved_to)
+                fl, fx, fy = self.geometry.locate(plan.moved_from)
+                tl, tx, ty = self.geometry.locate(plan.moved_to)
                 moves = zip(
                     fl.tolist(),
                     (fx * s).tolist(),
@@ -461,118 +153,9 @@ class CachePool:
                     strict=True,
                 )
                 self.gl.copy_cells(old_tex, new_tex, moves, s)
+            result = ledger.apply_shrink(plan)
         old_tex.release()
         self.texture = new_tex
-        self.writable_at[:] = NEVER  # a fresh array: no draw in flight samples it
+        ledger.open_gates()  # a fresh array: no draw in flight samples it
         log.info("%s: %d -> %d slots", self.name, old_layers * self.geometry.cells, capacity)
         return result
-
-    def _plan_shrink(self, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = np.arange(self.capacity)
-        kept = idx < capacity
-        resident = self.state == _RESIDENT
-        loading = self.state == _LOADING
-        must = (self.pinned & resident) | (loading & kept)
-        n_must = int(np.count_nonzero(must))
-        if n_must > capacity:
-            n_pinned = int(np.count_nonzero(self.pinned & resident))
-            raise BudgetError(
-                f"{self.name}: cannot shrink to {capacity} slots: {n_pinned} pinned tiles plus "
-                f"{n_must - n_pinned} loading slots in the kept layers need {n_must}"
-            )
-        optional = np.flatnonzero(resident & ~must)
-        room = capacity - n_must
-        if optional.size > room:
-            key = self.last_used[optional] * 64 + self.level[optional]  # most recent first; then coarser
-            order = np.lexsort((optional, -key))
-            survivors, dropped = optional[order[:room]], optional[order[room:]]
-        else:
-            survivors, dropped = optional, np.zeros(0, np.int64)
-        survivors = np.concatenate([np.flatnonzero(must), survivors])
-        cancelled = np.flatnonzero(loading & ~kept)
-        return survivors, dropped, cancelled
-
-    def _apply_shrink(
-        self, capacity: int, survivors: np.ndarray, dropped: np.ndarray, cancelled: np.ndarray
-    ) -> ResizeResult:
-        movers = np.sort(survivors[survivors >= capacity])
-        keep_mask = np.zeros(self.capacity, bool)
-        keep_mask[survivors] = True
-        targets = np.flatnonzero((np.arange(self.capacity) < capacity) & ~keep_mask)[: movers.size]
-        assert targets.size == movers.size, "survivors exceed the new capacity"
-        evicted_tiles = self.tile[dropped].copy()
-        cancelled_tiles, cancelled_slots = self.tile[cancelled].copy(), cancelled.copy()
-        self._clear(np.concatenate([dropped, cancelled]).astype(np.int64))
-        for arr in (self.state, self.tile, self.tex, self.level, self.last_used, self.pinned):
-            arr[targets] = arr[movers]
-        for name in ("state", "tile", "tex", "level", "last_used", "pinned", "writable_at"):
-            setattr(self, name, getattr(self, name)[:capacity].copy())
-        self.capacity = capacity
-        free = np.flatnonzero(self.state == SlotState.FREE)
-        self._clear(free)
-        self._free = free[::-1].copy()
-        return ResizeResult(movers, targets, evicted_tiles, cancelled_tiles, cancelled_slots)
-
-    def check(self) -> None:
-        """Assert internal consistency (tests and debugging)."""
-        used = self.state != _FREE
-        assert np.unique(self._free).size == self._free.size, "a slot is free twice"
-        assert set(self._free.tolist()) == set(np.flatnonzero(~used).tolist()), "free list disagrees with states"
-        assert (self.tile[used] >= 0).all() and (self.tile[~used] == -1).all()
-        assert not (self.pinned & ~used).any()
-        t = self.tile[used]
-        assert np.unique(t).size == t.size, "a tile holds two slots"
-
-
-# ---- sizing ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PoolDemand:
-    """What one pool needs from the budget: its geometry and its textures' pinned and total tiles."""
-
-    geometry: SlotGeometry
-    textures: int
-    pinned_tiles: int
-    total_tiles: int
-    current: int  # slots now
-
-
-def plan_capacities(demands: dict[str, PoolDemand], available: int, max_layers: int) -> dict[str, int]:
-    """Slots per pool: `available` bytes shared in proportion to textures x slot bytes, rounded down to
-    whole layers, never more than a pool's textures' tiles; a pool whose share is below its pinned
-    tiles gets those (whole layers, at least one layer) and the others share what is left.
-    BudgetError when the pinned tiles alone do not fit."""
-
-    def nbytes(k: str, slots: int) -> int:
-        g = demands[k].geometry
-        return slots // g.cells * g.layer_bytes
-
-    need = {}
-    for k, d in demands.items():
-        g = d.geometry
-        need[k] = min(max(g.round_up(d.pinned_tiles), g.cells), max_layers * g.cells)
-    if available < 0:
-        raise BudgetError(f"VRAM budget too small: page tables, ring and feedback leave {available / 2**20:.1f} MiB")
-    if sum(nbytes(k, n) for k, n in need.items()) > available:
-        total = sum(nbytes(k, n) for k, n in need.items())
-        raise BudgetError(
-            f"VRAM budget too small: the pinned levels alone need {total / 2**20:.1f} MiB of cache, "
-            f"{available / 2**20:.1f} MiB is left after page tables, ring and feedback"
-        )
-    weight = {k: d.textures * d.geometry.slot_bytes for k, d in demands.items()}
-    held: set[str] = set()  # pools given their pinned minimum; the rest share what those leave
-    while True:
-        spare = available - sum(nbytes(k, need[k]) for k in held)
-        total_w = sum(weight[k] for k in demands if k not in held) or 1
-        plan = {k: need[k] for k in held}
-        short = []
-        for k, d in demands.items():
-            if k in held:
-                continue
-            g = d.geometry
-            share = g.round_capacity(int(spare * weight[k] / total_w) // g.slot_bytes)
-            plan[k] = min(share, g.round_up(d.total_tiles), max_layers * g.cells)
-            if plan[k] < need[k]:
-                short.append(k)
-        if not short:
-            return plan
-        held.update(short)

@@ -111,7 +111,7 @@ class RequestScheduler:
         self, config: StreamerConfig, space: TileSpace, tables: PageTables, loading: Callable[[np.ndarray], np.ndarray]
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
-        self.max_tiles = config.upload_tiles_per_frame
+        self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
         n = space.capacity

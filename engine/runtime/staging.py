@@ -1,7 +1,7 @@
 """The staging ring: upload memory that I/O threads fill directly and the GPU reads from.
 
 One GL_PIXEL_UNPACK_BUFFER, persistently and coherently mapped, split into fixed-size slots named by
-integers. A slot goes round one cycle, its state explicit (`SlotState`, one uint8 per slot)::
+integers. A slot goes round one cycle, its state explicit (`RingSlotState`, one uint8 per slot)::
 
     FREE --acquire()--> HELD --submit()--> IN_FLIGHT --reclaim(), once its batch's fence signalled--> FREE
                           |
@@ -34,23 +34,23 @@ from ..errors import GLError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike, MappedBuffer
 
-__all__ = ["RingStats", "SLOT_ALIGNMENT", "SlotState", "StagingRing"]
+__all__ = ["RingStats", "SLOT_ALIGNMENT", "RingSlotState", "StagingRing"]
 
 log = logging.getLogger(__name__)
 
 SLOT_ALIGNMENT = 256  # slot offsets in the buffer: good for DMA and every GL offset rule
 
 
-class SlotState(enum.IntEnum):
+class RingSlotState(enum.IntEnum):
     FREE = 0  # the ring's; may be acquired
     HELD = 1  # handed out: being filled by an I/O thread or waiting for its upload
     IN_FLIGHT = 2  # uploads from it were issued; the GPU may still read it until its fence signals
 
 
 # plain ints of the states for per-frame array code (enum attribute lookups are slow)
-_FREE = int(SlotState.FREE)
-_HELD = int(SlotState.HELD)
-_IN_FLIGHT = int(SlotState.IN_FLIGHT)
+_FREE = int(RingSlotState.FREE)
+_HELD = int(RingSlotState.HELD)
+_IN_FLIGHT = int(RingSlotState.IN_FLIGHT)
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class StagingRing:
             return np.zeros(0, np.int64)
         out = self._free[self._free.size - take :][::-1].copy()
         self._free = self._free[: self._free.size - take]
-        assert (self.state[out] == SlotState.FREE).all(), "a free-listed slot was not free"
+        assert (self.state[out] == RingSlotState.FREE).all(), "a free-listed slot was not free"
         self.state[out] = _HELD
         self._acquired += take
         return out
@@ -240,7 +240,7 @@ class StagingRing:
                 break
             self._batches.popleft()
             fence.release()
-            assert (self.state[s] == SlotState.IN_FLIGHT).all(), "a fenced slot was not in flight"
+            assert (self.state[s] == RingSlotState.IN_FLIGHT).all(), "a fenced slot was not in flight"
             self.state[s] = _FREE
             self._free = np.concatenate([self._free, s[::-1]])
             freed.append(s)
@@ -296,7 +296,7 @@ class StagingRing:
         if self._closed:
             raise GLError("staging ring used after release")
 
-    def _expect(self, slots: np.ndarray, state: SlotState, what: str) -> np.ndarray:
+    def _expect(self, slots: np.ndarray, state: RingSlotState, what: str) -> np.ndarray:
         s = np.asarray(slots, np.int64).ravel()
         if self._closed:
             if what == "abandon":
@@ -306,6 +306,6 @@ class StagingRing:
             raise ValueError(f"{what}: slot out of range 0..{self.slot_count - 1}")
         bad = s[self.state[s] != state]
         if bad.size:
-            now = SlotState(int(self.state[bad[0]])).name
-            raise ValueError(f"{what} needs {SlotState(state).name} slots; slot {int(bad[0])} is {now}")
+            now = RingSlotState(int(self.state[bad[0]])).name
+            raise ValueError(f"{what} needs {RingSlotState(state).name} slots; slot {int(bad[0])} is {now}")
         return s

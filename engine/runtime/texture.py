@@ -14,10 +14,9 @@ cannot) and `VirtualTexture.bind` sets a program's `VT_DECLARE(name)` uniforms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import moderngl
-import numpy as np
 
 from ..errors import EngineError, GLError
 from ..gl import enums
@@ -28,17 +27,14 @@ from ..remote import SourceState, SourceStatus
 from .origin import Origin, meta_flags
 from .page_table import TexturePages
 from .pools import CachePool
+from .slots import MAX_POOLS  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
 from .tiles import TileRange
-
-if TYPE_CHECKING:
-    from .streamer import Streamer
 
 __all__ = ["FIRST_UNIT", "MAX_POOLS", "VT_FEEDBACK_BINDING", "VT_PAGES_BINDING", "VirtualTexture", "check_bindings"]
 
 VT_PAGES_BINDING = 6  # shaders/vt.glsl
 VT_FEEDBACK_BINDING = 7  # shaders/vt.glsl
 FIRST_UNIT = 8  # texture units below are left to the application
-MAX_POOLS = 16  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
 
 
 def check_bindings(gl: GLExt) -> None:
@@ -62,48 +58,52 @@ def max_anisotropy(border: int) -> int:
 
 class VirtualTexture:
     """One open pack, made by `Streamer.open`: bind it in a shader that declares it with
-    ``VT_DECLARE(name)`` and samples it with ``vt_sample(name, uv)`` (``#include "texstream/vt.glsl"``).
+    ``VT_DECLARE(name)`` and samples it with ``VT_SAMPLE(name, uv)`` (``#include "texstream/vt.glsl"``).
+
+    Opening a pack that is already open gives another handle on the same residency: the same tiles,
+    one page table, one share of the cache. Closing one handle leaves the others working; the tiles
+    go when the last handle closes.
 
     Attributes
     ----------
     id : int
-        The texture's number in its streamer (0..255).
+        The texture's number in its streamer (0..255); handles on the same pack share it.
     path : pathlib.Path or str
         Where the pack was opened from (a URL stays a string).
     header : PackHeader
         The pack's geometry and format (size, levels, tile size, texel format).
     reader : PackReader
-        The pack's reader (owned by the texture; closed with it).
+        The pack's reader (owned by the streamer; closed with the last handle).
     lod_bias : float
         Added to the level the shader samples (positive: blurrier, fewer tiles). Default 0.
     origin : Origin
         Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL convention) or
         `Origin.TOP_LEFT` (glTF, DirectX). Set by ``Streamer.open(path, origin=...)``; may be
         changed at any time (the next `bind` uses it).
-    failed_loads : int
-        Load attempts that failed (a tile retried and failing again counts again).
     closed : bool
-        True once the texture or its streamer is closed.
+        True once this handle or its streamer is closed.
     """
 
     def __init__(
         self,
-        streamer: Streamer,
         tex_id: int,
         reader: PackReader,
         pool: CachePool,
         tiles: TileRange,
+        table: TexturePages,
+        *,
+        on_bind: Callable[[int], None],
+        on_close: Callable[[VirtualTexture], None],
+        failures: Callable[[int], tuple[int, int]],
         origin: Origin = Origin.BOTTOM_LEFT,
     ) -> None:
-        self.streamer, self.id, self.reader, self.pool, self.tiles = streamer, tex_id, reader, pool, tiles
+        self.id, self.reader, self.pool, self.tiles, self.table = tex_id, reader, pool, tiles, table
         self.header: PackHeader = reader.header
         self.path = reader.path
-        self.table = TexturePages(streamer._tables, tex_id)  # made by its streamer, on its tables
         self.lod_bias = 0.0
         self.origin = origin
-        self._failed = np.zeros(tiles.stop - tiles.start, bool)  # tiles whose load failed at least once
-        self.failed_loads = 0  # load attempts that failed (a tile retried and failing again counts again)
         self.closed = False
+        self._on_bind, self._on_close, self._failures = on_bind, on_close, failures
 
     @property
     def origin(self) -> Origin:
@@ -123,7 +123,12 @@ class VirtualTexture:
     @property
     def corrupt_tiles(self) -> int:
         """How many distinct tiles of this texture failed to load (corrupt, truncated, unreadable)."""
-        return int(np.count_nonzero(self._failed))
+        return self._failures(self.id)[0]
+
+    @property
+    def failed_loads(self) -> int:
+        """Load attempts that failed (a tile retried and failing again counts again)."""
+        return self._failures(self.id)[1]
 
     @property
     def source_status(self) -> SourceStatus:
@@ -137,14 +142,9 @@ class VirtualTexture:
         remote = self.reader.remote
         return remote.status() if remote is not None else SourceStatus(SourceState.OK)
 
-    def mark_failed(self, tile_ids: np.ndarray) -> None:
-        """Record failed loads of these tile ids (the streamer's call)."""
-        self._failed[np.asarray(tile_ids, np.int64) - self.tiles.start] = True
-        self.failed_loads += int(np.size(tile_ids))
-
     def close(self) -> None:
         """Stop streaming this texture and free its cache slots (same as ``streamer.close(self)``)."""
-        self.streamer.close(self)
+        self._on_close(self)
 
     def bind(self, program: moderngl.Program, name: str) -> None:
         """Bind this texture for the next draws with `program`: its cache pool (a texture unit from
@@ -166,8 +166,7 @@ class VirtualTexture:
         if self.closed:
             raise EngineError(f"virtual texture {self.path} is closed")
         h, pool = self.header, self.pool
-        self.streamer._note_bind(self.id)  # the streamer warns when update() is never called
-        self.streamer.bind_shared()
+        self._on_bind(self.id)  # the shared page-table and feedback buffers; the no-update() warning
         pool.bind()
         g = pool.geometry
         values = {

@@ -44,7 +44,7 @@ import enum
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import moderngl
 import numpy as np
@@ -56,12 +56,16 @@ from ..gl.objects import FenceLike
 from ..native import Native
 from ..pack.reader import PackReader
 from ..remote import RemoteStats
-from .io_workers import IOWorkers, ReadBatch, ReadHook, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .budget import BudgetManager
+from .budget_advice import ring_bytes
+from .byte_sources import ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
+from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
 from .tiles import TileSpace
 
-__all__ = ["Drained", "LoadState", "Uploaded", "Uploader"]
+__all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
 
 log = logging.getLogger(__name__)
 
@@ -86,51 +90,6 @@ _CANCELLED = int(LoadState.CANCELLED)
 _READY = int(LoadState.READY)
 _UPLOADING = int(LoadState.UPLOADING)
 _ABANDONED = int(LoadState.ABANDONED)
-
-
-@dataclass(frozen=True)
-class LoadRecords:
-    """Loads named by the uploader's results (parallel arrays)."""
-
-    tiles: np.ndarray
-    tex: np.ndarray
-    pool: np.ndarray
-    cache_slot: np.ndarray
-
-    @classmethod
-    def empty(cls) -> LoadRecords:
-        z = np.zeros(0, np.int64)
-        return cls(z, z, z, z)
-
-    def __len__(self) -> int:
-        return int(self.tiles.size)
-
-    def select(self, mask: np.ndarray) -> LoadRecords:
-        return LoadRecords(self.tiles[mask], self.tex[mask], self.pool[mask], self.cache_slot[mask])
-
-    @classmethod
-    def concat(cls, parts: Sequence[LoadRecords]) -> LoadRecords:
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("tiles", "tex", "pool", "cache_slot")))
-
-
-@dataclass(frozen=True)
-class Drained:
-    """What `drain` found: loads that failed (their cache slots are to be freed, their tiles backed
-    off), with a reason each, and how many reads became READY."""
-
-    failed: LoadRecords
-    reasons: list[str]
-    ready: int
-    read_seconds: list[float] = field(default_factory=list)  # per batch, on its I/O thread
-
-
-@dataclass(frozen=True)
-class Uploaded:
-    """Loads whose upload was issued this frame (their cache slots now hold the tiles)."""
-
-    loads: LoadRecords
-    latency_frames: np.ndarray  # frames from submit to upload, per load
-    nbytes: int
 
 
 @dataclass
@@ -200,6 +159,49 @@ class Uploader:
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self._closed = False
+
+    @staticmethod
+    def ring_size(config: StreamerConfig, budget: BudgetManager, tile_bytes: int) -> int:
+        """Staging-ring bytes: `config.ring_mb`, but at most a quarter of the budget (small budgets
+        would otherwise be all ring) and at least 16 tiles."""
+        return ring_bytes(config.ring_mb, budget.budget, tile_bytes)
+
+    @classmethod
+    def fitting(
+        cls,
+        current: Uploader | None,
+        tile_bytes: int,
+        sources: list[tuple[int, PackReader]],
+        *,
+        ctx: moderngl.Context,
+        gl: GLExt,
+        space: TileSpace,
+        config: StreamerConfig,
+        budget: BudgetManager,
+        read_hook: ReadHook | None,
+    ) -> Uploader:
+        """`current` if its ring slots hold `tile_bytes`, else a new uploader (ring reserved in the
+        budget as "staging-ring") reading `sources`; the old one is released. EngineError while the
+        old one still streams."""
+        if current is not None and current.ring.slot_bytes >= tile_bytes:
+            return current
+        if current is not None:
+            if current.busy or current.ring.batches_in_flight:
+                raise EngineError("cannot open a pack with larger tiles while tiles are streaming; open it first")
+            for tex, _ in sources:
+                current.remove_source(tex)
+            current.release()
+            budget.release("staging-ring")
+        size = cls.ring_size(config, budget, tile_bytes)
+        budget.reserve("staging-ring", size)
+        try:
+            up = cls(ctx, gl, space, config, size, tile_bytes, read_hook=read_hook)
+        except BaseException:
+            budget.release("staging-ring")
+            raise
+        for tex, reader in sources:
+            up.add_source(tex, reader)
+        return up
 
     def _grow(self, capacity: int) -> None:
         self.load_of = np.concatenate([self.load_of, np.full(capacity - self.load_of.size, -1, np.int32)])
@@ -453,7 +455,7 @@ class Uploader:
         for p, pool in enumerate(pools):
             m = self.pool[ready] == p
             if pool is not None and m.any():
-                writable[m] = pool.writable_at[self.cache_slot[ready[m]]] <= frame
+                writable[m] = pool.ledger.writable_at[self.cache_slot[ready[m]]] <= frame
         ready = ready[writable]
         size = np.cumsum(self.nbytes[ready])
         take = (size <= max_bytes) | (np.arange(ready.size) == 0)
@@ -517,7 +519,7 @@ class Uploader:
             return ok, reasons
         if np.any(cache_slots < 0):
             raise ValueError("every tile needs a cache slot")
-        if np.any(pool.writable_at[cache_slots] > frame):
+        if np.any(pool.ledger.writable_at[cache_slots] > frame):
             self.ctx.finish()  # slots a draw in flight may sample: let those draws end first
         stride = self.ring.stride
         chunk = 256

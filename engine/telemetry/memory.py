@@ -13,19 +13,38 @@ Both take the streamer as their only argument, so they can serve as a method::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..runtime.streamer import Streamer
+from ..runtime.budget import BudgetManager
+from ..runtime.frame_stats import FeedbackInfo, IOStatus
+from ..runtime.pools import CachePool, PoolKey
+from ..runtime.texture import VirtualTexture
+
+
+class MemorySource(Protocol):
+    """What the memory report reads: a streamer's public views (no import of the streamer itself)."""
+
+    budget: BudgetManager
+
+    @property
+    def pools(self) -> dict[PoolKey, CachePool]: ...
+
+    @property
+    def textures(self) -> list[VirtualTexture]: ...
+
+    def io_status(self) -> IOStatus: ...
+
+    def feedback_info(self) -> FeedbackInfo: ...
+
 
 __all__ = ["memory_stats", "memory_summary"]
 
 MIB = 1 << 20
 
 
-def memory_stats(streamer: Streamer) -> dict[str, Any]:
+def memory_stats(streamer: MemorySource) -> dict[str, Any]:
     """GPU memory the engine holds, as plain data (bytes); see `memory_summary` for the table."""
     budget = streamer.budget
     breakdown = budget.breakdown()
@@ -45,10 +64,10 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
                 "layers": pool.layers,
                 "slots_per_layer": g.cells,
                 "capacity": pool.capacity,
-                "used": pool.used_count,
-                "resident": pool.resident_count,
-                "pinned": pool.pinned_count,
-                "free": pool.free_count,
+                "used": pool.ledger.used_count,
+                "resident": pool.ledger.resident_count,
+                "pinned": pool.ledger.pinned_count,
+                "free": pool.ledger.free_count,
                 "textures": list(pool.textures),
                 "unit": pool.unit,
                 "bytes": int(nbytes),
@@ -103,7 +122,7 @@ def memory_stats(streamer: Streamer) -> dict[str, Any]:
         }
     if "feedback" in breakdown:
         claimed.add("feedback")
-        fb = streamer._feedback  # the streamer's own memory report: a friend of its internals
+        fb = streamer.feedback_info()
         other["feedback"] = {
             "bytes": breakdown["feedback"],
             "detail": f"{fb.depth} buffers x {fb.nbytes_each} B (screen / {fb.stride})",
@@ -139,7 +158,7 @@ def _levels(resident: list[int], tiles: list[int]) -> str:
     return " ".join(f"L{i}:{r}/{t}" for i, (r, t) in enumerate(zip(resident, tiles, strict=True)))
 
 
-def memory_summary(streamer: Streamer) -> str:
+def memory_summary(streamer: MemorySource) -> str:
     """A readable table of the engine's GPU memory: pools, textures, ring, feedback, totals vs budget."""
     m = memory_stats(streamer)
     width = 100

@@ -78,7 +78,7 @@ def converge(streamer: Streamer, draw: Draw, *, max_frames: int = 600, settle_fr
     """
     if max_frames < 1 or settle_frames < 1:
         raise ValueError(f"max_frames and settle_frames must be >= 1, got {max_frames}, {settle_frames}")
-    throttle = streamer.gl.throttle(2)
+    throttle = streamer.throttle(2)
     rows: list[_Row] = []
     settled = 0
     try:
@@ -100,9 +100,11 @@ def converge(streamer: Streamer, draw: Draw, *, max_frames: int = 600, settle_fr
                 )
             )
             # settled: feedback of the draws has arrived (it lags a few frames), wants pages, and every
-            # wanted page is resident with nothing left to load
+            # wanted page is resident at its wanted level (the streamer's completeness view) with
+            # nothing left to load
             fed = st.feedback_age >= 0 and st.wanted_pages > 0
-            done = i + 1 >= FIRST_FEEDBACK_FRAMES and fed and st.missing_pages == 0 and not streamer.busy
+            complete = streamer.completeness().complete
+            done = i + 1 >= FIRST_FEEDBACK_FRAMES and fed and complete and not streamer.busy
             settled = settled + 1 if done else 0
             if settled >= settle_frames:
                 return image

@@ -9,6 +9,7 @@ frame is compared with the same cell drawn from a streamer where every tile was 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,8 +204,11 @@ def test_256_textures_draw_in_one_frame_like_their_all_resident_references(
 def test_the_257th_texture_is_refused_with_one_clear_error(gl_context: moderngl.Context, packs: list[Path]) -> None:
     from texstream.errors import EngineError
 
+    extra = packs[0].with_name("t256-copy.tpk")  # another file: opening packs[0] again would share it
+    shutil.copyfile(packs[0], extra)
     with Streamer(gl_context, config()) as s:
         for p in packs:
             s.open(p)
+        assert s.open(packs[0]).id == 0  # the same pack again shares its residency: no new texture
         with pytest.raises(EngineError, match="at most 256 virtual textures"):
-            s.open(packs[0])
+            s.open(extra)

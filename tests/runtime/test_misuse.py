@@ -5,6 +5,7 @@ release(), a missing pack."""
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from texstream import (
     program,
     shader_file,
 )
-from texstream.runtime import streamer as streamer_module
+from texstream.runtime import update_watch
 
 from .test_streamer import packs  # noqa: F401
 
@@ -34,7 +35,7 @@ def test_draws_without_update_warn_once_naming_the_fix(
     packs,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
+    monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
     prog = program(
         gl_context, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
     )
@@ -43,7 +44,7 @@ def test_draws_without_update_warn_once_naming_the_fix(
         with pytest.warns(
             RuntimeWarning, match=r"without Streamer\.update\(\).*call streamer\.update\(\) once per frame"
         ):
-            for _ in range(streamer_module.NO_UPDATE_BINDS + 1):
+            for _ in range(update_watch.NO_UPDATE_BINDS + 1):
                 vt.bind(prog, "u_vt")
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # once only
@@ -53,16 +54,20 @@ def test_draws_without_update_warn_once_naming_the_fix(
 
 
 def test_a_slow_frame_drawing_many_textures_once_does_not_warn(
-    gl_context: moderngl.Context, packs, monkeypatch: pytest.MonkeyPatch
+    gl_context: moderngl.Context, packs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Drawing many textures once each in a frame that takes long (llvmpipe, a loaded box) is not the
     forgotten update(): only a texture drawn again and again is."""
-    monkeypatch.setattr(streamer_module, "NO_UPDATE_SECONDS", 0.0)
+    monkeypatch.setattr(update_watch, "NO_UPDATE_SECONDS", 0.0)
     prog = program(
         gl_context, vertex=shader_file("texstream/plane_vs.glsl"), fragment=shader_file("texstream/plane_fs.glsl")
     )
+    copies = []  # distinct files: the same pack opened again would be one shared texture
+    for i in range(update_watch.NO_UPDATE_BINDS + 2):
+        copies.append(tmp_path / f"normals-{i}.tpk")
+        shutil.copyfile(packs.normals, copies[-1])
     with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=64))) as s:
-        textures = [s.open(packs.normals) for _ in range(streamer_module.NO_UPDATE_BINDS + 2)]
+        textures = [s.open(p) for p in copies]
         s.update()
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -79,7 +84,7 @@ def test_updates_between_draws_never_warn(gl_context: moderngl.Context, packs) -
         vt = s.open(packs.colour)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            for _ in range(3 * streamer_module.NO_UPDATE_BINDS):
+            for _ in range(3 * update_watch.NO_UPDATE_BINDS):
                 s.update()
                 vt.bind(prog, "u_vt")
         assert isinstance(s.stats(), StreamerStats) and s.stats().as_dict()["totals"]["uploads"] >= 0

@@ -175,3 +175,17 @@ def test_feedback_streams_the_pages_sampling_reads(screen: Screen, pack: Path, o
 def test_bad_origin_names_the_choices(screen: Screen, pack: Path) -> None:
     with ts.Streamer(screen.ctx) as streamer, pytest.raises(ValueError, match="'bottom-left', 'top-left'"):
         streamer.open(pack, origin="upside-down")
+
+
+def test_handles_of_one_pack_each_keep_their_own_origin(screen: Screen, pack: Path) -> None:
+    """A pack opened twice shares its residency, not its origin: each handle draws its own way."""
+    with ts.Streamer(screen.ctx) as streamer:
+        upright = streamer.open(pack)
+        flipped = streamer.open(pack, origin=ts.Origin.TOP_LEFT)
+        assert (upright.origin, flipped.origin) == (ts.Origin.BOTTOM_LEFT, ts.Origin.TOP_LEFT)
+        assert upright.shader_meta[1] == flipped.shader_meta[1]  # one page table
+        streamer.make_all_resident(upright)
+        streamer.update()
+        a = screen.draw(upright, (0.0, 0.0, 1.0, 1.0))
+        b = screen.draw(flipped, (0.0, 0.0, 1.0, 1.0))
+    np.testing.assert_array_equal(a, b[::-1])

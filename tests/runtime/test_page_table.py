@@ -13,11 +13,11 @@ from texstream.config import BudgetConfig
 from texstream.errors import BudgetError
 from texstream.pack.format import PackHeader
 from texstream.runtime.budget import BudgetManager
+from texstream.runtime.page_buffer import PageTableBuffer
 from texstream.runtime.page_table import (
     ENTRY_NONE,
     NO_LEVEL,
     NO_SLOT,
-    PageTableBuffer,
     PageTables,
     TexturePages,
 )

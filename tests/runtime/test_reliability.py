@@ -141,16 +141,16 @@ def test_a_failed_make_all_resident_leaves_the_streamer_usable(
     with Streamer(gl_context, config(48.0)) as s:
         vt = s.open(packs["corrupt"])
         pool = vt.pool
-        free, pinned = pool.free_count, pool.pinned_count
+        free, pinned = pool.ledger.free_count, pool.ledger.pinned_count
         with pytest.raises(TileCorruptError):
             s.make_all_resident(vt)
-        assert (pool.free_count, pool.pinned_count) == (free, pinned)  # nothing held back
+        assert (pool.ledger.free_count, pool.ledger.pinned_count) == (free, pinned)  # nothing held back
         with pytest.raises(TileCorruptError):  # the same error again, not a BudgetError
             s.make_all_resident(vt)
-        assert (pool.free_count, pool.pinned_count) == (free, pinned)
+        assert (pool.ledger.free_count, pool.ledger.pinned_count) == (free, pinned)
         view = View(0.5, 0.5, 1.0)
         frame = frames(s, renderer, vt, view, 24)  # streams on: everything but the bad tiles
-        pool.check()
+        pool.ledger.check()
         good = s.open(packs["colour"])
         s.make_all_resident(good)  # and a good texture still goes all-resident
     ref = reference(gl_context, packs["colour"], view)

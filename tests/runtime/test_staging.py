@@ -19,7 +19,7 @@ from texstream.gl.enums import gl_format
 from texstream.gl.gl_ext import GLExt
 from texstream.gl.objects import TextureArray
 from texstream.pack.format import TexelFormat
-from texstream.runtime.staging import SLOT_ALIGNMENT, SlotState, StagingRing
+from texstream.runtime.staging import SLOT_ALIGNMENT, RingSlotState, StagingRing
 
 pytestmark = pytest.mark.gl
 
@@ -111,7 +111,7 @@ def test_geometry(ring: StagingRing, persistent: bool) -> None:
     assert ring.nbytes == 3 * 1024 and ring.glo != 0 and ring.persistent is persistent
     assert ring.memory.dtype == np.uint8 and ring.memory.size == 3 * 1024
     assert ring.address == ring.memory.ctypes.data
-    assert ring.state.tolist() == [SlotState.FREE] * 3 and ring.free_count == 3 and not ring.closed
+    assert ring.state.tolist() == [RingSlotState.FREE] * 3 and ring.free_count == 3 and not ring.closed
     st = ring.stats()
     assert (st.slot_count, st.slot_bytes, st.persistent) == (3, 1000, persistent)
     assert (st.free, st.held, st.in_flight, st.batches_in_flight) == (3, 0, 0, 0)
@@ -145,7 +145,7 @@ def test_auto_mode_follows_buffer_storage(gl_context: moderngl.Context, gl: GLEx
 # ---- the cycle ---------------------------------------------------------------------------------
 def test_acquire_hands_out_distinct_free_slots_and_counts_stalls(ring: StagingRing) -> None:
     a = ring.acquire(2)
-    assert a.size == 2 and len(as_set(a)) == 2 and (ring.state[a] == SlotState.HELD).all()
+    assert a.size == 2 and len(as_set(a)) == 2 and (ring.state[a] == RingSlotState.HELD).all()
     assert ring.acquire(0).size == 0 and ring.stall_count == 0  # asking for nothing is no stall
     b = ring.acquire(5)  # fewer than asked: the last slot, and a stall
     assert b.size == 1 and as_set(a) | as_set(b) == {0, 1, 2}
@@ -163,7 +163,7 @@ def test_slot_is_not_reused_before_its_fence_signals(ring: StagingRing, fences: 
     ring.stage(b, 1000)
     fence_b = ring.submit(b, 1000)
     assert len(fences.made) == 2 and fence_a is fences.made[0] and fence_b is fences.made[1]  # ONE fence per batch
-    assert (ring.state == SlotState.IN_FLIGHT).all() and ring.batches_in_flight == 2
+    assert (ring.state == RingSlotState.IN_FLIGHT).all() and ring.batches_in_flight == 2
     for _ in range(3):  # unsignalled fences: nothing comes back, however often we poll
         assert ring.reclaim().size == 0
         assert ring.acquire(1).size == 0
@@ -172,14 +172,14 @@ def test_slot_is_not_reused_before_its_fence_signals(ring: StagingRing, fences: 
     # The later batch signals first: it still waits behind the older one.
     fences.made[1].signal = True
     assert ring.reclaim().size == 0 and fences.made[1].polls == 0 and fences.made[1].released == 0
-    assert (ring.state == SlotState.IN_FLIGHT).all() and ring.acquire(1).size == 0
+    assert (ring.state == RingSlotState.IN_FLIGHT).all() and ring.acquire(1).size == 0
     # The first batch signals: both batches come back, each fence released once.
     fences.made[0].signal = True
     freed = ring.reclaim()
     assert freed.size == 3 and as_set(freed) == {0, 1, 2}
     assert fences.made[0].released == 1 and fences.made[1].released == 1
     assert ring.reclaim().size == 0 and fences.made[0].released == 1  # nothing left, nothing released twice
-    assert (ring.state == SlotState.FREE).all() and ring.batches_in_flight == 0
+    assert (ring.state == RingSlotState.FREE).all() and ring.batches_in_flight == 0
     again = ring.acquire(3)
     assert as_set(again) == {0, 1, 2}
     st = ring.stats()
@@ -193,9 +193,9 @@ def test_reclaim_frees_each_batch_once_its_fence_signals_in_order(ring: StagingR
         ring.submit(s)
     fences.made[0].signal = True
     assert ring.reclaim().tolist() == batches[0].tolist()
-    assert ring.state[batches[0]][0] == SlotState.FREE and ring.batches_in_flight == 2
+    assert ring.state[batches[0]][0] == RingSlotState.FREE and ring.batches_in_flight == 2
     fences.made[2].signal = True  # out of order: blocked behind batch 1
-    assert ring.reclaim().size == 0 and ring.state[batches[2]][0] == SlotState.IN_FLIGHT
+    assert ring.reclaim().size == 0 and ring.state[batches[2]][0] == RingSlotState.IN_FLIGHT
     fences.made[1].signal = True
     assert as_set(ring.reclaim()) == as_set(batches[1]) | as_set(batches[2])
     assert [f.released for f in fences.made] == [1, 1, 1] and ring.free_count == 3
@@ -206,7 +206,7 @@ def test_abandon_returns_held_slots(ring: StagingRing, fences: FenceFactory) -> 
     ring.abandon(held[:2])
     st = ring.stats()
     assert (st.free, st.held) == (2, 1) and ring.free_count == 2 and not fences.made
-    assert (ring.state[held[:2]] == SlotState.FREE).all()
+    assert (ring.state[held[:2]] == RingSlotState.FREE).all()
     assert as_set(ring.acquire(3)) == as_set(held[:2])  # they are handed out again (and nothing else is free)
     ring.abandon(np.zeros(0, np.int64))  # nothing: fine
 
@@ -221,7 +221,7 @@ def test_state_checks_raise_value_error(ring: StagingRing, fences: FenceFactory)
     s = ring.acquire(1)
     with pytest.raises(ValueError, match="twice"):
         ring.submit(np.concatenate([s, s]))
-    assert ring.state[s[0]] == SlotState.HELD and not fences.made  # a refused batch changes nothing
+    assert ring.state[s[0]] == RingSlotState.HELD and not fences.made  # a refused batch changes nothing
     ring.submit(s)
     for call in (ring.abandon, ring.submit, lambda x: ring.stage(x, 1000)):  # in flight: only its fence frees it
         with pytest.raises(ValueError, match="IN_FLIGHT"):
@@ -231,7 +231,7 @@ def test_state_checks_raise_value_error(ring: StagingRing, fences: FenceFactory)
         ring.submit(np.concatenate([other, s]))  # one bad slot refuses the whole batch
     with pytest.raises(ValueError, match="IN_FLIGHT"):
         ring.abandon(np.concatenate([other, s]))
-    assert ring.state[other[0]] == SlotState.HELD and ring.free_count == 1 and len(fences.made) == 1
+    assert ring.state[other[0]] == RingSlotState.HELD and ring.free_count == 1 and len(fences.made) == 1
     for bad in (np.array([3]), np.array([-1])):
         for call in (ring.abandon, ring.submit, lambda x: ring.stage(x, 1000)):
             with pytest.raises(ValueError, match="out of range"):
@@ -270,7 +270,7 @@ def test_batches_land_in_their_layers_and_reuse_after_the_fence_keeps_them(
             for s, layer in zip(slots.tolist(), layers, strict=True):
                 write(ring, s, data[layer])
             ring.stage(slots, CELL_BYTES)
-            assert (ring.state[slots] == SlotState.HELD).all()  # staging changes no state
+            assert (ring.state[slots] == RingSlotState.HELD).all()  # staging changes no state
             assert upload(gl, ring, cells, slots, layers) == len(layers) * CELL_BYTES
             ring.submit(slots, len(layers) * CELL_BYTES)
             return slots

@@ -25,10 +25,11 @@ from texstream.apps.render import PlaneRenderer, render
 from texstream.bake.pipeline import bake, bake_procedural
 from texstream.bake.source import ArraySource
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.errors import EngineError
 from texstream.pack.extract import extract_level
 from texstream.pack.format import TexelFormat
 from texstream.pack.reader import PackReader
-from texstream.runtime.staging import SlotState
+from texstream.runtime.staging import RingSlotState
 from texstream.runtime.streamer import Streamer
 from texstream.runtime.uploader import LoadState
 from texstream.scene.camera import View
@@ -136,8 +137,8 @@ def test_streamed_frames_converge_and_are_never_black(gl_context: moderngl.Conte
         assert scores[i] >= FLOOR_DB, f"{name}: frame {i} is {scores[i]:.1f} dB from the reference"
     assert scores[-1] >= CONVERGED_DB, f"{name}: converged to {scores[-1]:.1f} dB only ({scores})"
     last = result.telemetry[-1]
-    assert last["missing_pages"] == 0 and last["corrupt_tiles"] == 0
-    assert all(t["vram_bytes"] <= t["budget_bytes"] for t in result.telemetry)
+    assert last.missing_pages == 0 and last.corrupt_tiles == 0
+    assert all(t.vram_bytes <= t.budget_bytes for t in result.telemetry)
 
 
 def test_one_to_one_matches_independent_decoder(gl_context: moderngl.Context, packs: Packs) -> None:
@@ -175,7 +176,7 @@ def test_budget_far_below_demand(gl_context: moderngl.Context, packs: Packs) -> 
             assert sum(h.uploads for h in tail) == 0, "still re-uploading after settling"
             assert s.stats().vram_peak_bytes <= s.budget.budget
             for pool in s.pools.values():
-                pool.check()
+                pool.ledger.check()
     finally:
         renderer.release()
 
@@ -222,7 +223,7 @@ def test_budget_shrink_at_run_time(gl_context: moderngl.Context, packs: Packs, r
         s.set_budget(3.5)
         assert s.budget.usage <= s.budget.budget == int(3.5 * 2**20)
         assert vt.pool.capacity < before and vt.pool.capacity < resident_before
-        vt.pool.check()
+        vt.pool.ledger.check()
         vt.table.validate()
         scores = []
         for frame, st in run(s, renderer, vt, final, FRAMES):
@@ -245,19 +246,20 @@ def test_close_while_streaming_returns_every_staging_slot(gl_context: moderngl.C
     ref_c, ref_n = reference(gl_context, packs.colour, view_c), reference(gl_context, packs.normals, view_n)
     first, second = PlaneRenderer(gl_context, SIZE), PlaneRenderer(gl_context, SIZE)
     try:
-        with Streamer(gl_context, config(32.0, upload_tiles_per_frame=2)) as s:
-            s._scheduler.max_tiles = 64  # issue more than the uploader takes: reads pile up READY
+        # issue more than the uploader takes: reads pile up READY
+        with Streamer(gl_context, config(32.0, upload_tiles_per_frame=2, request_tiles_per_frame=64)) as s:
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             for _ in range(60):  # feedback arrives when the GPU's fences signal: a few frames on real drivers
                 s.update()
                 first.draw(colour, view_c)
                 second.draw(normals, view_n)
-                if s._uploader.states(normals.id)[LoadState.READY]:
+                if s.load_states(normals)[LoadState.READY]:
                     break
-            assert s._uploader.states(normals.id)[LoadState.READY], "no backlog to test"
+            assert s.load_states(normals)[LoadState.READY], "no backlog to test"
             s.close(normals)
             assert psnr(last_frame(s, first, colour, view_c, 60), ref_c) >= CONVERGED_DB
-            rs = s._uploader.ring.stats()
+            rs = s.io_status().ring
+            assert rs is not None
             assert not s.busy and rs.held == 0, rs
             again = s.open(packs.normals)
             assert again.id == normals.id
@@ -331,13 +333,11 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_context: mode
                 ages.extend(st.evicted_age.tolist())
                 renderer.draw(vt, view)
                 gl_context.finish()
-                ids = np.unique(s._feedback.read_current()).astype(np.int64)  # every fragment's page
-                parents = s._space.parent[ids].astype(np.int64)
-                ids = np.concatenate([ids, parents[parents >= 0]])  # trilinear samples the next level
-                slots = s._tables.sample_slot(ids)
+                ids = np.unique(s.current_feedback()).astype(np.int64)  # every fragment's page
+                slots = s.sample_slots(ids, with_parents=True)  # trilinear samples the next level
                 sampled[slots[slots >= 0]] = s.frame
                 assert s.budget.usage <= s.budget.budget
-            pool.check()
+            pool.ledger.check()
     finally:
         renderer.release()
     assert len(ages) > 30 and uploads > 100, "the run must evict and reuse slots to test anything"
@@ -365,7 +365,8 @@ def test_ring_slots_reused_only_after_their_fence(
 ) -> None:
     with Streamer(gl_context, config(ring_mb=1)) as s:
         vt = s.open(packs.colour)
-        ring = s._uploader.ring
+        ring = s.staging_ring
+        assert ring is not None
         HeldFence.held = True
         ring.fence_factory = lambda: HeldFence(s.gl.fence())
         acquire = ring.acquire
@@ -382,7 +383,7 @@ def test_ring_slots_reused_only_after_their_fence(
         for i in range(48):  # pan: keeps asking for new tiles while no upload fence signals
             for frame, _st in run(s, renderer, vt, View(0.2 + 0.013 * i, 0.3 + 0.008 * i, 0.5), 1):
                 assert not black(frame).any()
-            fenced |= set(np.flatnonzero(ring.state == SlotState.IN_FLIGHT).tolist())
+            fenced |= set(np.flatnonzero(ring.state == RingSlotState.IN_FLIGHT).tolist())
         rs = ring.stats()
         assert not reused, f"slots {reused[:8]} handed out again before their fence signalled"
         assert rs.free == 0 and rs.in_flight == len(fenced) == rs.slot_count, rs  # ran dry; frames went on
@@ -452,3 +453,60 @@ def test_cli_render_missing_pack_exits_1(tmp_path: Path) -> None:
     assert p.returncode == 1, (p.returncode, p.stderr)
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "nope.tpk" in err[0], p.stderr
+
+
+# ---- the same pack opened twice, the budget shortcut, the public throttle ----------------------------
+def test_a_pack_opened_twice_shares_its_residency(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+) -> None:
+    """Two opens of one pack (by another spelling of its path, too) are two handles on one texture:
+    the same tiles and page table, no second cache share or load; closing one handle keeps the other
+    streaming and converging, and the pack's tiles go only with its last handle."""
+    view = View(0.5, 0.5, 0.6)
+    ref = reference(gl_context, packs.colour, view)
+    with Streamer(gl_context, config()) as s:
+        first = s.open(packs.colour)
+        pinned_usage, resident = s.budget.usage, s.stats().resident_tiles
+        second = s.open(packs.colour.parent / "." / packs.colour.name)
+        assert second is not first and second.id == first.id and second.tiles == first.tiles
+        assert second.pool is first.pool and len(s.textures) == 1 and len(s.pools) == 1
+        assert s.budget.usage == pinned_usage and s.stats().resident_tiles == resident  # nothing loaded twice
+        assert psnr(last_frame(s, renderer, second, view, FRAMES), ref) >= CONVERGED_DB
+        loaded = s.stats().resident_tiles
+        np.testing.assert_array_equal(first.table.resident_tiles()[3], second.table.resident_tiles()[3])
+        first.close()
+        assert first.closed and not second.closed and len(s.textures) == 1
+        assert s.stats().resident_tiles == loaded  # the residency stayed with the open handle
+        with pytest.raises(EngineError, match="closed"):
+            first.bind(renderer.program, "u_vt")
+        assert (
+            psnr(
+                last_frame(s, renderer, second, View(0.4, 0.6, 0.7), FRAMES),
+                reference(gl_context, packs.colour, View(0.4, 0.6, 0.7)),
+            )
+            >= CONVERGED_DB
+        )
+        s.validate()
+        second.close()
+        assert not s.textures and s.stats().resident_tiles == 0 and not s.pools
+        other = s.open(packs.colour)  # opened afresh after the last handle closed
+        assert other.corrupt_tiles == 0 and s.stats().resident_tiles == resident
+
+
+def test_budget_mb_shortcut_and_its_conflicts(gl_context: moderngl.Context, packs: Packs) -> None:
+    assert StreamerConfig(budget_mb=48).budget == BudgetConfig(budget_mb=48)
+    assert StreamerConfig(budget_mb=48, budget=BudgetConfig(high_water=0.9)).budget.high_water == 0.9
+    with pytest.raises(ValueError, match="conflicts with budget=BudgetConfig"):
+        StreamerConfig(budget_mb=48, budget=BudgetConfig(budget_mb=64))
+    with pytest.raises(ValueError, match="positive number of MiB, got -1"):
+        StreamerConfig(budget_mb=-1)
+    with pytest.raises(TypeError, match="budget_mb must be a number"):
+        StreamerConfig(budget_mb="64")  # type: ignore[arg-type]
+    with Streamer(gl_context, budget_mb=40) as s:
+        assert s.budget.budget == 40 << 20 and s.budget.source == "config"
+        throttle = s.throttle(2)
+        assert throttle.depth == 2
+        throttle.frame_done()
+        throttle.release()
+    with pytest.raises(ValueError, match="conflicts"):
+        Streamer(gl_context, config(64.0), budget_mb=32)

@@ -28,7 +28,8 @@ from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
 from texstream.runtime.budget import BudgetManager
-from texstream.runtime.pools import CachePool, SlotGeometry
+from texstream.runtime.pools import CachePool
+from texstream.runtime.slots import SlotGeometry
 from texstream.runtime.staging import SLOT_ALIGNMENT
 from texstream.runtime.tiles import TileSpace
 from texstream.runtime.uploader import LoadRecords, LoadState, Uploader
@@ -187,7 +188,7 @@ class Rig:
         return self.space.ids(tex, c[:, 0], c[:, 1], c[:, 2])
 
     def allocate(self, frame: int, tiles: np.ndarray, pool: int = 0) -> np.ndarray:
-        slots = self.pools[pool].allocate(frame, tiles, self.space.tex[tiles], self.space.level[tiles]).slots
+        slots = self.pools[pool].ledger.allocate(frame, tiles, self.space.tex[tiles], self.space.level[tiles]).slots
         assert (slots >= 0).all()
         return slots
 
@@ -343,7 +344,7 @@ def test_a_cache_slot_is_not_written_before_its_writable_frame(rigs: Callable[..
     up = rig.up
     tiles = rig.ids(0, (0, 0, 0), (0, 1, 0), (0, 2, 0))
     cache = rig.submit(1, tiles)
-    rig.pools[0].writable_at[cache[1]] = 5  # a draw in flight until frame 5 may sample it
+    rig.pools[0].ledger.writable_at[cache[1]] = 5  # a draw in flight until frame 5 may sample it
     rig.drain_all()
     fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
     assert rig.upload(3).loads.tiles.tolist() == [tiles[0], tiles[2]]
@@ -515,7 +516,7 @@ def test_load_now_reads_and_uploads_at_once_and_reports_bad_tiles(
     tiles = rig.space.tile_ids(0)  # 341 tiles: more than one chunk
     pool = rig.pools[0]
     cache = rig.allocate(1, tiles)
-    pool.writable_at[cache[:5]] = 3  # draws in flight may sample these: load_now waits for them
+    pool.ledger.writable_at[cache[:5]] = 3  # draws in flight may sample these: load_now waits for them
     ok, reasons = up.load_now(1, tiles, pool, cache)
     corrupt = int(rig.ids(0, (0, 1, 0))[0])
     assert ok.tolist() == [t != corrupt for t in tiles.tolist()]

@@ -112,8 +112,11 @@ def test_released_simple_framebuffer_strict(gl_context, streamer):
     fbo.release()
 
 
+KEPT = []  # streamers a test holds on to without releasing them
+
+
 def test_unreleased_streamer(gl_context, streamer):
-    ts.Streamer(gl_context)  # never released: its GL objects stay
+    KEPT.append(ts.Streamer(gl_context))  # never released and still referenced: its GL objects stay
 
 
 @pytest.mark.texstream_golden
