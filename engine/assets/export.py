@@ -21,7 +21,7 @@ from .. import _io
 from ..errors import EngineError
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
-from ..pack.writer import _naming, create_temp, output_mode
+from ..pack.writer import create_temp, output_mode
 from .blocks import block_grid, floor_dims
 from .ktx2 import SUPERCOMPRESSION_NONE, SUPERCOMPRESSION_ZSTD, ktx2_bytes
 
@@ -155,7 +155,8 @@ def write_atomically(path: Path, parts: list[bytes]) -> int:
         _io.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise _naming(exc, path) from None
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise EngineError(f"cannot write {path}: {reason} (writing its temporary file {tmp.name}, removed)") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
