@@ -317,14 +317,11 @@ def _pack_or_image(text: str) -> str:
     """A pack argument as given, or, for an image file, its pack from the image pack cache (baked
     first when needed, with a progress bar on a terminal). Anything else is left for the pack reader,
     whose one-line error points to `texstream bake`."""
-    from ..assets.image_packs import is_pack_file, looks_like_image, pack_for_image
-    from ..remote import is_remote
+    from ..assets.image_packs import resolve_pack
 
-    if is_remote(text) or text.startswith("file://") or is_pack_file(text) or not looks_like_image(text):
-        return text
     bar = _ImagePackBar() if sys.stderr.isatty() else None
     try:
-        return str(pack_for_image(text, progress=bar))
+        return str(resolve_pack(text, progress=bar))
     finally:
         if bar is not None:
             bar.close()

@@ -13,6 +13,7 @@ from .image_packs import (
     is_pack_file,
     looks_like_image,
     pack_for_image,
+    resolve_pack,
 )
 from .image_settings import ContentKind, ImageBakeSettings, ImageContent, classify, settings_for
 from .pack_cache import CacheEntry, PackCache, PackCacheConfig, VerifyPolicy
@@ -34,5 +35,6 @@ __all__ = [
     "is_pack_file",
     "looks_like_image",
     "pack_for_image",
+    "resolve_pack",
     "settings_for",
 ]

@@ -20,6 +20,7 @@ import enum
 import json
 import logging
 import os
+import stat
 import struct
 import time
 from collections.abc import Callable
@@ -48,6 +49,7 @@ __all__ = [
     "is_pack_file",
     "looks_like_image",
     "pack_for_image",
+    "resolve_pack",
 ]
 
 CACHE_LAYOUT = 1  # bumped when what the key covers changes meaning
@@ -97,12 +99,20 @@ def default_pack_cache() -> PackCache:
 
 
 def is_pack_file(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a regular file starting with the pack magic."""
+    """Whether `path` is a regular file starting with the pack magic (a FIFO or device is not
+    opened: it is no pack, and reading one could wait forever)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
 def looks_like_image(path: str | os.PathLike[str]) -> bool:
@@ -359,6 +369,27 @@ def pack_for_image(
     if not baked:
         log.debug("%s: cache hit %s in %.3f ms", p, key, (time.perf_counter() - started) * 1e3)
     return out
+
+
+def resolve_pack(
+    path: str | os.PathLike[str],
+    *,
+    settings: ImageBakeSettings | None = None,
+    progress: ProgressCallback | None = None,
+    cache: PackCache | None = None,
+    jobs: int = 0,
+) -> str | os.PathLike[str]:
+    """What a pack reader should open for `path`: `path` itself for a pack, a URL or anything that
+    is not an image (the reader's own error then names the problem), else the image's cached pack
+    (`pack_for_image`, baked first when needed)."""
+    from ..remote import is_remote
+
+    text = os.fspath(path)
+    if isinstance(text, bytes) or is_remote(text) or text.startswith("file://"):
+        return path
+    if is_pack_file(text) or not looks_like_image(text):
+        return path
+    return pack_for_image(text, settings=settings, progress=progress, cache=cache, jobs=jobs)
 
 
 def content_kind(path: str | os.PathLike[str], cache: PackCache | None = None) -> ContentKind:

@@ -360,3 +360,17 @@ def test_cli_keeps_its_error_for_a_file_that_is_neither(tmp_path: Path, monkeypa
     assert main(["verify", str(cut)]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "cut.png" in err
+
+
+def test_resolve_pack_leaves_packs_fifos_and_other_files_to_the_reader(tmp_path: Path, cache: PackCache) -> None:
+    from texstream.assets import resolve_pack
+
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    assert resolve_pack(fifo, cache=cache) == fifo  # not opened: reading a FIFO could wait forever
+    text = written(tmp_path / "readme.txt", b"hello\n")
+    assert resolve_pack(text, cache=cache) == text
+    pack = pack_for_image(noise(tmp_path / "photo.png"), cache=cache, jobs=1)
+    assert resolve_pack(pack, cache=cache) == pack
+    assert resolve_pack("https://example.com/x.png", cache=cache) == "https://example.com/x.png"
+    assert resolve_pack(tmp_path / "photo.png", cache=cache) == pack and len(cache.on_bake.keys) == 1
