@@ -31,7 +31,7 @@ import numpy as np
 import xxhash
 
 from ..errors import SourceError
-from ..pack.format import MAGIC
+from ..pack.format import MAGIC, PackHeader
 from ..pack.format import VERSION as PACK_VERSION
 from .image_settings import ContentKind, ImageBakeSettings, ImageContent, analyse_source, classify, settings_for
 from .pack_cache import PackCache, PackCacheConfig
@@ -344,7 +344,17 @@ def pack_for_image(
         if config.worker_count > 1:
             start_context()  # the fork server starts while the file is opened
         source = opened if opened is not None else _open_checked(p)
-        height = int(source.height)  # type: ignore[attr-defined]
+        width, height = int(source.width), int(source.height)  # type: ignore[attr-defined]
+        try:  # what a pack (and the streamer) can hold, refused in one line naming the file
+            PackHeader(
+                width=width,
+                height=height,
+                tile_size=resolved.tile_size,
+                texel_format=resolved.texel_format,
+                srgb=bool(resolved.srgb),
+            )
+        except ValueError as exc:
+            raise SourceError(f"{p}: {exc}") from None
         report(ImagePackStage.BAKING, 0, height)
         counted = _ReadCounter(source, lambda rows: report(ImagePackStage.BAKING, rows, height))
         metadata = {"source_digest": digest, "content_kind": kind.value, "image_pack_key": key}

@@ -193,7 +193,8 @@ _KIND_FORMAT = {
 
 def settings_for(kind: ContentKind, given: ImageBakeSettings | None = None) -> ImageBakeSettings:
     """`given` with its None fields filled by the rule for `kind`: a given format keeps its own sRGB
-    default (colour formats sRGB unless the kind is data), a given sRGB flag is kept as it is."""
+    default (colour formats sRGB unless the kind is data), a given sRGB flag is kept as it is (and
+    sRGB without a given format picks bc1, as bc4 and bc5 hold linear data only)."""
     given = given or ImageBakeSettings()
     fmt, srgb = _KIND_FORMAT[kind]
     if given.texel_format is not None:
@@ -201,6 +202,8 @@ def settings_for(kind: ContentKind, given: ImageBakeSettings | None = None) -> I
         srgb = srgb and fmt.colour
     if given.srgb is not None:
         srgb = given.srgb
+        if srgb and not fmt.colour and given.texel_format is None:  # sRGB asked for: a colour format
+            fmt = TexelFormat.BC7 if kind is ContentKind.COLOUR_ALPHA else TexelFormat.BC1
     return dataclasses.replace(given, texel_format=fmt, srgb=srgb)
 
 

@@ -374,3 +374,14 @@ def test_resolve_pack_leaves_packs_fifos_and_other_files_to_the_reader(tmp_path:
     assert resolve_pack(pack, cache=cache) == pack
     assert resolve_pack("https://example.com/x.png", cache=cache) == "https://example.com/x.png"
     assert resolve_pack(tmp_path / "photo.png", cache=cache) == pack and len(cache.on_bake.keys) == 1
+
+
+def test_srgb_asked_for_picks_a_colour_format() -> None:
+    from texstream.assets import settings_for
+
+    assert settings_for(ContentKind.GREY_DATA, ImageBakeSettings(srgb=True)).texel_format is TexelFormat.BC1
+    assert settings_for(ContentKind.GREY_DATA).texel_format is TexelFormat.BC4
+    linear_bc7 = settings_for(ContentKind.COLOUR_ALPHA, ImageBakeSettings(srgb=False))
+    assert (linear_bc7.texel_format, linear_bc7.srgb) == (TexelFormat.BC7, False)
+    with pytest.raises(ValueError, match="linear"):
+        ImageBakeSettings(texel_format=TexelFormat.BC5, srgb=True)
