@@ -385,3 +385,22 @@ def test_srgb_asked_for_picks_a_colour_format() -> None:
     assert (linear_bc7.texel_format, linear_bc7.srgb) == (TexelFormat.BC7, False)
     with pytest.raises(ValueError, match="linear"):
         ImageBakeSettings(texel_format=TexelFormat.BC5, srgb=True)
+
+
+def test_streamed_sources_are_analysed_through_a_thumbnail(tmp_path: Path) -> None:
+    """Images above the libvips threshold (a big tiled TIFF) are sampled by libvips, not decoded whole."""
+    import pyvips
+
+    from texstream.assets.image_settings import analyse_source
+    from texstream.bake.source import VipsSource
+
+    normals = normal_map(tmp_path / "bumps.png", size=128)
+    tiled = tmp_path / "bumps.tif"
+    pyvips.Image.new_from_file(str(normals)).tiffsave(
+        str(tiled), tile=True, pyramid=True, tile_width=64, tile_height=64
+    )
+    facts = analyse_source(VipsSource(tiled), tiled)
+    assert (facts.width, facts.height, facts.channels, facts.alpha, facts.normal_like) == (128, 128, 3, False, True)
+    photo = noise(tmp_path / "leaf.png", mode="RGBA")
+    facts = analyse_source(VipsSource(photo), photo)
+    assert facts.alpha and not facts.normal_like and not facts.grey
