@@ -263,8 +263,12 @@ class PackCache:
             return set(self._leases)
 
     # ---- lookup and bake --------------------------------------------------------------------------
-    def state(self, key: str) -> PackState:
-        """Whether the pack under `key` exists and may be used (checked whole when its seal differs)."""
+    def state(self, key: str, *, baking: bool = False) -> PackState:
+        """Whether the pack under `key` exists and may be used (checked whole when its seal differs).
+
+        A pack without a record is either one whose baker died between the rename and the record
+        (checked whole, then used) or one whose bake is finishing right now (MISSING: the caller waits
+        for the bake lock); `baking` says the caller holds that lock itself."""
         path = self.pack_path(key)
         try:
             seal = _seal(path)
@@ -273,6 +277,11 @@ class PackCache:
         record = read_json(self._file(key, ".json"))
         if record is not None and record.get("seal") == seal and self.config.verify is VerifyPolicy.ON_CHANGE:
             return PackState.USABLE
+        if record is None and not baking:
+            probe = _lock(self._file(key, ".bake"), shared=False, wait=False)
+            if probe is None:
+                return PackState.MISSING  # its baker is writing the record
+            os.close(probe)
         from ..pack.reader import PackReader
 
         try:
@@ -286,7 +295,8 @@ class PackCache:
                 "cached pack %s has %d bad tiles (first: %s): it will be baked again", path, len(bad), bad[0][3]
             )
             return PackState.CORRUPT
-        if record is not None and record.get("seal") != seal:
+        if record is None or record.get("seal") != seal:  # good as it is now: sealed so
+            record = record or {"key": key, "recovered": True}
             record["seal"] = _seal(path)
             write_json_atomic(self._file(key, ".json"), record)
         return PackState.USABLE
@@ -329,7 +339,7 @@ class PackCache:
                 bake_fd = _lock(self._file(key, ".bake"), shared=False, wait=True)
             assert bake_fd is not None
             try:
-                if self.state(key) is PackState.USABLE:  # baked by the process we waited for
+                if self.state(key, baking=True) is PackState.USABLE:  # baked by the process we waited for
                     self._touch(key)
                     return path, False
                 if self.on_bake is not None:

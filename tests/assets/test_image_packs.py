@@ -404,3 +404,25 @@ def test_streamed_sources_are_analysed_through_a_thumbnail(tmp_path: Path) -> No
     photo = noise(tmp_path / "leaf.png", mode="RGBA")
     facts = analyse_source(VipsSource(photo), photo)
     assert facts.alpha and not facts.normal_like and not facts.grey
+
+
+@pytest.mark.gl
+def test_cli_renders_an_image(gl_context: object, tmp_path: Path) -> None:
+    photo = noise(tmp_path / "photo.png", size=(256, 256))
+    out = tmp_path / "frame.png"
+    env = dict(os.environ, TEXSTREAM_CACHE=str(tmp_path / "cache"))
+    args = ["render", str(photo), "--out", str(out), "--size", "64x64", "--frames", "4", "--all-resident"]
+    p = subprocess.run([sys.executable, "-m", "texstream", *args], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert np.asarray(Image.open(out).convert("RGB")).std() > 10  # the noise, not a flat frame
+    assert len(list((tmp_path / "cache" / "packs").glob("*.tpk"))) == 1
+
+
+def test_a_pack_left_without_its_record_is_checked_and_used(tmp_path: Path, cache: PackCache) -> None:
+    """A baker killed between the pack's rename and its record: the pack is verified, sealed, used."""
+    photo = noise(tmp_path / "photo.png")
+    pack = pack_for_image(photo, cache=cache, jobs=1)
+    cache.release(pack)
+    pack.with_suffix(".json").unlink()
+    assert pack_for_image(photo, cache=cache, jobs=1) == pack and len(cache.on_bake.keys) == 1
+    assert [e.record.get("recovered") for e in cache.entries()] == [True]
