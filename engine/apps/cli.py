@@ -365,6 +365,75 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+# ---- image files where a pack belongs ---------------------------------------------------------
+PACK_HELP = "a pack, or an image file (baked once into the pack cache, $TEXSTREAM_CACHE/packs)"
+PACK_COMMANDS = ("info", "verify", "extract", "render", "demo")  # their pack arguments also take images
+
+
+def _pack_or_image(text: str) -> str:
+    """A pack argument as given, or, for an image file, its pack from the image pack cache (baked
+    first when needed, with a progress bar on a terminal). Anything else is left for the pack reader,
+    whose one-line error points to `texstream bake`."""
+    from ..assets.image_packs import resolve_pack
+
+    bar = _ImagePackBar() if sys.stderr.isatty() else None
+    try:
+        return str(resolve_pack(text, progress=bar))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+class _ImagePackBar:
+    """A tqdm bar on stderr per stage of `pack_for_image` (hashing bytes, baking rows)."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.stage = None
+
+    def __call__(self, event: object) -> None:
+        from tqdm import tqdm
+
+        from ..assets.image_packs import ImagePackStage
+
+        stage = event.stage  # type: ignore[attr-defined]
+        if stage is not self.stage:
+            self.close()
+            self.stage = stage
+            if stage in (ImagePackStage.HASHING, ImagePackStage.BAKING):
+                unit = "B" if stage is ImagePackStage.HASHING else "row"
+                name = event.source.name  # type: ignore[attr-defined]
+                self.bar = tqdm(
+                    total=event.total,  # type: ignore[attr-defined]
+                    desc=f"{stage.value} {name}",
+                    unit=unit,
+                    unit_scale=stage is ImagePackStage.HASHING,
+                    leave=False,
+                    dynamic_ncols=True,
+                )
+            elif stage is ImagePackStage.WAITING:
+                print(f"texstream: waiting for another process baking {event.source.name}", file=sys.stderr)  # type: ignore[attr-defined]
+        if self.bar is not None:
+            self.bar.update(event.done - self.bar.n)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _resolve_image_arguments(args: argparse.Namespace) -> None:
+    """Image files given to a command that takes packs become their cached packs (`_pack_or_image`)."""
+    if args.command not in PACK_COMMANDS:
+        return
+    if hasattr(args, "pack"):
+        args.pack = _pack_or_image(args.pack)
+    if args.command == "demo":
+        from .demo import SCENES
+
+        args.packs = [p if i == 0 and p in SCENES else _pack_or_image(p) for i, p in enumerate(args.packs)]
+
+
 # ---- entry point ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
@@ -394,16 +463,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("info", help="describe a pack")
-    s.add_argument("pack")
+    s.add_argument("pack", help=PACK_HELP)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("verify", help="check every tile of a pack (exit 1 listing bad tiles)")
-    s.add_argument("pack")
+    s.add_argument("pack", help=PACK_HELP)
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("extract", help="decode one level (or a region of it) to an image")
-    s.add_argument("pack")
+    s.add_argument("pack", help=PACK_HELP)
     s.add_argument("out", help="output image (.png recommended)")
     s.add_argument("--level", type=int, default=0, help="mip level (default 0)")
     s.add_argument("--region", default=None, help="x,y,w,h in texels of that level")
@@ -419,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("render", help="render a textured plane headless through EGL")
-    s.add_argument("pack")
+    s.add_argument("pack", help=PACK_HELP)
     s.add_argument("--out", required=True, help="output image (.png)")
     s.add_argument("--size", default="512x512", help="WxH (default 512x512)")
     s.add_argument(
@@ -438,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
         "packs",
         nargs="*",
         help="the scene, terrain (default) or gallery; then, for the terrain, an albedo pack and an optional "
-        "BC5 normal map (default: the built-in terrain)",
+        "BC5 normal map (default: the built-in terrain); image files are baked once into the pack cache",
     )
     s.add_argument("--headless", action="store_true", help="render through EGL to PNG frames (default without display)")
     s.add_argument("--frames", type=int, default=60, help="headless frame count (default 60)")
@@ -509,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        _resolve_image_arguments(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         print(f"texstream {args.command}: interrupted", file=sys.stderr)

@@ -1,21 +1,58 @@
-"""Block-compressed files made elsewhere (DDS, KTX2): read them, re-tile them into packs without
-re-encoding, and export packs back to KTX2."""
+"""Assets a project already has, streamed without a separate bake step.
+
+- Images (PNG, JPEG, TIFF, WebP, ...): `pack_for_image` bakes an image file into a pack once, in a
+  content-addressed cache (`PackCache`) bounded in size, and hands back the cached pack's path;
+  `resolve_pack` does that for whatever a command or `Streamer.open` is given.
+- Block-compressed files made elsewhere (DDS, KTX2): `read_block_file` reads them, `retile_to_pack`
+  re-tiles their blocks into a pack without re-encoding, `export_ktx2` writes a pack back to KTX2.
+"""
 
 from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level
 from .export import ExportReport, export_ktx2
+from .image_packs import (
+    ImagePackProgress,
+    ImagePackStage,
+    default_pack_cache,
+    file_digest,
+    image_pack_key,
+    is_pack_file,
+    looks_like_image,
+    pack_for_image,
+    resolve_pack,
+)
+from .image_settings import ContentKind, ImageBakeSettings, ImageContent, classify, settings_for
 from .load import is_block_file, read_block_file
+from .pack_cache import CacheEntry, PackCache, PackCacheConfig, VerifyPolicy
 from .retile import RetileConfig, RetileReport, retile_to_pack
 
 __all__ = [
     "BlockLevel",
     "BlockTexture",
+    "CacheEntry",
+    "ContentKind",
     "ExportReport",
+    "ImageBakeSettings",
+    "ImageContent",
+    "ImagePackProgress",
+    "ImagePackStage",
+    "PackCache",
+    "PackCacheConfig",
     "RetileConfig",
     "RetileReport",
+    "VerifyPolicy",
+    "classify",
     "decode_blocks",
     "decode_level",
+    "default_pack_cache",
     "export_ktx2",
+    "file_digest",
+    "image_pack_key",
     "is_block_file",
+    "is_pack_file",
+    "looks_like_image",
+    "pack_for_image",
     "read_block_file",
+    "resolve_pack",
     "retile_to_pack",
+    "settings_for",
 ]
