@@ -17,6 +17,7 @@ from .image_packs import (
     image_pack_key,
     is_pack_file,
     looks_like_image,
+    pack_for_block_file,
     pack_for_image,
     resolve_pack,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "is_block_file",
     "is_pack_file",
     "looks_like_image",
+    "pack_for_block_file",
     "pack_for_image",
     "read_block_file",
     "resolve_pack",

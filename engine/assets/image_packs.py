@@ -49,6 +49,7 @@ __all__ = [
     "is_pack_file",
     "looks_like_image",
     "pack_for_image",
+    "pack_for_block_file",
     "resolve_pack",
 ]
 
@@ -393,13 +394,44 @@ def resolve_pack(
     is not an image (the reader's own error then names the problem), else the image's cached pack
     (`pack_for_image`, baked first when needed)."""
     from ..remote import is_remote
+    from .load import is_block_file
 
     text = os.fspath(path)
     if isinstance(text, bytes) or is_remote(text) or text.startswith("file://"):
         return path
-    if is_pack_file(text) or not looks_like_image(text):
+    if is_pack_file(text):
+        return path
+    if Path(text).is_file() and is_block_file(text):  # DDS / KTX2: re-tiled, never re-encoded
+        return pack_for_block_file(text, cache=cache)
+    if not looks_like_image(text):
         return path
     return pack_for_image(text, settings=settings, progress=progress, cache=cache, jobs=jobs)
+
+
+def pack_for_block_file(path: str | os.PathLike[str], *, cache: PackCache | None = None) -> Path:
+    """The path of a pack re-tiled from a DDS or KTX2 file's blocks (`retile_to_pack`, default
+    geometry), made once in the pack cache like an image's; leased as `pack_for_image`'s are.
+
+    Raises
+    ------
+    SourceError
+        one line naming the file: unreadable, truncated, or a format a pack cannot hold as it is
+    """
+    from .load import read_block_file
+    from .retile import RetileConfig, retile_to_pack
+
+    p = Path(path)
+    cache = cache or default_pack_cache()
+    digest = file_digest(p, cache)
+    what = {"layout": CACHE_LAYOUT, "pack_version": PACK_VERSION, "source": digest, "retile": "default"}
+    key = xxhash.xxh3_128_hexdigest(json.dumps(what, sort_keys=True).encode())
+
+    def retile_into(out: Path) -> dict:
+        report = retile_to_pack(read_block_file(p), out, RetileConfig())
+        return {"source": str(p), "retiled": True, "levels_copied": list(report.levels_copied)}
+
+    pack, _baked = cache.get_or_bake(key, retile_into)
+    return pack
 
 
 def content_kind(path: str | os.PathLike[str], cache: PackCache | None = None) -> ContentKind:

@@ -17,6 +17,7 @@ import time
 import moderngl
 import numpy as np
 
+from ..assets.image_packs import ProgressCallback, resolve_pack
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
@@ -73,15 +74,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
     GLError
         The context lacks a GL feature the engine needs.
 
-    Examples
-    --------
-    >>> streamer = texstream.Streamer(ctx, budget_mb=256)      # doctest: +SKIP
-    >>> terrain = streamer.open("terrain.tpk")                 # doctest: +SKIP
-    >>> while running:                                         # doctest: +SKIP
-    ...     streamer.update()
-    ...     terrain.bind(prog, "u_terrain")
-    ...     draw()
-    >>> streamer.release()                                     # doctest: +SKIP
+    A program's frame loop: docs/getting-started.md and docs/frame-loop.md.
     """
 
     def __init__(
@@ -121,19 +114,27 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._closed = False
 
     # ---- textures -----------------------------------------------------------------------------
-    def open(self, path: str | os.PathLike[str], *, origin: Origin | str = Origin.BOTTOM_LEFT) -> VirtualTexture:
+    def open(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        origin: Origin | str = Origin.BOTTOM_LEFT,
+        progress: ProgressCallback | None = None,
+    ) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
         A pack that is already open is not loaded again: the new handle shares its residency.
 
         Parameters
         ----------
         path : str or os.PathLike
-            A pack file, or a URL: ``http(s)://`` (range requests) or any filesystem fsspec knows
-            (``s3://``, ``gs://``, ... with its backend installed), read through the disk cache of
-            `StreamerConfig.remote`.
+            A pack; an image (PNG, JPEG, TIFF, WebP...) or a DDS/KTX2 file, made into a pack once in
+            the pack cache (`texstream.assets.resolve_pack`); or a URL: ``http(s)://`` or any fsspec
+            filesystem, read through the disk cache of `StreamerConfig.remote`.
         origin : Origin or str, optional
             Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, GL's and moderngl's) or
             `Origin.TOP_LEFT` (glTF, DirectX); per handle, also of a shared pack. `VirtualTexture.origin`.
+        progress : callable, optional
+            Called with an `ImagePackProgress` while an image is hashed and baked (first open only).
 
         Returns
         -------
@@ -142,10 +143,8 @@ class Streamer(RenderThreadOwned, StreamerViews):
 
         Raises
         ------
-        PackNotFoundError
-            No file at `path` (also a `FileNotFoundError`).
-        PackFormatError
-            The file is not a valid pack.
+        PackNotFoundError, PackFormatError, SourceError
+            No file at `path`, not a valid pack, or an image or block file that cannot be made one.
         RemoteError
             The URL cannot be reached or read.
         BudgetError
@@ -155,7 +154,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         """
         self._check_open()
         origin = Origin.parse(origin)
-        reader = PackReader(path, self.config.remote)
+        reader = PackReader(resolve_pack(path, progress=progress), self.config.remote)
         shared = self._packs.find(pack_identity(reader))
         if shared is not None:
             reader.close()
