@@ -112,11 +112,11 @@ def test_stream_over_http_equals_disk(
         for r in records:
             validate_frame(r)
         last = records[-1]
-        assert last["remote_packs"] == 1 and last["total_net_bytes"] > 0
-        assert last["cache_capacity_bytes"] == 64 << 20
-        fill = [r["cache_bytes"] for r in records]
+        assert last.remote_packs == 1 and last.total_net_bytes > 0
+        assert last.cache_capacity_bytes == 64 << 20
+        fill = [r.cache_bytes for r in records]
         assert fill[0] < fill[-1] and fill == sorted(fill)  # the cache fills as tiles arrive
-        assert max(r["net_mb_s"] for r in records) > 0 and last["net_latency_p95_ms"] > 0
+        assert max(r.net_mb_s for r in records) > 0 and last.net_latency_p95_ms > 0
         telemetry.release()
     assert psnr(got, expect) >= CONVERGED_DB
     # a second run is served by the cache: few bytes over the network, a high hit rate
@@ -125,8 +125,8 @@ def test_stream_over_http_equals_disk(
         vt = s.open(nginx.url("terrain.tpk"))
         records = converge(s, renderer, vt, telemetry)
         assert psnr(renderer.read(), expect) >= CONVERGED_DB
-        assert records[-1]["cache_hit_rate"] > 0.9
-        assert records[-1]["total_net_bytes"] < 128 << 10  # the probe's first blocks
+        assert records[-1].cache_hit_rate > 0.9
+        assert records[-1].total_net_bytes < 128 << 10  # the probe's first blocks
         telemetry.release()
 
 
