@@ -24,12 +24,11 @@ import operator
 
 from ..config import BudgetConfig
 from ..errors import BudgetError
+from ..units import MIB
 
 __all__ = ["BudgetManager", "MIB"]
 
 log = logging.getLogger(__name__)
-
-MIB = 1 << 20
 
 
 def describe_allocation(name: str, nbytes: int) -> str:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 
 from ..errors import BudgetError
 from ..pack.format import PackHeader
+from ..units import MIB
 from .slots import SlotGeometry
 
 __all__ = ["layers_bytes", "minimum_budget", "open_error", "pinned_tiles", "ring_bytes"]
 
-MIB = 1 << 20
 RING_MIN_TILES = 16  # the staging ring holds at least this many tiles, whatever the budget
 
 

@@ -21,6 +21,7 @@ from ..runtime.budget import BudgetManager
 from ..runtime.frame_stats import FeedbackInfo, IOStatus
 from ..runtime.pools import CachePool, PoolKey
 from ..runtime.texture import VirtualTexture
+from ..units import MIB
 
 
 class MemorySource(Protocol):
@@ -40,8 +41,6 @@ class MemorySource(Protocol):
 
 
 __all__ = ["memory_stats", "memory_summary"]
-
-MIB = 1 << 20
 
 
 def memory_stats(streamer: MemorySource) -> dict[str, Any]:

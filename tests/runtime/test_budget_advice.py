@@ -14,8 +14,8 @@ from texstream.runtime.budget import BudgetManager
 from texstream.runtime.budget_advice import layers_bytes, minimum_budget, open_error, pinned_tiles, ring_bytes
 from texstream.runtime.residency import Residency
 from texstream.runtime.slots import SlotGeometry, SlotLedger
+from texstream.units import MIB
 
-MIB = 1 << 20
 HEADER = PackHeader(width=1024, height=1024, tile_size=128)  # levels 0..3: 64, 16, 4, 1 tiles
 ONE = SlotGeometry(slot_size=HEADER.slot_size, slot_bytes=HEADER.tile_raw_size)  # one slot a layer
 FOUR = SlotGeometry(slot_size=HEADER.slot_size, slot_bytes=HEADER.tile_raw_size, cells_x=2, cells_y=2)
