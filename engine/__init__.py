@@ -9,24 +9,67 @@ on the library (command line, demo, benchmarks) live in ``texstream.apps``.
 
 from __future__ import annotations
 
-from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig, cache_dir
-from .errors import (
-    BudgetError,
-    EngineError,
-    GLError,
-    PackFormatError,
-    PackNotFoundError,
-    ShaderError,
-    SourceError,
-    TileCorruptError,
-)
-from .gl.shaders import preprocess, program
-from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
-from .remote import PackChangedError, RemoteError
-from .runtime.frame_stats import StreamerStats, StreamTotals
-from .runtime.streamer import IOStatus, Streamer, VirtualTexture
-from .telemetry import Overlay, Telemetry
+from typing import TYPE_CHECKING
+
 from .version import __version__
+
+# Each public name -> the module that defines it, imported on first use (PEP 562): the command
+# line's bake imports neither GL, the streamer nor the telemetry (a third of its start-up time).
+_EXPORTS = {
+    ".config": ("BakeConfig", "BudgetConfig", "RemoteConfig", "StreamerConfig", "cache_dir"),
+    ".errors": (
+        "BudgetError",
+        "EngineError",
+        "GLError",
+        "PackFormatError",
+        "PackNotFoundError",
+        "ShaderError",
+        "SourceError",
+        "TileCorruptError",
+    ),
+    ".gl.shaders": ("preprocess", "program"),
+    ".pack": ("AddressMode", "PackHeader", "PackReader", "PackWriter", "Supercompression", "TexelFormat"),
+    ".remote": ("PackChangedError", "RemoteError"),
+    ".runtime.frame_stats": ("StreamerStats", "StreamTotals"),
+    ".runtime.streamer": ("IOStatus", "Streamer", "VirtualTexture"),
+    ".telemetry": ("Overlay", "Telemetry"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:
+    from .config import BakeConfig, BudgetConfig, RemoteConfig, StreamerConfig, cache_dir
+    from .errors import (
+        BudgetError,
+        EngineError,
+        GLError,
+        PackFormatError,
+        PackNotFoundError,
+        ShaderError,
+        SourceError,
+        TileCorruptError,
+    )
+    from .gl.shaders import preprocess, program
+    from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
+    from .remote import PackChangedError, RemoteError
+    from .runtime.frame_stats import StreamerStats, StreamTotals
+    from .runtime.streamer import IOStatus, Streamer, VirtualTexture
+    from .telemetry import Overlay, Telemetry
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "AddressMode",

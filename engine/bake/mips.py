@@ -110,19 +110,23 @@ def _pair_table(srgb: bool) -> np.ndarray:
 
 @lru_cache(maxsize=2)
 def _encode_table(srgb: bool) -> np.ndarray:
-    """uint8[2^20]: float32 bits >> 12 -> rounded 8-bit code of the bin's midpoint."""
+    """uint8[2^20]: float32 bits >> 12 -> rounded 8-bit code of the bin's midpoint.
+
+    Only the bins between 2^-14 and 1 need the transfer function: every non-negative bin below
+    encodes as 0 (its value times 255, or 255 * 12.92 for sRGB, is under 0.2), those from 1.0 to
+    +inf as 255, and NaN (every bin past +inf: a midpoint has a mantissa bit set) and the negative
+    bins as 0. Computing just those 2^15 bins builds the table in a millisecond instead of a third
+    of a second of every bake's start."""
     n = 1 << (32 - _ENC_SHIFT)
-    bins = np.arange(n, dtype=np.uint64)
-    mid = ((bins << _ENC_SHIFT) + (1 << (_ENC_SHIFT - 1))).astype(np.uint32).view(np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        x = np.nan_to_num(mid.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0)
-    x = np.clip(x, 0.0, 1.0)
-    code = np.rint((linear_to_srgb(x) if srgb else x) * 255.0)
-    code[bins >= (1 << (31 - _ENC_SHIFT))] = 0  # sign bit set: negative values and -NaN
-    code[~np.isfinite(mid) & (bins < (1 << (31 - _ENC_SHIFT)))] = 255  # +inf/+NaN: treat +inf as 1
-    nan = np.isnan(mid)
-    code[nan] = 0
-    return code.astype(np.uint8)
+    lo = int(np.array(2.0**-14, np.float32).view(np.uint32)) >> _ENC_SHIFT
+    one = int(np.array(1.0, np.float32).view(np.uint32)) >> _ENC_SHIFT
+    inf = int(np.array(np.inf, np.float32).view(np.uint32)) >> _ENC_SHIFT
+    code = np.zeros(n, np.uint8)
+    bins = np.arange(lo, one, dtype=np.uint64)
+    x = ((bins << _ENC_SHIFT) + (1 << (_ENC_SHIFT - 1))).astype(np.uint32).view(np.float32).astype(np.float64)
+    code[lo:one] = np.rint((linear_to_srgb(x) if srgb else x) * 255.0)
+    code[one:inf] = 255
+    return code
 
 
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -160,3 +160,18 @@ def test_bleed_does_not_depend_on_where_the_rows_are_cut() -> None:
         part = rows[a:z].copy()
         bleed(part, rows[a:z], a, t)
         assert np.array_equal(part[lo - a : hi - a], whole[lo:hi]), (lo, hi)
+
+
+@pytest.mark.parametrize("srgb", [True, False])
+def test_encode_table_is_the_formula_on_every_bin(srgb: bool) -> None:
+    """The table built from the bins between 2^-14 and 1 only equals the formula on all 2^20 bins."""
+    from texstream.bake.mips import _ENC_SHIFT, _encode_table, linear_to_srgb
+
+    bins = np.arange(1 << (32 - _ENC_SHIFT), dtype=np.uint64)
+    mid = ((bins << _ENC_SHIFT) + (1 << (_ENC_SHIFT - 1))).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.clip(np.nan_to_num(mid.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+    want = np.rint((linear_to_srgb(x) if srgb else x) * 255.0)
+    want[bins >= (1 << (31 - _ENC_SHIFT))] = 0  # negative
+    want[np.isnan(mid)] = 0
+    assert np.array_equal(_encode_table(srgb), want.astype(np.uint8))

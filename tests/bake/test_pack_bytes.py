@@ -97,3 +97,21 @@ def test_pack_bytes_match_the_recorded_digest(tmp_path: Path, monkeypatch: pytes
     else:
         bake(source, out, cfg)
     assert _digest(out) == DIGESTS[name]
+
+
+def test_a_small_default_bake_runs_in_process_and_writes_the_workers_pack(tmp_path: Path) -> None:
+    """jobs=0 (every core) on a small image: no worker processes, and the very pack the workers
+    write (the band plan is that of every core)."""
+    import os
+
+    from texstream.bake.pipeline import IN_PROCESS_PIXELS, bakes_in_process
+
+    source = ArraySource(load_photo("astronaut.png")[:300, :260], "astronaut")
+    here = bake(source, tmp_path / "here.tpk", BakeConfig(jobs=0, tile_size=64, progress=False))
+    cores = os.cpu_count() or 1
+    workers = bake(source, tmp_path / "workers.tpk", BakeConfig(jobs=cores, tile_size=64, progress=False))
+    assert here.jobs == 1 and workers.jobs == cores
+    assert _digest(tmp_path / "here.tpk") == _digest(tmp_path / "workers.tpk")
+    assert bakes_in_process(BakeConfig(jobs=0), IN_PROCESS_PIXELS)
+    assert not bakes_in_process(BakeConfig(jobs=0), IN_PROCESS_PIXELS + 1) or cores == 1
+    assert not bakes_in_process(BakeConfig(jobs=2), 16)  # an explicit job count gets its workers
