@@ -132,10 +132,10 @@ def _encode_row(
     settings: Settings, cutter: LevelCutter, level: int, ty: int, rows: np.ndarray, out: EncodedTiles
 ) -> None:
     h = settings.header
-    for tx, slot in cutter.cut(rows):
-        raw = bcn.encode_slot(slot, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb, alpha=settings.alpha)
-        stored, digest = codec.encode(raw, h.supercompression, settings.zstd_level)
-        out.add(level, tx, ty, stored, digest)
+    slots = cutter.cut_row(rows)
+    raw = bcn.encode_slots(slots, h.texel_format, bc7_quality=settings.bc7_quality, srgb=h.srgb, alpha=settings.alpha)
+    stored, digests = codec.encode_many(raw, h.tile_raw_size, h.supercompression, settings.zstd_level)
+    out.add_row(level, ty, stored, digests)
 
 
 def _band_input(job: BandJob, state: WorkerState, lo: int, hi: int) -> np.ndarray:

@@ -70,4 +70,36 @@ def encode_slot(
     return bytes(out)
 
 
-__all__ = ["BC7_QUALITIES", "CHOSEN", "chosen_encoder", "encode_slot", "raw_size"]
+def encode_slots(
+    slots: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True, alpha: bool = True
+) -> bytes:
+    """Encode an (n, S, S, 4) uint8 stack of slots at once: the bytes of `encode_slot` on each
+    slot, one after the other (n * `raw_size(fmt, S)` bytes), in one encoder call where the encoder
+    takes a stack (`Encoder.encode_stack`)."""
+    fmt = TexelFormat(fmt)
+    if not isinstance(slots, np.ndarray) or slots.dtype != np.uint8 or slots.ndim != 4 or slots.shape[3] != 4:
+        raise ValueError(f"slots must be an (n, S, S, 4) uint8 array, got {getattr(slots, 'shape', type(slots))}")
+    n, s = slots.shape[0], slots.shape[1]
+    if slots.shape[2] != s or s < 4 or s % 4:
+        raise ValueError(f"slots must be square with a side that is a multiple of 4, got {slots.shape[1:3]}")
+    if not slots.flags.c_contiguous:
+        raise ValueError("slots must be C-contiguous (the encoders read the buffer as packed rows)")
+    if bc7_quality not in BC7_QUALITIES:
+        raise ValueError(f"bc7 quality must be one of {', '.join(BC7_QUALITIES)}, got {bc7_quality!r}")
+    if n == 0:
+        return b""
+    if fmt is TexelFormat.RGBA8:
+        return slots.tobytes()
+    enc = chosen_encoder(fmt)
+    if enc.encode_stack is None:
+        return b"".join(encode_slot(slot, fmt, bc7_quality=bc7_quality, srgb=srgb, alpha=alpha) for slot in slots)
+    out = enc.encode_stack(slots, bc7_quality, alpha, srgb)
+    expected = n * raw_size(fmt, s)
+    if len(out) != expected:
+        raise RuntimeError(
+            f"{fmt.name.lower()} encoder {enc.name} returned {len(out)} bytes for {n} {s}^2 slots, expected {expected}"
+        )
+    return bytes(out)
+
+
+__all__ = ["BC7_QUALITIES", "CHOSEN", "chosen_encoder", "encode_slot", "encode_slots", "raw_size"]
