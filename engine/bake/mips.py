@@ -129,6 +129,31 @@ def _encode_table(srgb: bool) -> np.ndarray:
     return code
 
 
+@lru_cache(maxsize=2)
+def _quarter_table(srgb: bool) -> np.ndarray:
+    """float32[256]: 8-bit code -> linear value / 4 (the compiled reduction's table)."""
+    return np.ascontiguousarray(decode_table(srgb) * np.float32(0.25))
+
+
+_use_native = True
+
+
+def use_native_reduce(enabled: bool) -> bool:
+    """Reduce 8-bit rows with the compiled helper when it is built (the default) or with numpy
+    (False); both give the same bits. Returns the previous setting (for tests and benchmarks)."""
+    global _use_native
+    previous, _use_native = _use_native, bool(enabled)
+    return previous
+
+
+def _native_reduce():  # noqa: ANN202 (a ctypes function or None)
+    if not _use_native:
+        return None
+    from ..native import reduce_rgba8
+
+    return reduce_rgba8()
+
+
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Linear values -> round(v * 255), clipped, NaN -> 0. Ties (common: means of four 8-bit values)
     round up; the 1/512 bias makes that hold despite float32 error in the means."""
@@ -210,6 +235,22 @@ class Transfer:
         we = w - (w % 2)
         half = we // 2
         out = np.empty((m // 2, wo, 4), np.float32)
+        native = _native_reduce() if rows.dtype == np.uint8 and m and w else None
+        if native is not None:  # the same sums in the same order, in one pass (_native.c)
+            src = np.ascontiguousarray(rows)
+            table = _quarter_table(self.srgb)
+            native(
+                src.ctypes.data,
+                m,
+                w,
+                src.strides[0],
+                table.ctypes.data,
+                int(self.srgb and self.alpha),
+                int(mode is AddressMode.WRAP),
+                out.ctypes.data,
+                wo * 4,
+            )
+            return out
         step = max(2, min(m, _CHUNK_TEXELS // max(1, w)) & ~1)
         if rows.dtype == np.uint8:
             pairs = _pair_table(self.srgb)  # linear values already scaled by 1/4
@@ -446,4 +487,5 @@ __all__ = [
     "next_window",
     "reduce_level",
     "srgb_to_linear",
+    "use_native_reduce",
 ]

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "load"]
+__all__ = ["Codecs", "Native", "load", "reduce_rgba8"]
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +178,30 @@ def load() -> Native | None:
     native = Native(path, read_batch, decode_batch, upload_cells, codecs, create, free, libs)
     log.debug("texstream's compiled helper: %s", path)
     return native
+
+
+@functools.cache
+def reduce_rgba8() -> ctypes._CFuncPtr | None:
+    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
+    is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).ts_reduce_rgba8
+    except (OSError, AttributeError) as exc:  # a helper built before the function existed
+        log.info("texstream's compiled helper has no mip reduction (%s): numpy reduces", exc)
+        return None
+    fn.restype = None
+    fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    )
+    return fn

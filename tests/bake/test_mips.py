@@ -175,3 +175,29 @@ def test_encode_table_is_the_formula_on_every_bin(srgb: bool) -> None:
     want[bins >= (1 << (31 - _ENC_SHIFT))] = 0  # negative
     want[np.isnan(mid)] = 0
     assert np.array_equal(_encode_table(srgb), want.astype(np.uint8))
+
+
+@pytest.mark.parametrize("mode", list(AddressMode))
+def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
+    """ts_reduce_rgba8 (_native.c) and the numpy path agree bit for bit: sRGB and linear, real
+    alpha and opaque, odd and even widths."""
+    from texstream.bake import mips
+    from texstream.native import reduce_rgba8
+
+    if reduce_rgba8() is None:
+        pytest.skip("texstream's compiled helper is not built")
+    rng = np.random.default_rng(3)
+    try:
+        for m, w in ((2, 1), (2, 3), (4, 7), (16, 64), (6, 333)):
+            rows = rng.integers(0, 256, (m, w, 4), np.uint8)
+            opaque = rows.copy()
+            opaque[..., 3] = 255
+            for transfer in (Transfer(True, True), Transfer(True, False), Transfer(False, True)):
+                for r in (rows, opaque, rows[:, ::-1]):  # the last one is not contiguous
+                    mips.use_native_reduce(True)
+                    native = transfer.reduce(r, None, mode)
+                    mips.use_native_reduce(False)
+                    numpy = transfer.reduce(r, None, mode)
+                    assert np.array_equal(native.view(np.uint32), numpy.view(np.uint32)), (m, w, transfer)
+    finally:
+        mips.use_native_reduce(True)
