@@ -12,13 +12,10 @@ submission order) and passes each stage's output on to the next. The last stage 
 left (a small level) and tiles it down to one tile.
 
 Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
-pickle small), and read files that libvips reads region by region (TIFF, .v: `source.RegionFile`)
-themselves, so decoding runs on every core; anything else (in-memory images, libvips streams of
-PNG, JPEG, ...) is read by the main process, top to bottom, once (in process, in-memory ``forkable``
-sources are read in place). Band inputs the main process holds reach the workers through an
-anonymous shared-memory ring (a memfd handed to each worker at its start, on Linux), not pickles.
-
-Small images (`IN_PROCESS_PIXELS`, with the default job count) bake in process: no workers.
+pickle small); anything else (in-memory images, libvips streams) is read by the main process, top to
+bottom, once (with one job, in-memory ``forkable`` sources are read in place). Band inputs the main
+process holds reach the workers through an anonymous shared-memory ring (a memfd handed to each
+worker at its start, on Linux), not pickles.
 
 Workers come from the fork server, never from a fork of this (possibly threaded) process; they die
 with it, and an interrupt stops them at once: see `workers`. With ``BakeConfig.cluster`` the same
@@ -68,7 +65,7 @@ from .bands import WorkerState, execute, gather_rows, init_worker, run_job, warm
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
 from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
-from .source import RegionFile, Source, open_source
+from .source import Source, open_source
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -285,8 +282,6 @@ class _Baker:
         # process reads in-memory ones in place; else this process reads it into the ring.
         # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
         self.band_source: Source | None = source if getattr(source, "parallel", False) else None
-        if self.band_source is None and not self.in_process:
-            self.band_source = RegionFile.of(source)  # TIFF and .v files: each worker reads its bands
         if cluster is not None:
             from .cluster import worker_source
 

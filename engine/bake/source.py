@@ -42,8 +42,6 @@ import logging
 import os
 import urllib.parse
 import warnings
-from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -484,50 +482,6 @@ class VipsSource:
         }
 
 
-@dataclass(frozen=True)
-class RegionFile:
-    """A file libvips reads region by region (`VipsSource.region_readable`), as the bake's worker
-    processes read it: each opens the file once and reads its own bands, so the source is decoded
-    in parallel and no band's rows pass through the baking process. Picklable and small
-    (``parallel``); the file's size and modification time are checked where it is opened."""
-
-    path: str
-    name: str
-    width: int
-    height: int
-    channels: int
-    size: int
-    mtime_ns: int
-    parallel: bool = field(default=True, init=False)
-
-    @classmethod
-    def of(cls, source: object) -> RegionFile | None:
-        """The description of `source` when it is a file read region by region, else None."""
-        if not isinstance(source, VipsSource) or not source.region_readable:
-            return None
-        size, mtime_ns = source.file_stamp
-        return cls(
-            os.path.abspath(source.path), source.name, source.width, source.height, source.channels, size, mtime_ns
-        )
-
-    def read_rows(self, y0: int, y1: int) -> np.ndarray:
-        return _opened(self.path, self.size, self.mtime_ns, self.width, self.height).read_region(y0, y1)
-
-
-@lru_cache(maxsize=4)
-def _opened(path: str, size: int, mtime_ns: int, width: int, height: int) -> VipsSource:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise SourceError(f"{path}: no longer readable ({exc.strerror})") from None
-    if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-        raise SourceError(f"{path} changed while it was being baked (size or modification time differs)")
-    source = VipsSource(path)
-    if (source.width, source.height) != (width, height) or not source.region_readable:
-        raise SourceError(f"{path} changed while it was being baked (it reads differently)")
-    return source
-
-
 def _vips_orientation(img: object) -> int:
     """The EXIF orientation libvips read (1..8); 1 when absent."""
     try:
@@ -605,7 +559,6 @@ __all__ = [
     "VIPS_THRESHOLD",
     "ArraySource",
     "PillowSource",
-    "RegionFile",
     "Source",
     "VipsSource",
     "describe",

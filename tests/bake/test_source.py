@@ -220,29 +220,3 @@ def test_truncated_image(tmp_path: Path, threshold: int | None) -> None:
         src = open_source(path, **kwargs)
         _read_all(src, 128)  # libvips may only notice when it reaches the missing rows
     assert "\n" not in str(info.value)
-
-
-def test_region_files_read_what_the_source_reads_and_refuse_a_changed_file(tmp_path: Path) -> None:
-    """The description workers read a TIFF's bands from: small to pickle, the same rows, and a
-    clear error when the file is no longer the one the bake opened."""
-    import os
-    import pickle
-
-    import pyvips
-
-    from texstream.bake.source import RegionFile, VipsSource
-
-    path = tmp_path / "photo.tif"
-    pyvips.Image.new_from_file(str(ASSETS / "chelsea.png")).tiffsave(str(path), compression="none")
-    source = VipsSource(path)
-    regions = RegionFile.of(source)
-    assert regions is not None and regions.parallel and len(pickle.dumps(regions)) < 1000
-    assert np.array_equal(pickle.loads(pickle.dumps(regions)).read_rows(100, 164), source.read_region(100, 164))
-    assert RegionFile.of(VipsSource(ASSETS / "chelsea.png")) is None  # PNG: read top to bottom only
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    moved = RegionFile.of(VipsSource(path))
-    assert moved is not None
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
-    with pytest.raises(SourceError, match="changed while it was being baked"):
-        moved.read_rows(0, 8)
