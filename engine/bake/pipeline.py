@@ -15,7 +15,11 @@ Who reads the source: workers generate procedural bands themselves (``parallel``
 pickle small); anything else (in-memory images, libvips streams) is read by the main process, top to
 bottom, once (with one job, in-memory ``forkable`` sources are read in place). Band inputs the main
 process holds reach the workers through an anonymous shared-memory ring (a memfd handed to each
-worker at its start, on Linux), not pickles.
+worker at its start, on Linux), not pickles. (Workers reading a TIFF's bands themselves through
+libvips was measured slower than this on 2 cores, for uncompressed TIFF: 3.8 s against 3.0 s for an
+8192² BC5 bake.)
+
+Small images (`IN_PROCESS_PIXELS`, with the default job count) bake in process: no workers.
 
 Workers come from the fork server, never from a fork of this (possibly threaded) process; they die
 with it, and an interrupt stops them at once: see `workers`. With ``BakeConfig.cluster`` the same
