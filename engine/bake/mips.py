@@ -146,12 +146,12 @@ def use_native_reduce(enabled: bool) -> bool:
     return previous
 
 
-def _native_reduce():  # noqa: ANN202 (a ctypes function or None)
+def _native_reduce(dtype: type):  # noqa: ANN202 (a ctypes function or None)
     if not _use_native:
         return None
-    from ..native import reduce_rgba8
+    from ..native import reduce_f32, reduce_rgba8
 
-    return reduce_rgba8()
+    return reduce_rgba8() if dtype is np.uint8 else reduce_f32()
 
 
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -235,8 +235,15 @@ class Transfer:
         we = w - (w % 2)
         half = we // 2
         out = np.empty((m // 2, wo, 4), np.float32)
-        native = _native_reduce() if rows.dtype == np.uint8 and m and w else None
-        if native is not None:  # the same sums in the same order, in one pass (_native.c)
+        if rows.dtype == np.float32 and m and w:
+            native_f32 = _native_reduce(np.float32)
+            if native_f32 is not None:  # the same sums in the same order, in one pass (_native.c)
+                src = np.ascontiguousarray(rows)
+                wrap = int(mode is AddressMode.WRAP)
+                native_f32(src.ctypes.data, m, w, src.strides[0] // 4, wrap, out.ctypes.data, wo * 4)
+                return out
+        native = _native_reduce(np.uint8) if rows.dtype == np.uint8 and m and w else None
+        if native is not None:
             src = np.ascontiguousarray(rows)
             table = _quarter_table(self.srgb)
             native(

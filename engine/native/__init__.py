@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "load", "reduce_rgba8"]
+__all__ = ["Codecs", "Native", "load", "reduce_f32", "reduce_rgba8"]
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,30 @@ def reduce_rgba8() -> ctypes._CFuncPtr | None:
         ctypes.c_int64,
         ctypes.c_void_p,
         ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    )
+    return fn
+
+
+@functools.cache
+def reduce_f32() -> ctypes._CFuncPtr | None:
+    """``ts_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).ts_reduce_f32
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no float mip reduction (%s): numpy reduces", exc)
+        return None
+    fn.restype = None
+    fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
         ctypes.c_int,
         ctypes.c_void_p,
         ctypes.c_int64,

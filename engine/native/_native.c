@@ -10,7 +10,7 @@
  *                   the bound pixel-unpack buffer. Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
  *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
- *                   of mips.Transfer.reduce's numpy path, bit for bit).
+ *   ts_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
  *
  * No library is linked: the decoders and the hash are the C functions the zstandard, lz4 and
  * xxhash Python packages already carry, passed in as function pointers (engine/native/__init__.py
@@ -194,6 +194,27 @@ void ts_reduce_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t sr
             if (alpha_from_bytes) {
                 unsigned total = (unsigned)p0[3] + q0[3] + p1[3] + q1[3];
                 o[4 * j + 3] = (float)total * k;
+            }
+        }
+    }
+}
+
+/* (bake workers) The 2x2 box reduction of float32 linear rows (every reduction after a band's first):
+ * ((r0c0 + r1c0) + (r0c1 + r1c1)) * 0.25f per channel, the numpy path's order; an odd width's last
+ * texel pairs as in ts_reduce_rgba8. Strides are in floats. */
+void ts_reduce_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, int wrap, float *dst,
+                   int64_t dst_stride) {
+    const int64_t half = width / 2, out_w = (width + 1) / 2;
+    for (int64_t r = 0; r + 1 < rows; r += 2) {
+        const float *a = src + r * src_stride, *b = a + src_stride;
+        float *o = dst + (r / 2) * dst_stride;
+        for (int64_t j = 0; j < out_w; j++) {
+            const int64_t c0 = 2 * j, c1 = j < half ? 2 * j + 1 : (wrap ? 0 : width - 1);
+            for (int c = 0; c < 4; c++) {
+                float v0 = a[4 * c0 + c] + b[4 * c0 + c];
+                float v1 = a[4 * c1 + c] + b[4 * c1 + c];
+                float sum = v0 + v1;
+                o[4 * j + c] = sum * 0.25f;
             }
         }
     }

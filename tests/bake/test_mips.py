@@ -179,12 +179,12 @@ def test_encode_table_is_the_formula_on_every_bin(srgb: bool) -> None:
 
 @pytest.mark.parametrize("mode", list(AddressMode))
 def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
-    """ts_reduce_rgba8 (_native.c) and the numpy path agree bit for bit: sRGB and linear, real
-    alpha and opaque, odd and even widths."""
+    """ts_reduce_rgba8 and ts_reduce_f32 (_native.c) and the numpy path agree bit for bit: 8-bit and
+    float rows, sRGB and linear, real alpha and opaque, odd and even widths."""
     from texstream.bake import mips
-    from texstream.native import reduce_rgba8
+    from texstream.native import reduce_f32, reduce_rgba8
 
-    if reduce_rgba8() is None:
+    if reduce_rgba8() is None or reduce_f32() is None:
         pytest.skip("texstream's compiled helper is not built")
     rng = np.random.default_rng(3)
     try:
@@ -192,8 +192,9 @@ def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
             rows = rng.integers(0, 256, (m, w, 4), np.uint8)
             opaque = rows.copy()
             opaque[..., 3] = 255
+            linear = rng.random((m, w, 4), np.float32) * np.float32(1.5) - np.float32(0.25)
             for transfer in (Transfer(True, True), Transfer(True, False), Transfer(False, True)):
-                for r in (rows, opaque, rows[:, ::-1]):  # the last one is not contiguous
+                for r in (rows, opaque, rows[:, ::-1], linear, linear[:, ::-1]):  # reversed: not contiguous
                     mips.use_native_reduce(True)
                     native = transfer.reduce(r, None, mode)
                     mips.use_native_reduce(False)
