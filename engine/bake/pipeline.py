@@ -494,10 +494,12 @@ class _Baker:
 
 
 # ---- public API ---------------------------------------------------------------------------------------
-IN_PROCESS_PIXELS = 4 << 20
-"""Source pixels (2048²) up to which a bake with the default job count (``BakeConfig.jobs == 0``)
+IN_PROCESS_PIXELS = 16 << 20
+"""Source pixels (4096²) up to which a bake with the default job count (``BakeConfig.jobs == 0``)
 runs in the calling process, with no worker processes: below it, starting the workers (a fork
-server that imports the pipeline, then one process per core) takes longer than they save."""
+server that imports the pipeline, then one process per core) takes longer than they save.
+Measured through the command line on the 2-core box, BC1 + zstd from PNG, best of three, one job
+against two: 2048² 0.98 s against 1.37 s, 2896² 1.05 against 1.63, 4096² 1.37 against 1.97."""
 
 
 def bakes_in_process(config: BakeConfig, pixels: int) -> bool:
