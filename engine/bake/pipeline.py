@@ -330,10 +330,32 @@ class _Baker:
                 self.ring = mmap.mmap(fd, size)
                 self.free_slots = list(range(self.max_in_flight))
                 state.ring_fd, state.ring_size = PassedFd(fd), size
-                return WorkerPool(self.jobs, init_worker, (state,), run_job)
+                early = self._read_first_bands()
+                return self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
             finally:
                 os.close(fd)  # the workers got their own copies at their start
-        return WorkerPool(self.jobs, init_worker, (state,), run_job)
+        early = self._read_first_bands()
+        return self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
+
+    def _read_first_bands(self) -> list[tuple[BandJob, int | None]]:
+        """The first band's job, its rows read from the source now, before the workers start: the
+        fork server (started when the bake began) is still importing the pipeline meanwhile, so the
+        reading costs no wall time (one band: about as long as the server takes; more would keep
+        the workers waiting). The same job as `_pump` would make first."""
+        feed = self.feeds[0]
+        early: list[tuple[BandJob, int | None]] = []
+        while feed.source is not None and not early and feed.ready():
+            check_interrupt()
+            job, slot = self._next_band(feed)
+            if job is None:
+                break
+            early.append((job, slot))
+        return early
+
+    def _submitted(self, pool: WorkerPool, early: list[tuple[BandJob, int | None]]) -> WorkerPool:
+        for job, slot in early:
+            self._submit(pool, job, slot)
+        return pool
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
