@@ -102,4 +102,42 @@ def encode_slots(
     return bytes(out)
 
 
-__all__ = ["BC7_QUALITIES", "CHOSEN", "chosen_encoder", "encode_slot", "encode_slots", "raw_size"]
+def encodes_blocks_alone(fmt: TexelFormat) -> bool:
+    """Whether the chosen encoder of `fmt` encodes a whole surface block by block
+    (`encode_surface`): each 4x4 block from its own texels, whatever slot it belongs to."""
+    fmt = TexelFormat(fmt)
+    return fmt is not TexelFormat.RGBA8 and chosen_encoder(fmt).encode_surface is not None
+
+
+def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
+    """The blocks of an (H, W, 4) uint8 surface (H, W multiples of 4), as an (H/4, W/4, block
+    bytes) uint8 array; only where `encodes_blocks_alone(fmt)`. Slots cut from this grid (block
+    rows and columns at multiples of T/4) are the bytes `encode_slot` gives each slot."""
+    fmt = TexelFormat(fmt)
+    if not isinstance(surface, np.ndarray) or surface.dtype != np.uint8 or surface.ndim != 3 or surface.shape[2] != 4:
+        raise ValueError(f"surface must be an (H, W, 4) uint8 array, got {getattr(surface, 'shape', type(surface))}")
+    h, w = surface.shape[:2]
+    if h % 4 or w % 4 or not h or not w:
+        raise ValueError(f"surface sides must be positive multiples of 4, got {h} x {w}")
+    if not surface.flags.c_contiguous:
+        raise ValueError("surface must be C-contiguous (the encoders read the buffer as packed rows)")
+    enc = chosen_encoder(fmt)
+    if enc.encode_surface is None:
+        raise ValueError(f"the {fmt.name.lower()} encoder {enc.name} does not encode a surface block by block")
+    out = enc.encode_surface(surface)
+    bb = fmt.block_bytes
+    if len(out) < (h // 4) * (w // 4) * bb:
+        raise RuntimeError(f"{fmt.name.lower()} encoder {enc.name} returned {len(out)} bytes for {h} x {w} texels")
+    return np.frombuffer(out, np.uint8, (h // 4) * (w // 4) * bb).reshape(h // 4, w // 4, bb)
+
+
+__all__ = [
+    "BC7_QUALITIES",
+    "CHOSEN",
+    "chosen_encoder",
+    "encode_slot",
+    "encode_slots",
+    "encode_surface",
+    "encodes_blocks_alone",
+    "raw_size",
+]

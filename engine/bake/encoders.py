@@ -56,6 +56,10 @@ class Encoder:
     # Many slots in one call: an (n, S, S, 4) array -> the n slots' blocks, slot after slot, the
     # same bytes as n `encode` calls. None: `bcn.encode_slots` calls `encode` per slot.
     encode_stack: Callable[[np.ndarray, str, bool, bool], bytes] | None = None
+    # A whole (H, W, 4) surface -> its blocks in raster order, each block encoded from its own 16
+    # texels alone (so a block shared by two slots' borders is the same in both). None where the
+    # encoding of a block depends on its slot (BC7 picks a profile per slot).
+    encode_surface: Callable[[np.ndarray], bytes] | None = None
 
 
 # ---- ispc-texcomp ---------------------------------------------------------------------------------------
@@ -134,6 +138,27 @@ def _ispc_stack(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], byt
                 data = force_opaque_bc7(data)
             out[group] = np.frombuffer(data, np.uint8).reshape(count, -1)
         return out.tobytes()
+
+    return encode
+
+
+def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
+    if fmt is TexelFormat.BC7:
+        return None
+
+    def encode(surface: np.ndarray) -> bytes:
+        import ispc_texcomp
+
+        h, w = surface.shape[:2]
+        if fmt is TexelFormat.BC1:
+            return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, w * 4))[: h * w // 2]
+        if fmt is TexelFormat.BC3:
+            return ispc_texcomp.compress_blocks_bc3(ispc_texcomp.RGBASurface(surface, w, h, w * 4))
+        if fmt is TexelFormat.BC4:
+            red = np.ascontiguousarray(surface[..., 0])
+            return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, w, h, w))
+        red_green = np.ascontiguousarray(surface[..., :2])
+        return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, w, h, w * 2))
 
     return encode
 
@@ -227,7 +252,7 @@ _BLOCK_FORMATS = (TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat
 
 ENCODERS: dict[tuple[TexelFormat, str], Encoder] = {}
 for _fmt in _BLOCK_FORMATS:
-    ENCODERS[(_fmt, "ispc")] = Encoder(_fmt, "ispc", True, _ispc(_fmt), _ispc_stack(_fmt))
+    ENCODERS[(_fmt, "ispc")] = Encoder(_fmt, "ispc", True, _ispc(_fmt), _ispc_stack(_fmt), _ispc_surface(_fmt))
     ENCODERS[(_fmt, "etcpak")] = Encoder(_fmt, "etcpak", False, _etcpak(_fmt))
     if _fmt is not TexelFormat.BC7:
         ENCODERS[(_fmt, "quicktex")] = Encoder(_fmt, "quicktex", False, _quicktex(_fmt))

@@ -223,3 +223,33 @@ def test_encode_slots_checks_its_input() -> None:
     with pytest.raises(ValueError, match="C-contiguous"):
         encode_slots(np.zeros((2, 8, 16, 4), np.uint8)[:, :, ::2], TexelFormat.BC1)
     assert encode_slots(np.zeros((0, 8, 8, 4), np.uint8), TexelFormat.BC1) == b""
+
+
+@pytest.mark.parametrize("fmt", [TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat.BC5])
+def test_slots_cut_from_an_encoded_surface_are_the_slots_encoded(fmt: TexelFormat) -> None:
+    """The bake encodes a band's tile rows as one surface and cuts each slot's blocks out of the
+    grid (neighbouring slots share their border blocks): the bytes of `encode_slot` on each slot."""
+    from texstream.bake.bcn import encode_surface, encodes_blocks_alone
+
+    assert encodes_blocks_alone(fmt)
+    tile, border = 64, 4
+    surface = np.ascontiguousarray(load_photo("coffee.png")[: 2 * tile + 2 * border, : 3 * tile + 2 * border])
+    grid = encode_surface(surface, fmt)
+    s, bt, bs = tile + 2 * border, tile // 4, (tile + 2 * border) // 4
+    for y in range(2):
+        for x in range(3):
+            slot = np.ascontiguousarray(surface[y * tile : y * tile + s, x * tile : x * tile + s])
+            blocks = grid[y * bt : y * bt + bs, x * bt : x * bt + bs]
+            assert np.ascontiguousarray(blocks).tobytes() == encode_slot(slot, fmt), (x, y)
+
+
+def test_encode_surface_checks_its_input() -> None:
+    from texstream.bake.bcn import encode_surface, encodes_blocks_alone
+
+    assert not encodes_blocks_alone(TexelFormat.BC7) and not encodes_blocks_alone(TexelFormat.RGBA8)
+    with pytest.raises(ValueError, match="multiples of 4"):
+        encode_surface(np.zeros((8, 6, 4), np.uint8), TexelFormat.BC1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        encode_surface(np.zeros((8, 16, 4), np.uint8)[:, ::2], TexelFormat.BC1)
+    with pytest.raises(ValueError, match="block by block"):
+        encode_surface(np.zeros((8, 8, 4), np.uint8), TexelFormat.BC7)
