@@ -4,35 +4,81 @@ The public API is what this module exports (``import texstream as ts``): the `St
 `VirtualTexture` (with its texture-coordinate `Origin`), the configurations, the errors, the shader
 loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
 `register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
-(`FrameStats`, `StreamerStats`, `StreamTotals`), `FrameThrottle` for headless loops, per-frame
-`Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal and may
-change between versions; the programs built on the library (command line, demo, benchmarks) live in
-``texstream.apps``.
+(`FrameStats`, `StreamerStats`, `StreamTotals`, `Completeness`), `FrameThrottle` for headless loops,
+per-frame `Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal
+and may change between versions; the programs built on the library (command line, demo, benchmarks)
+live in ``texstream.apps``.
 """
 
 from __future__ import annotations
 
-from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
-from .errors import (
-    BudgetError,
-    EngineError,
-    GLError,
-    PackFormatError,
-    PackNotFoundError,
-    ShaderError,
-    SourceError,
-    TileCorruptError,
-)
-from .gl.objects import FrameThrottle
-from .gl.shaders import ShaderFile, preprocess, program, register_includes, shader_file
-from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
-from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
-from .runtime.frame_stats import FeedbackInfo, FrameStats, StreamerStats, StreamTotals
-from .runtime.origin import Origin
-from .runtime.residency import Completeness
-from .runtime.streamer import IOStatus, Streamer, VirtualTexture
-from .telemetry import FrameRecord, Overlay, Telemetry
+from typing import TYPE_CHECKING
+
 from .version import __version__
+
+# Each public name -> the module that defines it, imported on first use (PEP 562): the command
+# line's bake imports neither GL, the streamer nor the telemetry (a third of its start-up time).
+_EXPORTS = {
+    ".config": ("BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "cache_dir"),
+    ".errors": (
+        "BudgetError",
+        "EngineError",
+        "GLError",
+        "PackFormatError",
+        "PackNotFoundError",
+        "ShaderError",
+        "SourceError",
+        "TileCorruptError",
+    ),
+    ".gl.objects": ("FrameThrottle",),
+    ".gl.shaders": ("ShaderFile", "preprocess", "program", "register_includes", "shader_file"),
+    ".pack": ("AddressMode", "PackHeader", "PackReader", "PackWriter", "Supercompression", "TexelFormat"),
+    ".remote": ("PackChangedError", "RemoteError", "SourceState", "SourceStatus"),
+    ".runtime.frame_stats": ("FeedbackInfo", "FrameStats", "StreamerStats", "StreamTotals"),
+    ".runtime.origin": ("Origin",),
+    ".runtime.residency": ("Completeness",),
+    ".runtime.streamer": ("IOStatus", "Streamer", "VirtualTexture"),
+    ".telemetry": ("FrameRecord", "Overlay", "Telemetry"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:
+    from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
+    from .errors import (
+        BudgetError,
+        EngineError,
+        GLError,
+        PackFormatError,
+        PackNotFoundError,
+        ShaderError,
+        SourceError,
+        TileCorruptError,
+    )
+    from .gl.objects import FrameThrottle
+    from .gl.shaders import ShaderFile, preprocess, program, register_includes, shader_file
+    from .pack import AddressMode, PackHeader, PackReader, PackWriter, Supercompression, TexelFormat
+    from .remote import PackChangedError, RemoteError, SourceState, SourceStatus
+    from .runtime.frame_stats import FeedbackInfo, FrameStats, StreamerStats, StreamTotals
+    from .runtime.origin import Origin
+    from .runtime.residency import Completeness
+    from .runtime.streamer import IOStatus, Streamer, VirtualTexture
+    from .telemetry import FrameRecord, Overlay, Telemetry
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "AddressMode",

@@ -107,7 +107,20 @@ class BakeConfig:
 
     @property
     def worker_count(self) -> int:
-        return self.jobs or os.cpu_count() or 1
+        """`jobs`, or the cores this process may run on (its CPU affinity: taskset, a container's
+        cpuset), not every core of the machine."""
+        return self.jobs or usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        try:
+            return max(1, len(affinity(0)))
+        except OSError:
+            pass
+    return os.cpu_count() or 1
 
 
 _LOCAL_CLUSTER = re.compile(r"local:(\d+)")

@@ -4,8 +4,9 @@ bench bake: first the block-compression encoders compared (`bench_encoders`), th
 in source MPixel/s per format, next to (a) the chosen encoder's own single-thread rate on slots of
 the same pixels (no mips, borders, supercompression or I/O: the encoder ceiling of one core) and (b)
 a plain libvips pyramid build of the same image (tiled pyramidal TIFF, uncompressed:
-the "just make mips and tiles" baseline). Absolute times on shared machines are noise; the ratios are
-the result.
+the "just make mips and tiles" baseline), with the cores the bake used; then (unless --quick) the
+first-use time of `make demo`'s default bake (the 32768² BC1 terrain and the 16384² BC5 normal map,
+baked into an empty folder). Absolute times on shared machines are noise; the ratios are the result.
 """
 
 from __future__ import annotations
@@ -96,14 +97,33 @@ def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
     return img.width * img.height / seconds / 1e6
 
 
-def bench_bake(size: int, jobs: int, quick: bool) -> dict:
-    from ..bake.pipeline import bake_file
+def _demo_first_use_seconds(folder: Path) -> float:
+    """Wall time of `make demo`'s first-use bake: the default terrain and normal map
+    (`assets.ensure_asset`), baked into an empty folder as on a first run."""
+    from .assets import DEFAULT_NORMALS, DEFAULT_TERRAIN, ensure_asset
 
-    workers = jobs or os.cpu_count() or 1
+    demo = folder / "demo-assets"
+    demo.mkdir()
+    t0 = time.perf_counter()
+    for recipe in (DEFAULT_TERRAIN, DEFAULT_NORMALS):
+        ensure_asset(recipe, progress=False, folder=demo)
+    seconds = time.perf_counter() - t0
+    for p in demo.iterdir():
+        p.unlink()
+    return seconds
+
+
+def bench_bake(size: int, jobs: int, quick: bool, demo: bool | None = None) -> dict:
+    """Bake rates per format against one core's encoder and libvips' pyramid build; with `demo`
+    (default: unless `quick`) the first-use time of the demo's default textures too."""
+    from ..bake.pipeline import bake_file
+    from ..config import usable_cores
+
+    workers = jobs or usable_cores()
     results: dict = {
         "bench": "bake",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores ({usable_cores()} usable), "
+        f"{platform.python_implementation()} {platform.python_version()}",
         "size": size,
         "jobs": workers,
         "rows": [],
@@ -150,9 +170,12 @@ def bench_bake(size: int, jobs: int, quick: bool) -> dict:
                     "encoder_1core_mpix_s": round(ceiling, 1),
                     "bake_vs_encoder_1core": round(rate / ceiling, 2),
                     "bake_vs_vips_pyramid": round(rate / vips, 2),
+                    "cores_used": report.jobs,
                     "pack_mib": round(size_bytes / 2**20, 1),
                 }
             )
+        if not quick if demo is None else demo:
+            results["demo_first_use_s"] = round(_demo_first_use_seconds(folder), 1)
     return results
 
 
@@ -163,15 +186,17 @@ def print_bake(results: dict) -> None:
     print(f"libvips pyramid build (tiled TIFF, same image): {results['vips_pyramid_mpix_s']} MPixel/s")
     head = (
         f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'enc 1core':>10} "
-        f"{'x enc':>9} {'x vips':>7} {'MiB':>7}"
+        f"{'x enc':>9} {'x vips':>7} {'cores':>6} {'MiB':>7}"
     )
     print(head)
     for r in results["rows"]:
         print(
             f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
             f"{r['bake_mpix_s']:>8} {r['encoder_1core_mpix_s']:>10} {r['bake_vs_encoder_1core']:>9} "
-            f"{r['bake_vs_vips_pyramid']:>7} {r['pack_mib']:>7}"
+            f"{r['bake_vs_vips_pyramid']:>7} {r['cores_used']:>6} {r['pack_mib']:>7}"
         )
+    if "demo_first_use_s" in results:
+        print(f"make demo's first-use bake (32768² BC1 terrain + 16384² BC5 normals): {results['demo_first_use_s']} s")
 
 
 def run_bench(args: argparse.Namespace) -> int:

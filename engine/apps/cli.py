@@ -64,7 +64,12 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
         help="fast (~11 MPixel/s a core, 39.9 dB), normal (default; 1.2 MPixel/s, 43.8 dB) or slow "
         "(0.25 MPixel/s, 44.4 dB); dB: PSNR on assets/astronaut.png",
     )
-    g.add_argument("--jobs", type=int, default=0, help="worker processes (default: every core)")
+    g.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="worker processes (default: every core; an image of up to 4096² bakes in this process)",
+    )
     g.add_argument(
         "--cluster",
         default=None,

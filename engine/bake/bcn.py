@@ -70,4 +70,74 @@ def encode_slot(
     return bytes(out)
 
 
-__all__ = ["BC7_QUALITIES", "CHOSEN", "chosen_encoder", "encode_slot", "raw_size"]
+def encode_slots(
+    slots: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True, alpha: bool = True
+) -> bytes:
+    """Encode an (n, S, S, 4) uint8 stack of slots at once: the bytes of `encode_slot` on each
+    slot, one after the other (n * `raw_size(fmt, S)` bytes), in one encoder call where the encoder
+    takes a stack (`Encoder.encode_stack`)."""
+    fmt = TexelFormat(fmt)
+    if not isinstance(slots, np.ndarray) or slots.dtype != np.uint8 or slots.ndim != 4 or slots.shape[3] != 4:
+        raise ValueError(f"slots must be an (n, S, S, 4) uint8 array, got {getattr(slots, 'shape', type(slots))}")
+    n, s = slots.shape[0], slots.shape[1]
+    if slots.shape[2] != s or s < 4 or s % 4:
+        raise ValueError(f"slots must be square with a side that is a multiple of 4, got {slots.shape[1:3]}")
+    if not slots.flags.c_contiguous:
+        raise ValueError("slots must be C-contiguous (the encoders read the buffer as packed rows)")
+    if bc7_quality not in BC7_QUALITIES:
+        raise ValueError(f"bc7 quality must be one of {', '.join(BC7_QUALITIES)}, got {bc7_quality!r}")
+    if n == 0:
+        return b""
+    if fmt is TexelFormat.RGBA8:
+        return slots.tobytes()
+    enc = chosen_encoder(fmt)
+    if enc.encode_stack is None:
+        return b"".join(encode_slot(slot, fmt, bc7_quality=bc7_quality, srgb=srgb, alpha=alpha) for slot in slots)
+    out = enc.encode_stack(slots, bc7_quality, alpha, srgb)
+    expected = n * raw_size(fmt, s)
+    if len(out) != expected:
+        raise RuntimeError(
+            f"{fmt.name.lower()} encoder {enc.name} returned {len(out)} bytes for {n} {s}^2 slots, expected {expected}"
+        )
+    return bytes(out)
+
+
+def encodes_blocks_alone(fmt: TexelFormat) -> bool:
+    """Whether the chosen encoder of `fmt` encodes a whole surface block by block
+    (`encode_surface`): each 4x4 block from its own texels, whatever slot it belongs to."""
+    fmt = TexelFormat(fmt)
+    return fmt is not TexelFormat.RGBA8 and chosen_encoder(fmt).encode_surface is not None
+
+
+def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
+    """The blocks of an (H, W, 4) uint8 surface (H, W multiples of 4), as an (H/4, W/4, block
+    bytes) uint8 array; only where `encodes_blocks_alone(fmt)`. Slots cut from this grid (block
+    rows and columns at multiples of T/4) are the bytes `encode_slot` gives each slot."""
+    fmt = TexelFormat(fmt)
+    if not isinstance(surface, np.ndarray) or surface.dtype != np.uint8 or surface.ndim != 3 or surface.shape[2] != 4:
+        raise ValueError(f"surface must be an (H, W, 4) uint8 array, got {getattr(surface, 'shape', type(surface))}")
+    h, w = surface.shape[:2]
+    if h % 4 or w % 4 or not h or not w:
+        raise ValueError(f"surface sides must be positive multiples of 4, got {h} x {w}")
+    if not surface.flags.c_contiguous:
+        raise ValueError("surface must be C-contiguous (the encoders read the buffer as packed rows)")
+    enc = chosen_encoder(fmt)
+    if enc.encode_surface is None:
+        raise ValueError(f"the {fmt.name.lower()} encoder {enc.name} does not encode a surface block by block")
+    out = enc.encode_surface(surface)
+    bb = fmt.block_bytes
+    if len(out) < (h // 4) * (w // 4) * bb:
+        raise RuntimeError(f"{fmt.name.lower()} encoder {enc.name} returned {len(out)} bytes for {h} x {w} texels")
+    return np.frombuffer(out, np.uint8, (h // 4) * (w // 4) * bb).reshape(h // 4, w // 4, bb)
+
+
+__all__ = [
+    "BC7_QUALITIES",
+    "CHOSEN",
+    "chosen_encoder",
+    "encode_slot",
+    "encode_slots",
+    "encode_surface",
+    "encodes_blocks_alone",
+    "raw_size",
+]

@@ -53,6 +53,13 @@ class Encoder:
     name: str  # the library's short name: ispc, etcpak, quicktex
     releases_gil: bool  # threads can encode in parallel
     encode: Callable[[np.ndarray, str, bool, bool], bytes]
+    # Many slots in one call: an (n, S, S, 4) array -> the n slots' blocks, slot after slot, the
+    # same bytes as n `encode` calls. None: `bcn.encode_slots` calls `encode` per slot.
+    encode_stack: Callable[[np.ndarray, str, bool, bool], bytes] | None = None
+    # A whole (H, W, 4) surface -> its blocks in raster order, each block encoded from its own 16
+    # texels alone (so a block shared by two slots' borders is the same in both). None where the
+    # encoding of a block depends on its slot (BC7 picks a profile per slot).
+    encode_surface: Callable[[np.ndarray], bytes] | None = None
 
 
 # ---- ispc-texcomp ---------------------------------------------------------------------------------------
@@ -90,6 +97,68 @@ def _ispc(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
         if alpha and slot[..., 3].min() < 255:
             return ispc_texcomp.compress_blocks_bc7(surface, _ispc_bc7_settings(alpha_profile))
         return force_opaque_bc7(ispc_texcomp.compress_blocks_bc7(surface, _ispc_bc7_settings(opaque_profile)))
+
+    return encode
+
+
+def _ispc_stack(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
+    """n slots as one surface S wide and n * S tall: its blocks come out in raster order, which is
+    slot after slot, each slot's blocks in its own raster order; the kernels encode every block on
+    its own, so the bytes are those of one call per slot, without n calls' overhead."""
+
+    def encode(slots: np.ndarray, quality: str, alpha: bool, srgb: bool) -> bytes:
+        import ispc_texcomp
+
+        n, s = slots.shape[0], slots.shape[1]
+        tall = slots.reshape(n * s, s, 4)
+        blocks = n * (s // 4) ** 2
+        if fmt is TexelFormat.BC1:
+            surface = ispc_texcomp.RGBASurface(tall, s, n * s, s * 4)
+            return ispc_texcomp.compress_blocks_bc1(surface)[: blocks * 8]  # over-allocated 2x
+        if fmt is TexelFormat.BC3:
+            return ispc_texcomp.compress_blocks_bc3(ispc_texcomp.RGBASurface(tall, s, n * s, s * 4))
+        if fmt is TexelFormat.BC4:
+            red = np.ascontiguousarray(tall[..., 0])
+            return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, s, n * s, s))
+        if fmt is TexelFormat.BC5:
+            red_green = np.ascontiguousarray(tall[..., :2])
+            return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, s, n * s, s * 2))
+        opaque_profile, alpha_profile = ISPC_BC7_PROFILES[quality]
+        # As `_ispc`: slots with alpha below 255 take the alpha profile, the others the opaque one.
+        translucent = slots[..., 3].min(axis=(1, 2)) < 255 if alpha else np.zeros(n, bool)
+        out = np.empty((n, (s // 4) ** 2 * 16), np.uint8)
+        for group, profile in ((~translucent, opaque_profile), (translucent, alpha_profile)):
+            count = int(np.count_nonzero(group))
+            if not count:
+                continue
+            part = slots if count == n else np.ascontiguousarray(slots[group])
+            surface = ispc_texcomp.RGBASurface(part.reshape(count * s, s, 4), s, count * s, s * 4)
+            data = ispc_texcomp.compress_blocks_bc7(surface, _ispc_bc7_settings(profile))
+            if profile == opaque_profile:
+                data = force_opaque_bc7(data)
+            out[group] = np.frombuffer(data, np.uint8).reshape(count, -1)
+        return out.tobytes()
+
+    return encode
+
+
+def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
+    if fmt is TexelFormat.BC7:
+        return None
+
+    def encode(surface: np.ndarray) -> bytes:
+        import ispc_texcomp
+
+        h, w = surface.shape[:2]
+        if fmt is TexelFormat.BC1:
+            return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, w * 4))[: h * w // 2]
+        if fmt is TexelFormat.BC3:
+            return ispc_texcomp.compress_blocks_bc3(ispc_texcomp.RGBASurface(surface, w, h, w * 4))
+        if fmt is TexelFormat.BC4:
+            red = np.ascontiguousarray(surface[..., 0])
+            return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, w, h, w))
+        red_green = np.ascontiguousarray(surface[..., :2])
+        return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, w, h, w * 2))
 
     return encode
 
@@ -183,7 +252,7 @@ _BLOCK_FORMATS = (TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat
 
 ENCODERS: dict[tuple[TexelFormat, str], Encoder] = {}
 for _fmt in _BLOCK_FORMATS:
-    ENCODERS[(_fmt, "ispc")] = Encoder(_fmt, "ispc", True, _ispc(_fmt))
+    ENCODERS[(_fmt, "ispc")] = Encoder(_fmt, "ispc", True, _ispc(_fmt), _ispc_stack(_fmt), _ispc_surface(_fmt))
     ENCODERS[(_fmt, "etcpak")] = Encoder(_fmt, "etcpak", False, _etcpak(_fmt))
     if _fmt is not TexelFormat.BC7:
         ENCODERS[(_fmt, "quicktex")] = Encoder(_fmt, "quicktex", False, _quicktex(_fmt))

@@ -82,6 +82,33 @@ class LevelCutter:
                 cols = resolve(np.arange(c0, c0 + s), self.width, self.mode)
                 yield x, np.ascontiguousarray(rows[:, cols])
 
+    def cut_row(self, rows: np.ndarray) -> np.ndarray:
+        """All slots of one tile row at once: `rows` as for `cut`; returns a fresh C-contiguous
+        (tiles_x, S, S, 4) uint8 array, slot `x` at index `x` (the layout `bcn.encode_slots` takes).
+
+        The slots inside the level are one strided copy (slot x starts T texels after slot x - 1);
+        only the few at the edges, whose columns the address mode resolves, are gathered apart.
+        """
+        s, t, b = self.slot_size, self.tile_size, self.border
+        if rows.shape != (s, self.width, 4) or rows.dtype != np.uint8:
+            raise ValueError(f"expected ({s}, {self.width}, 4) uint8 rows, got {rows.shape} {rows.dtype}")
+        n = self.tiles_x
+        out = np.empty((n, s, s, 4), np.uint8)
+        first = -(-b // t)  # the first slot whose columns start inside the level
+        last = (self.width - s + b) // t  # the last one whose columns end inside it
+        inner = max(0, last - first + 1)
+        if inner:
+            rows = np.ascontiguousarray(rows)
+            start = rows[:, first * t - b :]
+            view = np.lib.stride_tricks.as_strided(
+                start, shape=(inner, s, s, 4), strides=(t * 4, rows.strides[0], 4, 1), writeable=False
+            )
+            out[first : first + inner] = view
+        for x in [*range(0, min(first, n)), *range(first + inner if inner else min(first, n), n)]:
+            c0 = x * t - b
+            out[x] = rows[:, resolve(np.arange(c0, c0 + s), self.width, self.mode)]
+        return out
+
     def cut_level(self, level: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """All slots of a whole (small) level held in memory: yields (x, y, slot)."""
         if level.shape != (self.height, self.width, 4):

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "load", "load_library"]
+__all__ = ["Codecs", "Native", "load", "load_library", "reduce_f32", "reduce_rgba8"]
 
 log = logging.getLogger(__name__)
 
@@ -190,3 +190,54 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     native = Native(path, read_batch, decode_batch, upload_cells, codecs, create, free, libs)
     log.debug("texstream's compiled helper: %s", path)
     return native
+
+
+@functools.cache
+def reduce_rgba8() -> ctypes._CFuncPtr | None:
+    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
+    is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).ts_reduce_rgba8
+    except (OSError, AttributeError) as exc:  # a helper built before the function existed
+        log.info("texstream's compiled helper has no mip reduction (%s): numpy reduces", exc)
+        return None
+    fn.restype = None
+    fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    )
+    return fn
+
+
+@functools.cache
+def reduce_f32() -> ctypes._CFuncPtr | None:
+    """``ts_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).ts_reduce_f32
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no float mip reduction (%s): numpy reduces", exc)
+        return None
+    fn.restype = None
+    fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    )
+    return fn

@@ -9,6 +9,8 @@
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
  *                   the bound pixel-unpack buffer. Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
+ *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
+ *   ts_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
  *
  * No library is linked: the decoders and the hash are the C functions the zstandard, lz4 and
  * xxhash Python packages already carry, passed in as function pointers (engine/native/__init__.py
@@ -163,6 +165,58 @@ void ts_upload_cells(void *compressed_fn, void *plain_fn, int compressed, int64_
         for (int64_t i = 0; i < n; i++)
             f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, 1, GL_RGBA, GL_UNSIGNED_BYTE,
               (const void *)(intptr_t)offset[i]);
+    }
+}
+
+/* (bake workers) The first 2x2 box reduction of a band: an even number of rows of 8-bit RGBA texels
+ * -> float32 linear texels, in one pass. The twin of mips.Transfer.reduce's numpy path for uint8 rows,
+ * bit for bit: `table` maps a byte to its linear value already scaled by 1/4 (exact: a power of two),
+ * each output channel is (t[r0c0] + t[r1c0]) + (t[r0c1] + t[r1c1]) summed in float32 in that order,
+ * and an odd width's last texel pairs with itself (clamp) or with column 0 (wrap). With
+ * `alpha_from_bytes` (sRGB colour with real alpha) alpha is the sum of the four bytes times
+ * float32(1/1020) instead. Only additions and one multiply: no contraction can change a result.
+ * Row strides are in bytes (src) and floats (dst). */
+void ts_reduce_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride, const float *table,
+                     int alpha_from_bytes, int wrap, float *dst, int64_t dst_stride) {
+    const int64_t half = width / 2, out_w = (width + 1) / 2;
+    const float k = (float)(1.0 / 1020.0);
+    for (int64_t r = 0; r + 1 < rows; r += 2) {
+        const uint8_t *a = src + r * src_stride, *b = a + src_stride;
+        float *o = dst + (r / 2) * dst_stride;
+        for (int64_t j = 0; j < out_w; j++) {
+            const int64_t c0 = 2 * j, c1 = j < half ? 2 * j + 1 : (wrap ? 0 : width - 1);
+            const uint8_t *p0 = a + 4 * c0, *q0 = b + 4 * c0, *p1 = a + 4 * c1, *q1 = b + 4 * c1;
+            for (int c = 0; c < 4; c++) {
+                float v0 = table[p0[c]] + table[q0[c]];
+                float v1 = table[p1[c]] + table[q1[c]];
+                o[4 * j + c] = v0 + v1;
+            }
+            if (alpha_from_bytes) {
+                unsigned total = (unsigned)p0[3] + q0[3] + p1[3] + q1[3];
+                o[4 * j + 3] = (float)total * k;
+            }
+        }
+    }
+}
+
+/* (bake workers) The 2x2 box reduction of float32 linear rows (every reduction after a band's first):
+ * ((r0c0 + r1c0) + (r0c1 + r1c1)) * 0.25f per channel, the numpy path's order; an odd width's last
+ * texel pairs as in ts_reduce_rgba8. Strides are in floats. */
+void ts_reduce_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, int wrap, float *dst,
+                   int64_t dst_stride) {
+    const int64_t half = width / 2, out_w = (width + 1) / 2;
+    for (int64_t r = 0; r + 1 < rows; r += 2) {
+        const float *a = src + r * src_stride, *b = a + src_stride;
+        float *o = dst + (r / 2) * dst_stride;
+        for (int64_t j = 0; j < out_w; j++) {
+            const int64_t c0 = 2 * j, c1 = j < half ? 2 * j + 1 : (wrap ? 0 : width - 1);
+            for (int c = 0; c < 4; c++) {
+                float v0 = a[4 * c0 + c] + b[4 * c0 + c];
+                float v1 = a[4 * c1 + c] + b[4 * c1 + c];
+                float sum = v0 + v1;
+                o[4 * j + c] = sum * 0.25f;
+            }
+        }
     }
 }
 

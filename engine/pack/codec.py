@@ -5,6 +5,7 @@ zstandard compressor/decompressor objects are not thread-safe, so each thread ke
 
 from __future__ import annotations
 
+import struct
 import threading
 
 import lz4.block
@@ -53,6 +54,31 @@ def compress(raw: bytes | memoryview, mode: Supercompression, zstd_level: int = 
 def encode(raw: bytes | memoryview, mode: Supercompression, zstd_level: int = ZSTD_LEVEL) -> tuple[bytes, int]:
     """(stored bytes, checksum of raw) for one tile: what the writer's index records."""
     return compress(raw, mode, zstd_level), checksum(raw)
+
+
+def encode_many(
+    raw: bytes | memoryview, raw_size: int, mode: Supercompression, zstd_level: int = ZSTD_LEVEL
+) -> tuple[list[bytes], list[int]]:
+    """`encode` of each `raw_size`-byte tile of `raw` (tiles back to back): the same stored bytes
+    and checksums, with zstd compressing them all in one call (python-zstandard's
+    multi_compress_to_buffer sizes each frame's tables to its tile; one `compress` call per tile
+    resets tables sized for any input, about five times the work on a 9 KiB tile)."""
+    view = memoryview(raw).cast("B")
+    n = len(view) // raw_size if raw_size > 0 else 0
+    if n * raw_size != len(view):
+        raise ValueError(f"{len(view)} bytes are not whole tiles of {raw_size} bytes")
+    tiles = [view[i * raw_size : (i + 1) * raw_size] for i in range(n)]
+    digests = [checksum(t) for t in tiles]
+    if mode is Supercompression.ZSTD and n > 1:
+        comp = _zstd_compressor(zstd_level)
+        try:
+            offsets = [(i * raw_size, raw_size) for i in range(n)]
+            segments = struct.pack(f"<{2 * n}Q", *(v for pair in offsets for v in pair))
+            frames = comp.multi_compress_to_buffer(zstandard.BufferWithSegments(view, segments), threads=0)
+            return [frames[i].tobytes() for i in range(n)], digests
+        except (AttributeError, NotImplementedError):  # a python-zstandard backend without it (cffi)
+            pass
+    return [compress(t, mode, zstd_level) for t in tiles], digests
 
 
 def decompress(stored: bytes | memoryview, mode: Supercompression, raw_size: int) -> bytes | memoryview:

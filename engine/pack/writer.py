@@ -57,6 +57,15 @@ class EncodedTiles:
         self.stored.append(stored)
         self.digests.append(digest)
 
+    def add_row(self, level: int, y: int, stored: list[bytes], digests: list[int]) -> None:
+        """Tiles x = 0, 1, ... of tile row `y` of `level`."""
+        n = len(stored)
+        self.levels.extend([level] * n)
+        self.xs.extend(range(n))
+        self.ys.extend([y] * n)
+        self.stored.extend(stored)
+        self.digests.extend(digests)
+
     def __len__(self) -> int:
         return len(self.stored)
 

@@ -196,3 +196,60 @@ def test_unknown_bc7_quality_is_refused() -> None:
     slot = _slots("chelsea.png", 1)[0]
     with pytest.raises(ValueError, match="bc7 quality must be one of fast, normal, slow, got 'ultra'"):
         encode_slot(slot, TexelFormat.BC7, bc7_quality="ultra")
+
+
+@pytest.mark.parametrize("fmt", list(TexelFormat))
+@pytest.mark.parametrize("alpha", [True, False])
+def test_a_stack_of_slots_encodes_as_each_slot_alone(fmt: TexelFormat, alpha: bool) -> None:
+    """`encode_slots` (one encoder call for a whole tile row) gives `encode_slot`'s bytes slot by
+    slot, BC7's opaque and translucent slots (two profiles) interleaved in their order."""
+    from texstream.bake.bcn import encode_slots
+
+    slots = _slots("coffee.png", 5) + _corner_slots(make_icon(300))
+    stack = np.ascontiguousarray(np.stack(slots))
+    assert (stack[..., 3].min(axis=(1, 2)) < 255).any() and (stack[..., 3].min(axis=(1, 2)) == 255).any()
+    for quality in ("fast", "normal") if fmt is TexelFormat.BC7 else ("normal",):
+        one_by_one = b"".join(encode_slot(s, fmt, bc7_quality=quality, alpha=alpha) for s in slots)
+        assert encode_slots(stack, fmt, bc7_quality=quality, alpha=alpha) == one_by_one
+
+
+def test_encode_slots_checks_its_input() -> None:
+    from texstream.bake.bcn import encode_slots
+
+    with pytest.raises(ValueError, match="n, S, S, 4"):
+        encode_slots(np.zeros((8, 8, 4), np.uint8), TexelFormat.BC1)
+    with pytest.raises(ValueError, match="square"):
+        encode_slots(np.zeros((2, 8, 12, 4), np.uint8), TexelFormat.BC1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        encode_slots(np.zeros((2, 8, 16, 4), np.uint8)[:, :, ::2], TexelFormat.BC1)
+    assert encode_slots(np.zeros((0, 8, 8, 4), np.uint8), TexelFormat.BC1) == b""
+
+
+@pytest.mark.parametrize("fmt", [TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat.BC5])
+def test_slots_cut_from_an_encoded_surface_are_the_slots_encoded(fmt: TexelFormat) -> None:
+    """The bake encodes a band's tile rows as one surface and cuts each slot's blocks out of the
+    grid (neighbouring slots share their border blocks): the bytes of `encode_slot` on each slot."""
+    from texstream.bake.bcn import encode_surface, encodes_blocks_alone
+
+    assert encodes_blocks_alone(fmt)
+    tile, border = 64, 4
+    surface = np.ascontiguousarray(load_photo("coffee.png")[: 2 * tile + 2 * border, : 3 * tile + 2 * border])
+    grid = encode_surface(surface, fmt)
+    s, bt, bs = tile + 2 * border, tile // 4, (tile + 2 * border) // 4
+    for y in range(2):
+        for x in range(3):
+            slot = np.ascontiguousarray(surface[y * tile : y * tile + s, x * tile : x * tile + s])
+            blocks = grid[y * bt : y * bt + bs, x * bt : x * bt + bs]
+            assert np.ascontiguousarray(blocks).tobytes() == encode_slot(slot, fmt), (x, y)
+
+
+def test_encode_surface_checks_its_input() -> None:
+    from texstream.bake.bcn import encode_surface, encodes_blocks_alone
+
+    assert not encodes_blocks_alone(TexelFormat.BC7) and not encodes_blocks_alone(TexelFormat.RGBA8)
+    with pytest.raises(ValueError, match="multiples of 4"):
+        encode_surface(np.zeros((8, 6, 4), np.uint8), TexelFormat.BC1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        encode_surface(np.zeros((8, 16, 4), np.uint8)[:, ::2], TexelFormat.BC1)
+    with pytest.raises(ValueError, match="block by block"):
+        encode_surface(np.zeros((8, 8, 4), np.uint8), TexelFormat.BC7)

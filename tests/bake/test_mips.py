@@ -160,3 +160,45 @@ def test_bleed_does_not_depend_on_where_the_rows_are_cut() -> None:
         part = rows[a:z].copy()
         bleed(part, rows[a:z], a, t)
         assert np.array_equal(part[lo - a : hi - a], whole[lo:hi]), (lo, hi)
+
+
+@pytest.mark.parametrize("srgb", [True, False])
+def test_encode_table_is_the_formula_on_every_bin(srgb: bool) -> None:
+    """The table built from the bins between 2^-14 and 1 only equals the formula on all 2^20 bins."""
+    from texstream.bake.mips import _ENC_SHIFT, _encode_table, linear_to_srgb
+
+    bins = np.arange(1 << (32 - _ENC_SHIFT), dtype=np.uint64)
+    mid = ((bins << _ENC_SHIFT) + (1 << (_ENC_SHIFT - 1))).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.clip(np.nan_to_num(mid.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+    want = np.rint((linear_to_srgb(x) if srgb else x) * 255.0)
+    want[bins >= (1 << (31 - _ENC_SHIFT))] = 0  # negative
+    want[np.isnan(mid)] = 0
+    assert np.array_equal(_encode_table(srgb), want.astype(np.uint8))
+
+
+@pytest.mark.parametrize("mode", list(AddressMode))
+def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
+    """ts_reduce_rgba8 and ts_reduce_f32 (_native.c) and the numpy path agree bit for bit: 8-bit and
+    float rows, sRGB and linear, real alpha and opaque, odd and even widths."""
+    from texstream.bake import mips
+    from texstream.native import reduce_f32, reduce_rgba8
+
+    if reduce_rgba8() is None or reduce_f32() is None:
+        pytest.skip("texstream's compiled helper is not built")
+    rng = np.random.default_rng(3)
+    try:
+        for m, w in ((2, 1), (2, 3), (4, 7), (16, 64), (6, 333)):
+            rows = rng.integers(0, 256, (m, w, 4), np.uint8)
+            opaque = rows.copy()
+            opaque[..., 3] = 255
+            linear = rng.random((m, w, 4), np.float32) * np.float32(1.5) - np.float32(0.25)
+            for transfer in (Transfer(True, True), Transfer(True, False), Transfer(False, True)):
+                for r in (rows, opaque, rows[:, ::-1], linear, linear[:, ::-1]):  # reversed: not contiguous
+                    mips.use_native_reduce(True)
+                    native = transfer.reduce(r, None, mode)
+                    mips.use_native_reduce(False)
+                    numpy = transfer.reduce(r, None, mode)
+                    assert np.array_equal(native.view(np.uint32), numpy.view(np.uint32)), (m, w, transfer)
+    finally:
+        mips.use_native_reduce(True)

@@ -41,3 +41,17 @@ def test_cutter_validates() -> None:
         cutter.slot_rows(2)
     with pytest.raises(ValueError, match="uint8 rows"):
         next(cutter.cut(np.zeros((16, 9, 4), np.uint8)))
+
+
+@pytest.mark.parametrize("mode", list(AddressMode))
+def test_cut_row_is_every_slot_of_cut(mode: AddressMode) -> None:
+    """The whole-row cut (a strided copy inside the level, gathers at its edges) equals `cut`,
+    level widths below, at and around slot and tile multiples."""
+    rng = np.random.default_rng(2)
+    for width in (1, 3, 60, 64, 67, 127, 128, 136, 257):
+        for tile, border in ((64, 4), (128, 0), (64, 8)):
+            cutter = LevelCutter(width, 9, tile, border, mode)
+            rows = rng.integers(0, 256, (cutter.slot_size, width, 4), np.uint8)
+            got = cutter.cut_row(rows)
+            assert got.flags.c_contiguous
+            assert np.array_equal(got, np.stack([slot for _, slot in cutter.cut(rows)]))

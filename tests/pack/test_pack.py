@@ -389,3 +389,21 @@ def test_batched_adds_write_the_same_pack_as_single_adds(tmp_path: Path) -> None
     with pytest.raises(ValueError, match=r"tile \(0, 11, 0\) does not exist"):
         w.add_encoded_batch(outside)
     w.abort()
+
+
+@pytest.mark.parametrize("mode", list(Supercompression))
+def test_encode_many_is_encode_tile_by_tile(mode: Supercompression) -> None:
+    """The bake's batched supercompression (zstd: one call for many frames) writes the bytes and
+    checksums of one `encode` per tile."""
+    from texstream.pack import codec
+
+    rng = np.random.default_rng(5)
+    size = 9248  # a 136² BC1 slot
+    tiles = [rng.integers(0, 256, size, np.uint8).tobytes(), bytes(size), bytes(range(256)) * (size // 256) + bytes(32)]
+    tiles += [np.repeat(rng.integers(0, 256, size // 8, np.uint8), 8).tobytes() for _ in range(5)]
+    stored, digests = codec.encode_many(b"".join(tiles), size, mode, 3)
+    assert list(zip(stored, digests, strict=True)) == [codec.encode(t, mode, 3) for t in tiles]
+    one = codec.encode_many(tiles[0], size, mode, 3)
+    assert one == ([codec.encode(tiles[0], mode, 3)[0]], [codec.encode(tiles[0], mode, 3)[1]])
+    with pytest.raises(ValueError, match="whole tiles"):
+        codec.encode_many(bytes(size + 1), size, mode)

@@ -1,0 +1,117 @@
+"""Packs are byte-identical across changes to how the bake runs (who reads the source, which process
+encodes, in process or in workers): each case below bakes a small pack and compares the SHA-256 of
+the whole file with the digest of the same pack baked by the pipeline before those changes.
+
+A digest here changes only with the pack format, the encoders' output or the bake's settings; a
+change that alters one on purpose says so and records the new digest (and, for the format, bumps
+the pack version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from texstream.bake import ArraySource, bake, bake_file, jobs, open_source
+from texstream.bake.procedural import ProceduralSource
+from texstream.bake.source import Source
+from texstream.config import BakeConfig
+from texstream.pack import AddressMode, Supercompression, TexelFormat
+
+from .conftest import ASSETS, load_photo
+
+# case -> SHA-256 of the pack file, as baked by the pipeline of release 0.1.0 (commit a56db91).
+DIGESTS = {
+    "array-bc1-zstd-jobs1": "c20092fac3ff43fe8838b775c3d3c3ed3b570eb40ba10519825f8d28b966ee55",
+    "array-bc1-zstd-jobs2": "24475f0e23adf237f8e1d3f41ca60c26c57f5e17fe1d8b2cbce35db63eb24b80",
+    "array-bc7-alpha-wrap-jobs2": "f9a6d3b4c23fe92bcd90cad89b1ee25e6a3c4c998c4e5197236c2f16084834d5",
+    "procedural-bc5-lz4-wrap-jobs2": "fa624884aa910ba682b758fe98d7f28b439d0633d2f38e1b6248c6b22077e1ef",
+    "procedural-bc4-none-jobs1": "8a73aec60917930ad01e6e0f6d6271ac7572ba63543be39cfb97c72de0042539",
+    "png-streamed-bc1-zstd-jobs2": "6d86076b20135c500ffa8e337d1e0a595311ffe92bf98e8cf306235629835dbd",
+    "tiff-bc1-zstd-jobs2": "32dd6cd949c2e1bdab01217ec9bfe60d593c05d6eb6d94711797e799dade6dac",
+    "png-default-jobs2": "905c6cc55a16d2ec51c5fac90dbcf0d469a20709de023d7f714f76dbab943521",
+}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _photo_alpha() -> np.ndarray:
+    img = load_photo("coffee.png")[:203, :301].copy()  # odd on both axes, several odd levels
+    img[..., 3] = np.linspace(0, 255, img.shape[1]).astype(np.uint8)[None, :]  # real alpha, some 0
+    return img
+
+
+def _tiff(folder: Path) -> Path:
+    import pyvips
+
+    path = folder / "chelsea.tif"
+    img = pyvips.Image.new_from_file(str(ASSETS / "chelsea.png"))
+    img.tiffsave(str(path), compression="none")
+    return path
+
+
+def _case(name: str, folder: Path) -> tuple[Source | Path, BakeConfig]:
+    small = {"tile_size": 64, "progress": False}
+    if name.startswith("array-bc1"):
+        cfg = BakeConfig(texel_format=TexelFormat.BC1, jobs=int(name[-1]), **small)
+        return ArraySource(load_photo("astronaut.png")[:300, :260], "astronaut"), cfg
+    if name == "array-bc7-alpha-wrap-jobs2":
+        cfg = BakeConfig(
+            texel_format=TexelFormat.BC7, bc7_quality="fast", address_mode=AddressMode.WRAP, jobs=2, **small
+        )
+        return ArraySource(_photo_alpha(), "coffee-alpha"), cfg
+    if name == "procedural-bc5-lz4-wrap-jobs2":
+        cfg = BakeConfig(
+            texel_format=TexelFormat.BC5,
+            supercompression=Supercompression.LZ4,
+            address_mode=AddressMode.WRAP,
+            jobs=2,
+            **small,
+        )
+        return ProceduralSource("normals", 320, 200, 3), cfg
+    if name == "procedural-bc4-none-jobs1":
+        cfg = BakeConfig(texel_format=TexelFormat.BC4, supercompression=Supercompression.NONE, jobs=1, **small)
+        return ProceduralSource("terrain", 250, 330, 2), cfg
+    if name == "png-streamed-bc1-zstd-jobs2":
+        return open_source(ASSETS / "chelsea.png", vips_threshold=0), BakeConfig(jobs=2, **small)
+    if name == "tiff-bc1-zstd-jobs2":
+        return _tiff(folder), BakeConfig(jobs=2, **small)
+    assert name == "png-default-jobs2"
+    return ASSETS / "astronaut.png", BakeConfig(jobs=2, progress=False)
+
+
+@pytest.mark.parametrize("name", sorted(DIGESTS))
+def test_pack_bytes_match_the_recorded_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    if not name.endswith("default-jobs2"):  # several stages and bands from small images
+        monkeypatch.setattr(jobs, "BAND_BYTES", 1 << 14)
+        monkeypatch.setattr(jobs, "FINAL_BYTES", 1 << 12)
+    source, cfg = _case(name, tmp_path)
+    out = tmp_path / "out.tpk"
+    if isinstance(source, Path):
+        bake_file(source, out, cfg)
+    else:
+        bake(source, out, cfg)
+    assert _digest(out) == DIGESTS[name]
+
+
+def test_a_small_default_bake_runs_in_process_and_writes_the_workers_pack(tmp_path: Path) -> None:
+    """jobs=0 (every core) on a small image: no worker processes, and the very pack the workers
+    write (the band plan is that of every core)."""
+    import os
+
+    from texstream.bake.pipeline import IN_PROCESS_PIXELS, bakes_in_process
+
+    source = ArraySource(load_photo("astronaut.png")[:300, :260], "astronaut")
+    here = bake(source, tmp_path / "here.tpk", BakeConfig(jobs=0, tile_size=64, progress=False))
+    cores = os.cpu_count() or 1
+    workers = bake(source, tmp_path / "workers.tpk", BakeConfig(jobs=cores, tile_size=64, progress=False))
+    assert here.jobs == 1 and workers.jobs == cores
+    assert _digest(tmp_path / "here.tpk") == _digest(tmp_path / "workers.tpk")
+    assert bakes_in_process(BakeConfig(jobs=0), IN_PROCESS_PIXELS)
+    assert not bakes_in_process(BakeConfig(jobs=0), IN_PROCESS_PIXELS + 1) or cores == 1
+    assert not bakes_in_process(BakeConfig(jobs=2), 16)  # an explicit job count gets its workers
