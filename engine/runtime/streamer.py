@@ -218,10 +218,13 @@ class Streamer(RenderThreadOwned, StreamerViews):
 
     def _plan_pools(self, budget: int | None = None) -> None:
         """Share what the budget leaves after fixed costs among the pools (the core decides, the pools
-        move), and cancel the loads whose cache slots a shrink removed (nothing to free)."""
-        for cancelled in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
+        move), let the loads follow their renamed cache slots, and cancel the loads whose cache
+        slots a shrink removed (nothing to free)."""
+        for r in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
             if self._uploader is not None:
-                self._uploader.cancel(cancelled)
+                self._uploader.move_cache_slots(r.pool.index, r.result.moved_from, r.result.moved_to)
+                if r.result.cancelled_tiles.size:
+                    self._uploader.cancel(r.result.cancelled_tiles)
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""

@@ -139,7 +139,7 @@ class VirtualTexture:
             f"{name}.size": (h.width, h.height, 1.0 / h.width, 1.0 / h.height),
             f"{name}.tile": (h.tile_size, h.border, h.slot_size, 1.0 / g.layer_size[0]),
             f"{name}.meta": (h.level_count, self.tiles.start, int(h.address_mode), max_anisotropy(h.border)),
-            f"{name}.cells": (g.cells_x, g.cells, 0, 0),
+            f"{name}.cells": (g.cells_x, g.cells, pool.layers, 0),
             f"{name}.bias": (self.lod_bias, 0.0, 0.0, 0.0),
         }
         for key, value in values.items():

@@ -24,7 +24,9 @@ slot (structure of arrays), with an explicit `LoadState`::
   feedback readbacks no longer want (a fast pan leaves many): the thread skips them.
 - `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
   caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
-  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame.
+  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame:
+  one call per run of consecutive cache layers at one cell read from consecutive ring slots
+  (`upload_runs`; `submit` hands a frame's ring slots out in cache-slot order so the runs line up).
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -64,11 +66,36 @@ from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
 from .tiles import TileSpace
 
-__all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
+__all__ = ["UPLOAD_RUN_DTYPE", "Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader", "upload_runs"]
 
 log = logging.getLogger(__name__)
 
 BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over threads, large enough to amortize
+
+
+#: One upload call: where its loads start in the (cache-slot sorted) list and how many it takes.
+UPLOAD_RUN_DTYPE = np.dtype([("start", np.int64), ("count", np.int64)])
+
+
+def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, *, split: bool = False) -> np.ndarray:
+    """Maximal runs of loads (sorted by cache slot) that one upload call can write: consecutive
+    cache layers at one cell (cell-major slots of a pool of `layers` layers) read from consecutive
+    ring slots. A load missing from the list (cancelled, not ready, capped) ends a run. With
+    `split` every load is its own run (the per-tile path)."""
+    c = np.asarray(cache_slots, np.int64)
+    r = np.asarray(ring_slots, np.int64)
+    n = c.size
+    if n == 0:
+        return np.zeros(0, UPLOAD_RUN_DTYPE)
+    if split:
+        breaks = np.ones(n - 1, bool)
+    else:
+        breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
+    starts = np.flatnonzero(np.concatenate([[True], breaks]))
+    out = np.empty(starts.size, UPLOAD_RUN_DTYPE)
+    out["start"] = starts
+    out["count"] = np.diff(np.concatenate([starts, [n]]))
+    return out
 
 
 class LoadState(enum.IntEnum):
@@ -157,6 +184,7 @@ class Uploader:
             config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
+        self.last_calls = 0  # upload calls the latest upload() issued
         self._closed = False
 
     @staticmethod
@@ -280,10 +308,14 @@ class Uploader:
             return 0
         if np.any(self.load_of[tiles] >= 0):
             raise ValueError("a tile already has a load")
-        slots = self.ring.acquire(n)
-        if slots.size < n:
-            self.ring.abandon(slots)
-            raise EngineError(f"staging ring has {slots.size} free slots for {n} loads")
+        got = self.ring.acquire(n)
+        if got.size < n:
+            self.ring.abandon(got)
+            raise EngineError(f"staging ring has {got.size} free slots for {n} loads")
+        # ring slots in the order of the cache slots (by pool): a run of cache layers then reads one
+        # contiguous span of ring memory, so it uploads with one call
+        slots = np.empty(n, np.int64)
+        slots[np.lexsort((cache_slots, pool))] = got
         tex = self.space.tex[tiles].astype(np.int64)
         self.state[slots] = _READING
         self.tile[slots] = tiles
@@ -292,7 +324,7 @@ class Uploader:
         self.cache_slot[slots] = cache_slots
         self.nbytes[slots] = self.space.tile_bytes[tex]
         self.issued[slots] = frame
-        self.seq[slots] = self._next_seq + np.arange(n)
+        self.seq[slots] = self._next_seq + np.arange(n)  # priority order: the upload caps take a prefix
         self._next_seq += n
         self.load_of[tiles] = slots
         order = np.lexsort((np.zeros(n), tex))
@@ -300,6 +332,23 @@ class Uploader:
         for part in np.split(order, bounds):
             self._queue(tex[part[0]], tiles[part], slots[part])
         return n
+
+    def move_cache_slots(self, pool: int, moved_from: np.ndarray, moved_to: np.ndarray) -> None:
+        """Pool `pool` was resized and renamed its slots (``moved_from[i]`` is now ``moved_to[i]``):
+        loads still to be uploaded there follow them."""
+        old = np.asarray(moved_from, np.int64)
+        if old.size == 0:
+            return
+        live = np.flatnonzero(
+            (self.pool == pool) & (self.cache_slot >= 0) & ((self.state == _READING) | (self.state == _READY))
+        )
+        if live.size == 0:
+            return
+        cs = self.cache_slot[live]
+        order = np.argsort(old)
+        at = np.searchsorted(old[order], cs)
+        hit = (at < old.size) & (old[order][np.minimum(at, old.size - 1)] == cs)
+        self.cache_slot[live[hit]] = np.asarray(moved_to, np.int64)[order][at[hit]]
 
     def _queue(self, tex: int, tiles: np.ndarray, slots: np.ndarray) -> None:
         src = self.sources[int(tex)]
@@ -469,27 +518,36 @@ class Uploader:
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
     def _issue(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> int:
-        """Upload ring slots into their cache slots (one loop per pool), then fence them all at once."""
+        """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
+        layers at one cell read from consecutive ring slots), then fence them all at once."""
         ring = self.ring
         ring.stage(slots, self.nbytes[slots])
         total = 0
+        self.last_calls = 0
         try:
             for p in np.unique(self.pool[slots]).tolist():
                 pool = pools[p]
                 assert pool is not None and pool.texture is not None
                 s = slots[self.pool[slots] == p]
+                s = s[np.argsort(self.cache_slot[s], kind="stable")]
+                runs = upload_runs(self.cache_slot[s], s, pool.layers)
+                if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, ring.stride):
+                    runs = upload_runs(self.cache_slot[s], s, pool.layers, split=True)  # one call per tile
                 g = pool.geometry
-                layer, cx, cy = g.locate(self.cache_slot[s])
-                total += self.gl.upload_cell_batch(
+                layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)
+                total += self.gl.upload_runs(
                     pool.texture,
                     layer,
                     cx * g.slot_size,
                     cy * g.slot_size,
-                    ring.offsets(s),
+                    runs["count"],
+                    ring.offsets(s[runs["start"]]),
                     g.slot_size,
                     ring.glo,
+                    ring.stride,
                     self.native,
                 )
+                self.last_calls += int(runs.size)
         finally:
             ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
         return total
@@ -550,7 +608,7 @@ class Uploader:
             good = np.flatnonzero(status == ReadStatus.OK)
             ok[start + good] = True
             if good.size:
-                layer, cx, cy = g.locate(cache_slots[part][good])
+                layer, cx, cy = g.locate(cache_slots[part][good], pool.layers)
                 self.gl.upload_cell_batch(
                     pool.texture,
                     layer,
