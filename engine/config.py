@@ -275,6 +275,9 @@ class StreamerConfig:
         upload cap per update(), bytes
     upload_tiles_per_frame : int
         upload cap per update(), tiles (and requests issued per update)
+    upload_max_run : int
+        most layers one upload call writes (0: no limit; 1: one call per tile). A frame's loads go up
+        in runs of consecutive cache layers, one call each; some drivers copy long runs slower
     request_tiles_per_frame : int | None
         loads issued per update() when it should differ from the upload cap (None: the same);
         more than the upload cap lets read tiles wait for their upload
@@ -307,6 +310,7 @@ class StreamerConfig:
     frames_in_flight: int = 3
     upload_bytes_per_frame: int = 32 << 20
     upload_tiles_per_frame: int = 512
+    upload_max_run: int = 0
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
     cancel_after_frames: int = 8
@@ -326,6 +330,7 @@ class StreamerConfig:
             "frames_in_flight": self.frames_in_flight >= 1,
             "upload_bytes_per_frame": self.upload_bytes_per_frame >= 1,
             "upload_tiles_per_frame": self.upload_tiles_per_frame >= 1,
+            "upload_max_run": self.upload_max_run >= 0,
             "request_tiles_per_frame": self.request_tiles_per_frame is None or self.request_tiles_per_frame >= 1,
             "feedback_divisor": self.feedback_divisor >= 1,
             "cancel_after_frames": self.cancel_after_frames >= 1,

@@ -2,10 +2,12 @@
 
 On one headless context, in one run:
 
-(a) upload ceiling: tiles/s of the engine's own upload loop (`GLExt.upload_cell_batch`, the compiled
-    loop when built) from the persistent-mapped staging ring into a cache array, in batches fenced
-    like the uploader's, timed until glFinish: no disk, no decode, no bookkeeping. The same with the
-    pure-Python loop is reported too (what the compiled loop buys);
+(a) upload ceiling: tiles/s of the engine's best upload path (`GLExt.upload_runs`: one call per run
+    of consecutive layers at one cell, the compiled loop when built) from the persistent-mapped
+    staging ring into a cache array, in batches fenced like the uploader's, timed until glFinish: no
+    disk, no decode, no bookkeeping. Also: the same with the pure-Python loop (what the compiled loop
+    buys), the old one-call-per-tile path (`upload_cell_batch`), and the host -> device copy
+    bandwidth (glCopyBufferSubData of the whole ring into video memory: the bus, the physical limit);
 (b) end to end: tiles/s the streamer delivers (feedback, scheduler, batched reads with checksum and
     zstd on the I/O threads, uploads, page tables) while a plane drawn at 1:1 pans a whole frame per
     frame over a pack in the page cache, with caps that never bind; once with the compiled I/O and
@@ -76,13 +78,21 @@ class _GcPauses:
 
 
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
-def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True) -> dict:
-    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish."""
+def upload_ceiling(
+    ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True, runs: bool = False, max_run: int = 0
+) -> dict:
+    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
+
+    ``runs=False``: one sub-image call per tile at scattered cells (each batch's tiles at
+    neighbouring cells of one layer, the old slot order); ``runs=True``: what the uploader does now,
+    each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
+    run (`Uploader`'s `upload_runs`)."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
+    from ..runtime.uploader import upload_runs
 
     native = load() if compiled else None
     gl = GLExt(ctx)
@@ -96,23 +106,39 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
+    calls = 0
     try:
         rng = np.random.default_rng(1)
         ring.memory[:] = rng.integers(0, 256, ring.memory.size, np.uint8)  # any bytes are BC1 blocks
         ctx.finish()
         done, cell = 0, 0
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         while done < tiles:
             ring.reclaim()
             got = ring.acquire(min(batch, tiles - done))
             if not got.size:
                 continue  # every slot waits on the GPU: poll again
-            cells = (np.arange(cell, cell + got.size) % (layers * geo.cells)).astype(np.int64)
-            lay, cx, cy = geo.locate(cells)
-            gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
+            n_slots = layers * geo.cells
+            if runs:  # cell-major slots: consecutive numbers are consecutive layers of one cell
+                slots = (np.arange(cell, cell + got.size) % n_slots).astype(np.int64)
+                r = upload_runs(slots, got, layers, max_run)
+                lay, cx, cy = geo.locate(slots[r["start"]], layers)
+                gl.upload_runs(
+                    tex, lay, cx * slot, cy * slot, r["count"], ring.offsets(got[r["start"]]), slot, ring.glo,
+                    ring.stride, native,
+                )  # fmt: skip
+                calls += int(r.size)
+            else:  # the old order: neighbouring cells of one layer, one call each
+                k = np.arange(cell, cell + got.size) % n_slots
+                lay, c = k // geo.cells, k % geo.cells
+                cx, cy = c % geo.cells_x, c // geo.cells_x
+                gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
+                calls += int(got.size)
             ring.submit(got, got.size * tile_bytes)
             cell += got.size
             done += got.size
+        cpu = time.thread_time() - c0
         ctx.finish()
         seconds = time.perf_counter() - t0
         ring.reclaim()
@@ -124,11 +150,49 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
         "seconds": seconds,
         "tiles_per_s": done / seconds,
         "mib_per_s": done * tile_bytes / seconds / MIB,
+        "gb_per_s": done * tile_bytes / seconds / 1e9,
+        "calls": calls,
+        "cpu_us_per_tile": cpu / max(1, done) * 1e6,
         "tile_bytes": tile_bytes,
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
+        "path": "runs" if runs else "per-tile",
         "loop": "compiled" if native is not None else "python",
+    }
+
+
+def copy_bandwidth(ctx: moderngl.Context, ring_mb: int = 64, repeats: int = 8) -> dict:
+    """Host -> device bytes/s: glCopyBufferSubData of a whole persistent-mapped staging ring (host
+    memory) into a buffer in video memory, `repeats` times, until glFinish: the bus alone, the
+    physical limit of any upload path."""
+    from ..gl.gl_ext import GLExt
+    from ..runtime.staging import StagingRing
+
+    gl = GLExt(ctx)
+    size = ring_mb * MIB
+    ring = StagingRing(ctx, gl, size, 1 << 16)
+    device = ctx.buffer(reserve=ring.nbytes)  # plain storage: the driver keeps it in video memory
+    try:
+        ring.memory[:] = 1
+        gl.copy_buffer(ring.glo, device.glo, ring.nbytes)  # first touch outside the timing
+        ctx.finish()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            gl.copy_buffer(ring.glo, device.glo, ring.nbytes)
+        ctx.finish()
+        seconds = time.perf_counter() - t0
+    finally:
+        device.release()
+        ring.release()
+    nbytes = repeats * ring.nbytes
+    tile_bytes = (TILE + 8) ** 2 // 2  # a 136-texel BC1 tile
+    return {
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": nbytes / seconds / 1e9,
+        "bc1_tiles_per_s": nbytes / tile_bytes / seconds,
+        "persistent": ring.persistent,
     }
 
 
@@ -215,7 +279,7 @@ def end_to_end(
     cfg = pan_config(pack, native)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[np.ndarray] = []
-    update_ms, cpu_ms, backlog = [], [], []
+    update_ms, cpu_ms, up_ms, backlog = [], [], [], []
     read_s = batches = 0.0
     try:
         with Streamer(ctx, cfg) as s:
@@ -233,6 +297,7 @@ def end_to_end(
                 latencies.append(st.latency_frames)
                 update_ms.append(st.update_ms)
                 cpu_ms.append(st.update_cpu_ms)
+                up_ms.append(st.upload_ms)
                 backlog.append(st.in_flight)
                 read_s += st.read_seconds
                 batches += st.read_batches
@@ -258,6 +323,8 @@ def end_to_end(
         "io_threads": cfg.io_threads,
         "update_ms_p50": percentile(update_ms, 50),
         "update_cpu_ms_p50": percentile(cpu_ms, 50),
+        "update_cpu_us_per_tile": sum(cpu_ms) * 1e3 / max(1, tiles),  # the whole update(), per tile uploaded
+        "upload_cpu_us_per_tile": sum(up_ms) * 1e3 / max(1, tiles),  # the upload step alone (wall)
         "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
         "read_batches": int(batches),
         "backlog_mean": float(np.mean(backlog)),
@@ -508,8 +575,10 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "cpu_count": os.cpu_count(),
         }
         n = 16384 if quick else 131072
-        result["upload_ceiling"] = upload_ceiling(ctx, n)
-        result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False)
+        result["upload_ceiling"] = upload_ceiling(ctx, n, runs=True)
+        result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False, runs=True)
+        result["upload_per_tile"] = upload_ceiling(ctx, n)
+        result["copy_bandwidth"] = copy_bandwidth(ctx, 16 if quick else 64)
         with tempfile.TemporaryDirectory(prefix="texstream-bench-") as tmp:
             t0 = time.perf_counter()
             packs = _bake_packs(Path(tmp), quick)
@@ -532,6 +601,8 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
             "compiled_vs_python_upload_loop": ceiling / result["upload_ceiling_python"]["tiles_per_s"],
+            "runs_vs_per_tile": ceiling / result["upload_per_tile"]["tiles_per_s"],
+            "ceiling_vs_copy": ceiling / result["copy_bandwidth"]["bc1_tiles_per_s"],
         }
         result["seconds"] = time.perf_counter() - t_start
     finally:
@@ -547,6 +618,7 @@ def print_stream(r: dict) -> None:
     up, upy, e2e, epy, sb = (
         r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
     )
+    pt, cp = r["upload_per_tile"], r["copy_bandwidth"]
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -557,14 +629,29 @@ def print_stream(r: dict) -> None:
         (
             "(a) upload ceiling",
             f"{up['tiles_per_s']:,.0f} tiles/s",
-            f"{up['mib_per_s']:,.0f} MiB/s, {up['loop']} loop, batches of {up['batch']}, fenced + finished; "
-            f"Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+            f"{up['gb_per_s']:.2f} GB/s, runs of layers ({up['tiles'] / max(1, up['calls']):.0f} tiles a call), "
+            f"{up['loop']} loop, batches of {up['batch']}, fenced + finished; CPU {up['cpu_us_per_tile']:.2f} us a "
+            f"tile; Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+        ),
+        (
+            "    per tile (old path)",
+            f"{pt['tiles_per_s']:,.0f} tiles/s",
+            f"{pt['gb_per_s']:.2f} GB/s, one call a tile; runs are {ratio['runs_vs_per_tile']:.2f} x this; CPU "
+            f"{pt['cpu_us_per_tile']:.2f} us a tile",
+        ),
+        (
+            "    host -> device copy",
+            f"{cp['bc1_tiles_per_s']:,.0f} tiles/s",
+            f"{cp['gb_per_s']:.2f} GB/s glCopyBufferSubData of the whole ring (the bus: the physical limit); "
+            f"(a) is {ratio['ceiling_vs_copy']:.3f} x this",
         ),
         (
             "(b) end to end, drawn",
             f"{e2e['tiles_per_s']:,.0f} tiles/s",
             f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
-            f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads",
+            f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads; "
+            f"render-thread CPU {e2e['update_cpu_us_per_tile']:.1f} us per uploaded tile (upload step "
+            f"{e2e['upload_cpu_us_per_tile']:.1f})",
         ),
         (
             "    pure Python I/O",

@@ -77,24 +77,27 @@ BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over thread
 UPLOAD_RUN_DTYPE = np.dtype([("start", np.int64), ("count", np.int64)])
 
 
-def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, *, split: bool = False) -> np.ndarray:
+def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, max_run: int = 0) -> np.ndarray:
     """Maximal runs of loads (sorted by cache slot) that one upload call can write: consecutive
     cache layers at one cell (cell-major slots of a pool of `layers` layers) read from consecutive
     ring slots. A load missing from the list (cancelled, not ready, capped) ends a run. With
-    `split` every load is its own run (the per-tile path)."""
+    `max_run` > 0 no run is longer (1: the per-tile path)."""
     c = np.asarray(cache_slots, np.int64)
     r = np.asarray(ring_slots, np.int64)
     n = c.size
     if n == 0:
         return np.zeros(0, UPLOAD_RUN_DTYPE)
-    if split:
-        breaks = np.ones(n - 1, bool)
-    else:
-        breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
+    breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
     starts = np.flatnonzero(np.concatenate([[True], breaks]))
+    counts = np.diff(np.concatenate([starts, [n]]))
+    if max_run > 0 and counts.max() > max_run:  # cut long runs into pieces of max_run loads
+        pieces = -(-counts // max_run)
+        k = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece of its run
+        starts = np.repeat(starts, pieces) + k * max_run
+        counts = np.minimum(max_run, np.repeat(counts, pieces) - k * max_run)
     out = np.empty(starts.size, UPLOAD_RUN_DTYPE)
     out["start"] = starts
-    out["count"] = np.diff(np.concatenate([starts, [n]]))
+    out["count"] = counts
     return out
 
 
@@ -530,9 +533,10 @@ class Uploader:
                 assert pool is not None and pool.texture is not None
                 s = slots[self.pool[slots] == p]
                 s = s[np.argsort(self.cache_slot[s], kind="stable")]
-                runs = upload_runs(self.cache_slot[s], s, pool.layers)
+                max_run = self.config.upload_max_run
                 if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, ring.stride):
-                    runs = upload_runs(self.cache_slot[s], s, pool.layers, split=True)  # one call per tile
+                    max_run = 1  # slack the unpack modes cannot step over: one call per tile
+                runs = upload_runs(self.cache_slot[s], s, pool.layers, max_run)
                 g = pool.geometry
                 layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)
                 total += self.gl.upload_runs(
