@@ -16,7 +16,7 @@ On one headless context, in one run:
 (c) update(): wall and render-thread CPU time per frame with three virtual textures (terrain BC1,
     normals BC5, detail BC1) on the terrain scene's perspective flythrough at 1920x1080 (quick:
     960x540) in the demo's budget; p50/p95/p99, the worst after the first second, and how many frames
-    did real work (wanted pages, uploads);
+    did real work (wanted pages, uploads); twice, then once with a 1 ms upload time budget;
 (d) latency: frames from a load's submission to its upload, from (b);
 (e) camera cuts: random cuts across the terrain in the same scene; per cut, frames until nothing the
     feedback wants is missing (the first feedback of the new view counted from the cut frame).
@@ -51,6 +51,7 @@ MIB = 1 << 20
 # Frames queued on the GPU at most, as a double-buffered window's swap chain allows: headless loops have
 # no swap chain to stop the CPU from queueing hundreds of frames (and every fenced readback with them).
 THROTTLE = 2
+TIMED_UPLOAD_MS = 1.0  # (c) once more with StreamerConfig.upload_time_budget_ms
 
 
 class _GcPauses:
@@ -383,12 +384,20 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
 class _Scene:
     """Terrain + normals + detail streamed into one budget, drawn by TerrainScene offscreen."""
 
-    def __init__(self, ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float) -> None:
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        packs: dict[str, Path],
+        size: tuple[int, int],
+        budget_mb: float,
+        upload_time_budget_ms: float | None = None,
+    ) -> None:
         from ..runtime.streamer import Streamer
         from ..scene.terrain import TerrainScene
 
         self.ctx, self.size = ctx, size
-        self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb), upload_time_budget_ms=upload_time_budget_ms)
+        self.streamer = Streamer(ctx, cfg)
         try:
             s = self.streamer
             self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
@@ -430,11 +439,12 @@ def scene_update(
     budget_mb: float,
     seconds: float,
     fps: float = 60.0,
+    upload_time_budget_ms: float | None = None,
 ) -> dict:
     """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere)."""
     from ..scene.paths import flythrough
 
-    scene = _Scene(ctx, packs, size, budget_mb)
+    scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms)
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
     try:
         w, h = scene.ground
@@ -593,6 +603,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             budget = 16.0 if quick else 192.0
             result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
             result["scene_update_again"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
+            result["scene_update_timed"] = scene_update(
+                ctx, packs, size, budget, 8.0 if quick else 20.0, upload_time_budget_ms=TIMED_UPLOAD_MS
+            )
             result["camera_cuts"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24)
             result["camera_cuts_60hz"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24, fps=60.0)
         ceiling = result["upload_ceiling"]["tiles_per_s"]
@@ -618,7 +631,7 @@ def print_stream(r: dict) -> None:
     up, upy, e2e, epy, sb = (
         r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
     )
-    pt, cp = r["upload_per_tile"], r["copy_bandwidth"]
+    pt, cp, sct = r["upload_per_tile"], r["copy_bandwidth"], r["scene_update_timed"]
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -678,6 +691,13 @@ def print_stream(r: dict) -> None:
             f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
             f"{sc2['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc2['update_cpu_ms_p50']:.2f}; "
             f"GC max {sc2['gc']['max_ms']:.1f} ms",
+        ),
+        (
+            f"    {TIMED_UPLOAD_MS:g} ms upload budget",
+            f"{sct['update_ms_p50']:.2f} ms p50",
+            f"p95 {sct['update_ms_p95']:.2f}, p99 {sct['update_ms_p99']:.2f}, max after 1 s "
+            f"{sct['update_ms_max_after_1s']:.2f} ms; CPU p50 {sct['update_cpu_ms_p50']:.2f}; "
+            f"upload_time_budget_ms={TIMED_UPLOAD_MS:g}",
         ),
         (
             "(d) latency",

@@ -343,13 +343,15 @@ class Streamer(RenderThreadOwned, StreamerViews):
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed = len(core.apply(drained=drained))
             tu = time.perf_counter()
+            budget_s = None if cfg.upload_time_budget_ms is None else cfg.upload_time_budget_ms * 1e-3
             uploaded = up.upload(
-                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame
+                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame, budget_s
             )
             core.apply(uploaded=uploaded)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
+                st.upload_calls = up.last_calls
                 st.latency_frames = uploaded.latency_frames
             orders = core.orders(up.free_slots, up.cancel_stale)
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)

@@ -27,6 +27,7 @@ slot (structure of arrays), with an explicit `LoadState`::
   and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame:
   one call per run of consecutive cache layers at one cell read from consecutive ring slots
   (`upload_runs`; `submit` hands a frame's ring slots out in cache-slot order so the runs line up).
+  With a time budget only the calls whose measured cost fits go out (`upload_budget`).
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -45,6 +46,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +67,7 @@ from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
 from .tiles import TileSpace
+from .upload_budget import UploadCost, within_budget
 
 __all__ = ["UPLOAD_RUN_DTYPE", "Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader", "upload_runs"]
 
@@ -188,6 +191,7 @@ class Uploader:
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self.last_calls = 0  # upload calls the latest upload() issued
+        self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._closed = False
 
     @staticmethod
@@ -496,8 +500,18 @@ class Uploader:
         return self.cancel_where(mask)
 
     # ---- upload ---------------------------------------------------------------------------------
-    def upload(self, frame: int, pools: Sequence[CachePool | None], max_tiles: int, max_bytes: int) -> Uploaded:
-        """Issue READY loads in submission order under the caps, into writable cache slots only."""
+    def upload(
+        self,
+        frame: int,
+        pools: Sequence[CachePool | None],
+        max_tiles: int,
+        max_bytes: int,
+        time_budget_s: float | None = None,
+    ) -> Uploaded:
+        """Issue READY loads in submission order under the caps, into writable cache slots only.
+
+        With `time_budget_s`, only the upload calls (runs) whose predicted time (`cost`, measured on
+        this driver) fits the budget go out, most urgent first and at least one; the rest wait."""
         ready = np.flatnonzero(self.state == LoadState.READY)
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
@@ -514,13 +528,53 @@ class Uploader:
         chosen = ready[take]
         if chosen.size == 0:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
-        nbytes = self._issue(chosen, pools)
+        plan = self._plan(chosen, pools)
+        if time_budget_s is not None:
+            plan = self._within(plan, time_budget_s)
+            chosen = np.concatenate([s for _, s, _ in plan])
+        t0 = time.perf_counter()
+        nbytes = self._issue(chosen, plan, pools)
+        self.cost.observe(self.last_calls, nbytes, time.perf_counter() - t0)
         loads = self._records(chosen)
         self.state[chosen] = _UPLOADING
         self.load_of[self.tile[chosen]] = -1
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
-    def _issue(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> int:
+    def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
+        plan = []
+        for p in np.unique(self.pool[slots]).tolist():
+            pool = pools[p]
+            assert pool is not None and pool.texture is not None
+            s = slots[self.pool[slots] == p]
+            s = s[np.argsort(self.cache_slot[s], kind="stable")]
+            max_run = self.config.upload_max_run
+            if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, self.ring.stride):
+                max_run = 1  # slack the unpack modes cannot step over: one call per tile
+            plan.append((p, s, upload_runs(self.cache_slot[s], s, pool.layers, max_run)))
+        return plan
+
+    def _within(
+        self, plan: list[tuple[int, np.ndarray, np.ndarray]], budget_s: float
+    ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The calls of `plan` that fit `budget_s`, the most urgent (earliest submitted) first."""
+        priority = np.concatenate([np.minimum.reduceat(self.seq[s], r["start"]) for _, s, r in plan])
+        nbytes = np.concatenate([np.add.reduceat(self.nbytes[s], r["start"]) for _, s, r in plan])
+        keep = within_budget(priority, nbytes, self.cost, budget_s)
+        out, at = [], 0
+        for p, s, r in plan:
+            k = keep[at : at + r.size]
+            at += r.size
+            if not k.any():
+                continue
+            kept = r[k].copy()
+            kept["start"] = np.cumsum(kept["count"]) - kept["count"]
+            out.append((p, s[np.repeat(k, r["count"])], kept))
+        return out
+
+    def _issue(
+        self, slots: np.ndarray, plan: list[tuple[int, np.ndarray, np.ndarray]], pools: Sequence[CachePool | None]
+    ) -> int:
         """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
         layers at one cell read from consecutive ring slots), then fence them all at once."""
         ring = self.ring
@@ -528,15 +582,9 @@ class Uploader:
         total = 0
         self.last_calls = 0
         try:
-            for p in np.unique(self.pool[slots]).tolist():
+            for p, s, runs in plan:
                 pool = pools[p]
                 assert pool is not None and pool.texture is not None
-                s = slots[self.pool[slots] == p]
-                s = s[np.argsort(self.cache_slot[s], kind="stable")]
-                max_run = self.config.upload_max_run
-                if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, ring.stride):
-                    max_run = 1  # slack the unpack modes cannot step over: one call per tile
-                runs = upload_runs(self.cache_slot[s], s, pool.layers, max_run)
                 g = pool.geometry
                 layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)
                 total += self.gl.upload_runs(

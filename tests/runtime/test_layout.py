@@ -16,7 +16,7 @@ import pytest
 import texstream
 
 ROOT = Path(texstream.__file__).parent
-DECIDERS = ["runtime.slots", "runtime.residency", "runtime.records", "runtime.sharing"]
+DECIDERS = ["runtime.slots", "runtime.residency", "runtime.records", "runtime.sharing", "runtime.upload_budget"]
 FORBIDDEN = ("moderngl", "threading", "concurrent", "ctypes", "texstream.gl", "texstream.native")
 
 
