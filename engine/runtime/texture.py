@@ -114,7 +114,9 @@ class VirtualTexture:
     def bind(self, program: moderngl.Program, name: str) -> None:
         """Bind this texture for the next draws with `program`: its cache pool (a texture unit from
         8 up), the shared page tables (SSBO 6) and feedback buffer (SSBO 7), and the uniforms that
-        ``VT_DECLARE(name)`` declares.
+        ``VT_DECLARE(name)`` declares. Bind before each frame's draws: open, close and budget
+        changes resize pools, which replaces the pool's array and changes its layer count (a uniform:
+        cache slots are numbered cell by cell, layer within the cell).
 
         Parameters
         ----------
