@@ -176,7 +176,10 @@ def test_runs_of_layers_upload_with_one_call_each(
     ring = StagingRing(gl_context, gl, size_bytes=8 * n * (1 + slack), slot_bytes=n * (1 + slack))
     tex = gl.create_texture_array(f, 2 * SLOT, 6)  # 2x2 cells per layer
     tiles = [encode(fmt, make_image(SLOT, seed)) for seed in range(7)]
+    sentinel = bytes([0x5A]) * tex.layer_bytes  # new storage holds whatever the driver left there
     try:
+        for layer in range(6):
+            gl.write_layer(tex, layer, sentinel)
         assert gl.run_image_stride_ok(tex, SLOT, ring.stride)
         slots = ring.acquire(7)
         assert np.array_equal(slots, np.arange(7))  # a fresh ring hands out one span
@@ -205,8 +208,8 @@ def test_runs_of_layers_upload_with_one_call_each(
             got = cell_bytes(fmt, gl.read_layer(tex, k), 2 * SLOT, 0, SLOT, SLOT)
             assert got == tiles[4 + k], f"layer {k} of the second run"
         untouched = cell_bytes(fmt, gl.read_layer(tex, 5), 2 * SLOT, SLOT, 0, SLOT)
-        assert untouched == bytes(n), "the run wrote past its last layer"
-        assert cell_bytes(fmt, gl.read_layer(tex, 1), 2 * SLOT, 0, 0, SLOT) == bytes(n)
+        assert untouched == sentinel[:n], "the run wrote past its last layer"
+        assert cell_bytes(fmt, gl.read_layer(tex, 1), 2 * SLOT, 0, 0, SLOT) == sentinel[:n]
     finally:
         tex.release()
         ring.release()
