@@ -429,7 +429,7 @@ class GLExt:
         Arrays (int64): each run's first layer, texel origin x/y (multiples of 4 for block formats),
         its layer count and the byte offset of its first layer in pixel-unpack buffer `pbo` (nonzero);
         layer k of a run is read `image_stride` bytes after layer k-1 (`run_image_stride_ok` must
-        hold; slack between layers is stepped over with GL_UNPACK_IMAGE_HEIGHT and, for compressed
+        hold unless every run is one layer; slack between layers is stepped over with GL_UNPACK_IMAGE_HEIGHT and, for compressed
         formats, the GL_UNPACK_COMPRESSED_BLOCK_* modes, reset afterwards). `native` runs the loop in
         C; else a Python loop does. Returns the bytes uploaded."""
         if texture.released:
@@ -439,7 +439,8 @@ class GLExt:
             return 0
         if pbo == 0:
             raise ValueError("layer runs upload from a pixel-unpack buffer")
-        if not self.run_image_stride_ok(texture, cell_size, image_stride):
+        single = int(depth.max()) == 1  # one layer a call: the stride between layers does not matter
+        if not single and not self.run_image_stride_ok(texture, cell_size, image_stride):
             raise ValueError(f"layers {image_stride} bytes apart cannot be uploaded in runs for {texture!r}")
         fmt, size = texture.format, texture.size
         nbytes = fmt.layer_bytes(cell_size)
@@ -448,7 +449,7 @@ class GLExt:
         if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
             raise ValueError(f"a cell does not fit a {size}x{size} layer")
         f = self._f
-        padded = image_stride != nbytes
+        padded = image_stride != nbytes and not single
         self._bind_scratch(texture.glo)
         f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
         try:

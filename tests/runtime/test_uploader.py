@@ -23,6 +23,7 @@ import pytest
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.gl.gl_ext import GLExt
+from texstream.gl.loader import Feature
 from texstream.gl.objects import FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
@@ -164,6 +165,7 @@ class Rig:
         pools: int = 1,
         cells_x: int = 1,
         upload_max_run: int = 0,
+        ring_slot_bytes: int | None = None,
         fence_factory: Callable[[], FenceLike] | None = None,
     ) -> None:
         self.ctx, self.gl = ctx, gl
@@ -171,9 +173,10 @@ class Rig:
         self.readers = [PackReader(p) for p in paths]
         h = self.readers[0].header
         self.raw = h.tile_raw_size
-        stride = -(-self.raw // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
+        slot_bytes = ring_slot_bytes or self.raw
+        stride = -(-slot_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
         config = StreamerConfig(io_threads=io_threads, native=native, upload_max_run=upload_max_run)
-        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, self.raw, fence_factory)
+        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, slot_bytes, fence_factory)
         assert self.up.ring.slot_count == RING_SLOTS
         for tex, r in enumerate(self.readers):
             self.space.register(tex, r.header)
@@ -630,3 +633,38 @@ def test_loads_follow_their_cache_slots_across_a_pool_resize(
     assert up.last_calls == 3  # one run in each of cells 1, 2, 3
     rig.assert_uploaded(first, new1)
     rig.assert_uploaded(later, new2)
+
+
+class NoCompressedPixelStorage(GLExt):
+    """A context without GL_ARB_compressed_texture_pixel_storage (GL 4.1 drivers)."""
+
+    def has(self, feature: Feature) -> bool:
+        return feature is not Feature.COMPRESSED_PIXEL_STORAGE and super().has(feature)
+
+
+@pytest.mark.parametrize(
+    ("slack", "pixel_storage", "calls"),
+    [(0, True, 1), (1.0, True, 1), (1.0, False, 6), (16, True, 6)],
+    ids=["packed", "padded", "padded-without-pixel-storage", "stride-splits-rows"],
+)
+def test_padded_ring_slots_upload_in_runs_or_fall_back_to_one_call_a_tile(
+    gl_context: moderngl.Context, packs: Packs, slack: float, pixel_storage: bool, calls: int
+) -> None:
+    """Ring slots larger than the tile (a pack of larger tiles shares the ring): runs step over the
+    slack with the unpack modes when the driver has them and the slack is whole rows of blocks;
+    otherwise one call per tile. Either way the bytes land exactly."""
+    gl = GLExt(gl_context) if pixel_storage else NoCompressedPixelStorage(gl_context)
+    with PackReader(packs.zstd) as r:
+        raw = r.header.tile_raw_size
+    extra = int(raw * slack) if isinstance(slack, float) else slack  # a whole tile, or 16 bytes
+    rig = Rig(gl_context, gl, [packs.zstd], ring_slot_bytes=raw + extra)
+    try:
+        assert rig.up.ring.stride == raw + extra
+        tiles = rig.space.tile_ids(0)[:6]
+        cache = rig.submit(1, tiles)
+        rig.drain_all()
+        rig.upload(2)
+        assert rig.up.last_calls == calls
+        rig.assert_uploaded(tiles, cache)
+    finally:
+        rig.release()
