@@ -429,9 +429,10 @@ class GLExt:
         Arrays (int64): each run's first layer, texel origin x/y (multiples of 4 for block formats),
         its layer count and the byte offset of its first layer in pixel-unpack buffer `pbo` (nonzero);
         layer k of a run is read `image_stride` bytes after layer k-1 (`run_image_stride_ok` must
-        hold unless every run is one layer; slack between layers is stepped over with GL_UNPACK_IMAGE_HEIGHT and, for compressed
-        formats, the GL_UNPACK_COMPRESSED_BLOCK_* modes, reset afterwards). `native` runs the loop in
-        C; else a Python loop does. Returns the bytes uploaded."""
+        hold unless every run is one layer; slack between layers is stepped over with
+        GL_UNPACK_IMAGE_HEIGHT and, for compressed formats, the GL_UNPACK_COMPRESSED_BLOCK_* modes,
+        reset afterwards). `native` runs the loop in C; else a Python loop does. Returns the bytes
+        uploaded."""
         if texture.released:
             raise GLError(f"{texture!r} used after release")
         n = int(layer.size)
