@@ -327,6 +327,13 @@ class StreamerConfig:
         upload cap per update(), bytes
     upload_tiles_per_frame : int
         upload cap per update(), tiles (and requests issued per update)
+    upload_max_run : int
+        most layers one upload call writes (0: no limit; 1: one call per tile). A frame's loads go up
+        in runs of consecutive cache layers, one call each; some drivers copy long runs slower
+    upload_time_budget_ms : float | None
+        render-thread time per update() for upload calls, predicted from their measured cost on this
+        driver (seconds per call and per byte); the calls that do not fit wait for the next frame
+        (at least one goes out each frame). The tile and byte caps still bound it. None: no limit
     request_tiles_per_frame : int | None
         loads issued per update() when it should differ from the upload cap (None: the same);
         more than the upload cap lets read tiles wait for their upload
@@ -359,6 +366,8 @@ class StreamerConfig:
     frames_in_flight: int = 3
     upload_bytes_per_frame: int = 32 << 20
     upload_tiles_per_frame: int = 512
+    upload_max_run: int = 0
+    upload_time_budget_ms: float | None = None
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
     cancel_after_frames: int = 8
@@ -378,6 +387,9 @@ class StreamerConfig:
             "frames_in_flight": self.frames_in_flight >= 1,
             "upload_bytes_per_frame": self.upload_bytes_per_frame >= 1,
             "upload_tiles_per_frame": self.upload_tiles_per_frame >= 1,
+            "upload_max_run": self.upload_max_run >= 0,
+            "upload_time_budget_ms": self.upload_time_budget_ms is None
+            or (math.isfinite(self.upload_time_budget_ms) and self.upload_time_budget_ms > 0),
             "request_tiles_per_frame": self.request_tiles_per_frame is None or self.request_tiles_per_frame >= 1,
             "feedback_divisor": self.feedback_divisor >= 1,
             "cancel_after_frames": self.cancel_after_frames >= 1,

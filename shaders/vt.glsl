@@ -37,7 +37,7 @@ struct VTInfo {
     vec4 size;        // level-0 width, height, and their reciprocals
     vec4 tile;        // content T, border B, slot S = T + 2B, 1 / (cache layer size in texels)
     ivec4 meta;       // level count, page-table base (first entry of this texture), flags (VT_META_*), max anisotropy
-    ivec4 cells;      // cache slots per layer row, slots per layer
+    ivec4 cells;      // cache slots per layer row, slots per layer, layers
     vec4 bias;        // x: lod bias added when sampling
 };
 
@@ -98,9 +98,9 @@ uvec4 vt_lookup(VTInfo vt, vec2 t, int level) {
         if (e != 0xFFFFFFFFu) break;
     }
     uint slot = e & 0x0FFFFFFFu;
-    uint per_layer = uint(vt.cells.y);
-    uint layer = slot / per_layer;
-    uint cell = slot - layer * per_layer;
+    uint layers = uint(vt.cells.z);            // slots are numbered cell-major: cell, then layer
+    uint cell = slot / layers;
+    uint layer = slot - cell * layers;
     uint row = uint(vt.cells.x);
     return uvec4(layer, uint(min(l, vt.meta.x - 1)), cell % row, cell / row);
 }

@@ -2,10 +2,12 @@
 
 On one headless context, in one run:
 
-(a) upload ceiling: tiles/s of the engine's own upload loop (`GLExt.upload_cell_batch`, the compiled
-    loop when built) from the persistent-mapped staging ring into a cache array, in batches fenced
-    like the uploader's, timed until glFinish: no disk, no decode, no bookkeeping. The same with the
-    pure-Python loop is reported too (what the compiled loop buys);
+(a) upload ceiling: tiles/s of the engine's best upload path (`GLExt.upload_runs`: one call per run
+    of consecutive layers at one cell, the compiled loop when built) from the persistent-mapped
+    staging ring into a cache array, in batches fenced like the uploader's, timed until glFinish: no
+    disk, no decode, no bookkeeping. Also: the same with the pure-Python loop (what the compiled loop
+    buys), the old one-call-per-tile path (`upload_cell_batch`), and the host -> device copy
+    bandwidth (glCopyBufferSubData of the whole ring into video memory: the bus, the physical limit);
 (b) end to end: tiles/s the streamer delivers (feedback, scheduler, batched reads with checksum and
     zstd on the I/O threads, uploads, page tables) while a plane drawn at 1:1 pans a whole frame per
     frame over a pack in the page cache, with caps that never bind; once with the compiled I/O and
@@ -14,7 +16,7 @@ On one headless context, in one run:
 (c) update(): wall and render-thread CPU time per frame with three virtual textures (terrain BC1,
     normals BC5, detail BC1) on the terrain scene's perspective flythrough at 1920x1080 (quick:
     960x540) in the demo's budget; p50/p95/p99, the worst after the first second, and how many frames
-    did real work (wanted pages, uploads);
+    did real work (wanted pages, uploads); twice, then once with a 1 ms upload time budget;
 (d) latency: frames from a load's submission to its upload, from (b);
 (e) camera cuts: random cuts across the terrain in the same scene; per cut, frames until nothing the
     feedback wants is missing (the first feedback of the new view counted from the cut frame).
@@ -49,6 +51,7 @@ TILE = 128  # the default tile: 136-texel slots
 # Frames queued on the GPU at most, as a double-buffered window's swap chain allows: headless loops have
 # no swap chain to stop the CPU from queueing hundreds of frames (and every fenced readback with them).
 THROTTLE = 2
+TIMED_UPLOAD_MS = 1.0  # (c) once more with StreamerConfig.upload_time_budget_ms
 
 
 class _GcPauses:
@@ -76,13 +79,21 @@ class _GcPauses:
 
 
 # ---- (a) the upload ceiling -----------------------------------------------------------------------
-def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True) -> dict:
-    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish."""
+def upload_ceiling(
+    ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True, runs: bool = False, max_run: int = 0
+) -> dict:
+    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
+
+    ``runs=False``: one sub-image call per tile at scattered cells (each batch's tiles at
+    neighbouring cells of one layer, the old slot order); ``runs=True``: what the uploader does now,
+    each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
+    run (`Uploader`'s `upload_runs`)."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
+    from ..runtime.uploader import upload_runs
 
     native = load() if compiled else None
     gl = GLExt(ctx)
@@ -96,23 +107,39 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
+    calls = 0
     try:
         rng = np.random.default_rng(1)
         ring.memory[:] = rng.integers(0, 256, ring.memory.size, np.uint8)  # any bytes are BC1 blocks
         ctx.finish()
         done, cell = 0, 0
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         while done < tiles:
             ring.reclaim()
             got = ring.acquire(min(batch, tiles - done))
             if not got.size:
                 continue  # every slot waits on the GPU: poll again
-            cells = (np.arange(cell, cell + got.size) % (layers * geo.cells)).astype(np.int64)
-            lay, cx, cy = geo.locate(cells)
-            gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
+            n_slots = layers * geo.cells
+            if runs:  # cell-major slots: consecutive numbers are consecutive layers of one cell
+                slots = (np.arange(cell, cell + got.size) % n_slots).astype(np.int64)
+                r = upload_runs(slots, got, layers, max_run)
+                lay, cx, cy = geo.locate(slots[r["start"]], layers)
+                gl.upload_runs(
+                    tex, lay, cx * slot, cy * slot, r["count"], ring.offsets(got[r["start"]]), slot, ring.glo,
+                    ring.stride, native,
+                )  # fmt: skip
+                calls += int(r.size)
+            else:  # the old order: neighbouring cells of one layer, one call each
+                k = np.arange(cell, cell + got.size) % n_slots
+                lay, c = k // geo.cells, k % geo.cells
+                cx, cy = c % geo.cells_x, c // geo.cells_x
+                gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
+                calls += int(got.size)
             ring.submit(got, got.size * tile_bytes)
             cell += got.size
             done += got.size
+        cpu = time.thread_time() - c0
         ctx.finish()
         seconds = time.perf_counter() - t0
         ring.reclaim()
@@ -124,11 +151,49 @@ def upload_ceiling(ctx: moderngl.Context, tiles: int, batch: int = 256, compiled
         "seconds": seconds,
         "tiles_per_s": done / seconds,
         "mib_per_s": done * tile_bytes / seconds / MIB,
+        "gb_per_s": done * tile_bytes / seconds / 1e9,
+        "calls": calls,
+        "cpu_us_per_tile": cpu / max(1, done) * 1e6,
         "tile_bytes": tile_bytes,
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
+        "path": "runs" if runs else "per-tile",
         "loop": "compiled" if native is not None else "python",
+    }
+
+
+def copy_bandwidth(ctx: moderngl.Context, ring_mb: int = 64, repeats: int = 8) -> dict:
+    """Host -> device bytes/s: glCopyBufferSubData of a whole persistent-mapped staging ring (host
+    memory) into a buffer in video memory, `repeats` times, until glFinish: the bus alone, the
+    physical limit of any upload path."""
+    from ..gl.gl_ext import GLExt
+    from ..runtime.staging import StagingRing
+
+    gl = GLExt(ctx)
+    size = ring_mb * MIB
+    ring = StagingRing(ctx, gl, size, 1 << 16)
+    device = ctx.buffer(reserve=ring.nbytes)  # plain storage: the driver keeps it in video memory
+    try:
+        ring.memory[:] = 1
+        gl.copy_buffer(ring.glo, device.glo, ring.nbytes)  # first touch outside the timing
+        ctx.finish()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            gl.copy_buffer(ring.glo, device.glo, ring.nbytes)
+        ctx.finish()
+        seconds = time.perf_counter() - t0
+    finally:
+        device.release()
+        ring.release()
+    nbytes = repeats * ring.nbytes
+    tile_bytes = (TILE + 8) ** 2 // 2  # a 136-texel BC1 tile
+    return {
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": nbytes / seconds / 1e9,
+        "bc1_tiles_per_s": nbytes / tile_bytes / seconds,
+        "persistent": ring.persistent,
     }
 
 
@@ -215,7 +280,7 @@ def end_to_end(
     cfg = pan_config(pack, native)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[np.ndarray] = []
-    update_ms, cpu_ms, backlog = [], [], []
+    update_ms, cpu_ms, up_ms, backlog = [], [], [], []
     read_s = batches = 0.0
     try:
         with Streamer(ctx, cfg) as s:
@@ -233,6 +298,7 @@ def end_to_end(
                 latencies.append(st.latency_frames)
                 update_ms.append(st.update_ms)
                 cpu_ms.append(st.update_cpu_ms)
+                up_ms.append(st.upload_ms)
                 backlog.append(st.in_flight)
                 read_s += st.read_seconds
                 batches += st.read_batches
@@ -258,6 +324,8 @@ def end_to_end(
         "io_threads": cfg.io_threads,
         "update_ms_p50": percentile(update_ms, 50),
         "update_cpu_ms_p50": percentile(cpu_ms, 50),
+        "update_cpu_us_per_tile": sum(cpu_ms) * 1e3 / max(1, tiles),  # the whole update(), per tile uploaded
+        "upload_cpu_us_per_tile": sum(up_ms) * 1e3 / max(1, tiles),  # the upload step alone (wall)
         "read_us_per_tile": read_s / max(1, tiles) * 1e6 * cfg.io_threads,  # thread-seconds per tile
         "read_batches": int(batches),
         "backlog_mean": float(np.mean(backlog)),
@@ -316,12 +384,20 @@ def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: 
 class _Scene:
     """Terrain + normals + detail streamed into one budget, drawn by TerrainScene offscreen."""
 
-    def __init__(self, ctx: moderngl.Context, packs: dict[str, Path], size: tuple[int, int], budget_mb: float) -> None:
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        packs: dict[str, Path],
+        size: tuple[int, int],
+        budget_mb: float,
+        upload_time_budget_ms: float | None = None,
+    ) -> None:
         from ..runtime.streamer import Streamer
         from ..scene.terrain import TerrainScene
 
         self.ctx, self.size = ctx, size
-        self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb)))
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb), upload_time_budget_ms=upload_time_budget_ms)
+        self.streamer = Streamer(ctx, cfg)
         try:
             s = self.streamer
             self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
@@ -363,11 +439,12 @@ def scene_update(
     budget_mb: float,
     seconds: float,
     fps: float = 60.0,
+    upload_time_budget_ms: float | None = None,
 ) -> dict:
     """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere)."""
     from ..scene.paths import flythrough
 
-    scene = _Scene(ctx, packs, size, budget_mb)
+    scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms)
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
     try:
         w, h = scene.ground
@@ -508,8 +585,10 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "cpu_count": os.cpu_count(),
         }
         n = 16384 if quick else 131072
-        result["upload_ceiling"] = upload_ceiling(ctx, n)
-        result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False)
+        result["upload_ceiling"] = upload_ceiling(ctx, n, runs=True)
+        result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False, runs=True)
+        result["upload_per_tile"] = upload_ceiling(ctx, n)
+        result["copy_bandwidth"] = copy_bandwidth(ctx, 16 if quick else 64)
         with tempfile.TemporaryDirectory(prefix="texstream-bench-") as tmp:
             t0 = time.perf_counter()
             packs = _bake_packs(Path(tmp), quick)
@@ -524,6 +603,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             budget = 16.0 if quick else 192.0
             result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
             result["scene_update_again"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
+            result["scene_update_timed"] = scene_update(
+                ctx, packs, size, budget, 8.0 if quick else 20.0, upload_time_budget_ms=TIMED_UPLOAD_MS
+            )
             result["camera_cuts"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24)
             result["camera_cuts_60hz"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24, fps=60.0)
         ceiling = result["upload_ceiling"]["tiles_per_s"]
@@ -532,6 +614,8 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
             "compiled_vs_python_upload_loop": ceiling / result["upload_ceiling_python"]["tiles_per_s"],
+            "runs_vs_per_tile": ceiling / result["upload_per_tile"]["tiles_per_s"],
+            "ceiling_vs_copy": ceiling / result["copy_bandwidth"]["bc1_tiles_per_s"],
         }
         result["seconds"] = time.perf_counter() - t_start
     finally:
@@ -547,6 +631,7 @@ def print_stream(r: dict) -> None:
     up, upy, e2e, epy, sb = (
         r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
     )
+    pt, cp, sct = r["upload_per_tile"], r["copy_bandwidth"], r["scene_update_timed"]
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -557,14 +642,29 @@ def print_stream(r: dict) -> None:
         (
             "(a) upload ceiling",
             f"{up['tiles_per_s']:,.0f} tiles/s",
-            f"{up['mib_per_s']:,.0f} MiB/s, {up['loop']} loop, batches of {up['batch']}, fenced + finished; "
-            f"Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+            f"{up['gb_per_s']:.2f} GB/s, runs of layers ({up['tiles'] / max(1, up['calls']):.0f} tiles a call), "
+            f"{up['loop']} loop, batches of {up['batch']}, fenced + finished; CPU {up['cpu_us_per_tile']:.2f} us a "
+            f"tile; Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+        ),
+        (
+            "    per tile (old path)",
+            f"{pt['tiles_per_s']:,.0f} tiles/s",
+            f"{pt['gb_per_s']:.2f} GB/s, one call a tile; runs are {ratio['runs_vs_per_tile']:.2f} x this; CPU "
+            f"{pt['cpu_us_per_tile']:.2f} us a tile",
+        ),
+        (
+            "    host -> device copy",
+            f"{cp['bc1_tiles_per_s']:,.0f} tiles/s",
+            f"{cp['gb_per_s']:.2f} GB/s glCopyBufferSubData of the whole ring (the bus: the physical limit); "
+            f"(a) is {ratio['ceiling_vs_copy']:.3f} x this",
         ),
         (
             "(b) end to end, drawn",
             f"{e2e['tiles_per_s']:,.0f} tiles/s",
             f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
-            f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads",
+            f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads; "
+            f"render-thread CPU {e2e['update_cpu_us_per_tile']:.1f} us per uploaded tile (upload step "
+            f"{e2e['upload_cpu_us_per_tile']:.1f})",
         ),
         (
             "    pure Python I/O",
@@ -591,6 +691,13 @@ def print_stream(r: dict) -> None:
             f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
             f"{sc2['update_ms_max_after_1s']:.2f} ms; CPU p50 {sc2['update_cpu_ms_p50']:.2f}; "
             f"GC max {sc2['gc']['max_ms']:.1f} ms",
+        ),
+        (
+            f"    {TIMED_UPLOAD_MS:g} ms upload budget",
+            f"{sct['update_ms_p50']:.2f} ms p50",
+            f"p95 {sct['update_ms_p95']:.2f}, p99 {sct['update_ms_p99']:.2f}, max after 1 s "
+            f"{sct['update_ms_max_after_1s']:.2f} ms; CPU p50 {sct['update_cpu_ms_p50']:.2f}; "
+            f"upload_time_budget_ms={TIMED_UPLOAD_MS:g}",
         ),
         (
             "(d) latency",

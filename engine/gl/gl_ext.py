@@ -71,6 +71,11 @@ from .enums import (
     GL_TEXTURE_MIN_FILTER,
     GL_TEXTURE_WRAP_S,
     GL_TEXTURE_WRAP_T,
+    GL_UNPACK_COMPRESSED_BLOCK_DEPTH,
+    GL_UNPACK_COMPRESSED_BLOCK_HEIGHT,
+    GL_UNPACK_COMPRESSED_BLOCK_SIZE,
+    GL_UNPACK_COMPRESSED_BLOCK_WIDTH,
+    GL_UNPACK_IMAGE_HEIGHT,
     GL_UNSIGNED_BYTE,
     GLFormat,
 )
@@ -393,10 +398,136 @@ class GLExt:
             self._unbind_scratch()
         return n * nbytes
 
-    def copy_cells(
-        self, src: TextureArray, dst: TextureArray, moves: Iterable[tuple[int, int, int, int, int, int]], cell_size: int
+    def run_image_stride_ok(self, texture: TextureArray, cell_size: int, image_stride: int) -> bool:
+        """Whether `upload_runs` can read layers `image_stride` bytes apart for `texture`'s format:
+        tightly packed always; with slack only in whole rows of the cell (blocks of 4 texel rows
+        when compressed, through the compressed pixel-storage modes, which the context must have)."""
+        fmt = texture.format
+        nbytes = fmt.layer_bytes(cell_size)
+        if image_stride == nbytes:
+            return True
+        if image_stride < nbytes:
+            return False
+        if not fmt.compressed:
+            return image_stride % (cell_size * 4) == 0
+        row = cell_size // 4 * fmt.block_bytes
+        return self.has(Feature.COMPRESSED_PIXEL_STORAGE) and image_stride % row == 0
+
+    def upload_runs(
+        self,
+        texture: TextureArray,
+        layer: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        depth: np.ndarray,
+        offset: np.ndarray,
+        cell_size: int,
+        pbo: int,
+        image_stride: int,
+        native: Any = None,
     ) -> int:
-        """GPU-to-GPU copies of cells: ``(src_layer, sx, sy, dst_layer, dx, dy)`` each; returns the count."""
+        """Upload runs of consecutive layers at one cell: ONE sub-image call per run.
+
+        Arrays (int64): each run's first layer, texel origin x/y (multiples of 4 for block formats),
+        its layer count and the byte offset of its first layer in pixel-unpack buffer `pbo` (nonzero);
+        layer k of a run is read `image_stride` bytes after layer k-1 (`run_image_stride_ok` must
+        hold unless every run is one layer; slack between layers is stepped over with
+        GL_UNPACK_IMAGE_HEIGHT and, for compressed formats, the GL_UNPACK_COMPRESSED_BLOCK_* modes,
+        reset afterwards). `native` runs the loop in C; else a Python loop does. Returns the bytes
+        uploaded."""
+        if texture.released:
+            raise GLError(f"{texture!r} used after release")
+        n = int(layer.size)
+        if n == 0:
+            return 0
+        if pbo == 0:
+            raise ValueError("layer runs upload from a pixel-unpack buffer")
+        single = int(depth.max()) == 1  # one layer a call: the stride between layers does not matter
+        if not single and not self.run_image_stride_ok(texture, cell_size, image_stride):
+            raise ValueError(f"layers {image_stride} bytes apart cannot be uploaded in runs for {texture!r}")
+        fmt, size = texture.format, texture.size
+        nbytes = fmt.layer_bytes(cell_size)
+        if depth.min() < 1 or layer.min() < 0 or (layer + depth).max() > texture.layers:
+            raise ValueError(f"a run of layers is outside 0..{texture.layers - 1} of {texture!r}")
+        if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
+            raise ValueError(f"a cell does not fit a {size}x{size} layer")
+        f = self._f
+        padded = image_stride != nbytes and not single
+        self._bind_scratch(texture.glo)
+        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
+        try:
+            if padded and fmt.compressed:  # rows of blocks: the image height counts texel rows
+                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_WIDTH, 4)
+                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_HEIGHT, 4)
+                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_DEPTH, 1)
+                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_SIZE, fmt.block_bytes)
+                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, image_stride // (cell_size // 4 * fmt.block_bytes) * 4)
+            elif padded:
+                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, image_stride // (cell_size * 4))
+            if native is not None and getattr(native, "upload_runs", None) is not None and not self.debug:
+                arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, depth, offset)]
+                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
+                native.upload_runs(
+                    self.addresses["glCompressedTexSubImage3D"],
+                    self.addresses["glTexSubImage3D"],
+                    int(fmt.compressed),
+                    n,
+                    ptrs[0],
+                    ptrs[1],
+                    ptrs[2],
+                    ptrs[3],
+                    cell_size,
+                    fmt.internal_format,
+                    nbytes,
+                    ptrs[4],
+                )
+            elif fmt.compressed:
+                call = f.glCompressedTexSubImage3D
+                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
+                for lv, cx, cy, d, off in runs:
+                    call(
+                        GL_TEXTURE_2D_ARRAY,
+                        0,
+                        cx,
+                        cy,
+                        lv,
+                        cell_size,
+                        cell_size,
+                        d,
+                        fmt.internal_format,
+                        nbytes * d,
+                        off,
+                    )
+            else:
+                call = f.glTexSubImage3D
+                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
+                for lv, cx, cy, d, off in runs:
+                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, d, GL_RGBA, GL_UNSIGNED_BYTE, off)
+        finally:
+            if padded:
+                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, 0)
+                if fmt.compressed:
+                    for mode in (
+                        GL_UNPACK_COMPRESSED_BLOCK_WIDTH,
+                        GL_UNPACK_COMPRESSED_BLOCK_HEIGHT,
+                        GL_UNPACK_COMPRESSED_BLOCK_DEPTH,
+                        GL_UNPACK_COMPRESSED_BLOCK_SIZE,
+                    ):
+                        f.glPixelStorei(mode, 0)
+            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
+            self._unbind_scratch()
+        return int(depth.sum()) * nbytes
+
+    def copy_cells(
+        self,
+        src: TextureArray,
+        dst: TextureArray,
+        moves: Iterable[tuple[int, int, int, int, int, int]],
+        cell_size: int,
+        depth: int = 1,
+    ) -> int:
+        """GPU-to-GPU copies of cells: ``(src_layer, sx, sy, dst_layer, dx, dy)`` each, `depth`
+        consecutive layers from there; returns the count."""
         for t in (src, dst):
             if t.released:
                 raise GLError(f"{t!r} used after release")
@@ -419,7 +550,7 @@ class GLExt:
                 dl,
                 cell_size,
                 cell_size,
-                1,
+                depth,
             )
             n += 1
         return n

@@ -50,6 +50,11 @@ class Feature(enum.Enum):
     )
     RGTC = (300, ("GL_ARB_texture_compression_rgtc", "GL_EXT_texture_compression_rgtc"), "BC4/BC5 textures")
     BPTC = (420, ("GL_ARB_texture_compression_bptc",), "BC7 textures")
+    COMPRESSED_PIXEL_STORAGE = (
+        420,
+        ("GL_ARB_compressed_texture_pixel_storage",),
+        "uploads of layer runs from padded staging slots",
+    )
     NVX_MEMORY = (None, ("GL_NVX_gpu_memory_info",), "NVIDIA memory report")
     ATI_MEMORY = (None, ("GL_ATI_meminfo",), "AMD memory report")
 

@@ -52,6 +52,7 @@ class Native:
     read_batch: ctypes._CFuncPtr  # releases the GIL for the call
     decode_batch: ctypes._CFuncPtr  # releases the GIL for the call
     upload_cells: ctypes._CFuncPtr  # keeps the GIL (render thread, GL)
+    upload_runs: ctypes._CFuncPtr | None  # the same, one call per run of layers (None: an older build)
     codecs: Codecs
     create_dctx: ctypes._CFuncPtr
     free_dctx: ctypes._CFuncPtr
@@ -126,6 +127,7 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
         read_batch = gil_free.ts_read_batch
         decode_batch = gil_free.ts_decode_batch
         upload_cells = gil_held.ts_upload_cells
+        upload_runs = getattr(gil_held, "ts_upload_runs", None)
     except (OSError, AttributeError) as exc:
         log.warning("texstream's compiled helper %s does not load (%s): pure Python I/O", Path(path).name, exc)
         return None
@@ -181,13 +183,29 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
         ctypes.c_int,
         _i64p,
     )
+    if upload_runs is not None:
+        upload_runs.restype = None
+        upload_runs.argtypes = (
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int64,
+            _i64p,
+            _i64p,
+            _i64p,
+            _i64p,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_int,
+            _i64p,
+        )
     codecs = Codecs(
         *(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress", "xxh3"))
     )
     create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
     free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
     libs = tuple(lib for lib, _ in found.values())
-    native = Native(path, read_batch, decode_batch, upload_cells, codecs, create, free, libs)
+    native = Native(path, read_batch, decode_batch, upload_cells, upload_runs, codecs, create, free, libs)
     log.debug("texstream's compiled helper: %s", path)
     return native
 

@@ -7,7 +7,8 @@
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
- *                   the bound pixel-unpack buffer. Called through ctypes.PyDLL: it keeps the GIL,
+ *                   the bound pixel-unpack buffer; ts_upload_runs one per run of consecutive layers.
+ *                   Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
  *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
  *   ts_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
@@ -217,6 +218,26 @@ void ts_reduce_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
                 o[4 * j + c] = sum * 0.25f;
             }
         }
+    }
+}
+
+/* One sub-image upload per run of depth[i] consecutive layers at one cell from the bound
+ * GL_PIXEL_UNPACK_BUFFER (data = byte offset of the run's first layer; the caller set the unpack
+ * image height when layers are padded apart). nbytes: one layer's bytes. */
+void ts_upload_runs(void *compressed_fn, void *plain_fn, int compressed, int64_t n, const int64_t *layer,
+                    const int64_t *x, const int64_t *y, const int64_t *depth, int cell, unsigned internal_format,
+                    int nbytes, const int64_t *offset) {
+    const unsigned GL_TEXTURE_2D_ARRAY = 0x8C1A, GL_RGBA = 0x1908, GL_UNSIGNED_BYTE = 0x1401;
+    if (compressed) {
+        gl_compressed_sub3d_fn f = (gl_compressed_sub3d_fn)compressed_fn;
+        for (int64_t i = 0; i < n; i++)
+            f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, (int)depth[i], internal_format,
+              (int)(nbytes * depth[i]), (const void *)(intptr_t)offset[i]);
+    } else {
+        gl_sub3d_fn f = (gl_sub3d_fn)plain_fn;
+        for (int64_t i = 0; i < n; i++)
+            f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, (int)depth[i], GL_RGBA,
+              GL_UNSIGNED_BYTE, (const void *)(intptr_t)offset[i]);
     }
 }
 

@@ -15,6 +15,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
 - ``records.py``: what movers report back (`LoadRecords`, `Drained`, `Uploaded`);
 - ``budget_advice.py``: the smallest budget that fits (pinned layers, page tables, feedback and a
   staging ring that grows with the budget), named by `BudgetError`;
+- ``upload_budget.py``: `UploadCost` (seconds per upload call and per byte, measured) and
+  `within_budget` (which of a frame's upload calls fit ``StreamerConfig.upload_time_budget_ms``);
 - ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared).
 
 Movers (the only modules that hold GL objects or threads; they carry out the deciders' orders and
@@ -22,9 +24,11 @@ report results as records, and change no residency state of their own accord):
 
 - ``pools.py``: `CachePool`, one GL texture array plus its ledger, carrying out its move plans;
   ``pool_set.py``: which pools exist; ``page_buffer.py``: the page tables' GPU buffer;
-- ``staging.py``: the persistent-mapped staging ring; ``uploader.py``: a load's whole life and the
-  upload calls; ``io_workers.py``: the I/O thread pool; ``byte_sources.py``: where a tile's bytes
-  come from (local pread, remote ranges) and how they are decoded;
+- ``staging.py``: the persistent-mapped staging ring (slots handed out in ring order);
+  ``uploader.py``: a load's whole life and the upload calls (one per run of consecutive cache
+  layers at one cell, read from consecutive ring slots); ``io_workers.py``: the I/O thread pool;
+  ``byte_sources.py``: where a tile's bytes come from (local pread, remote ranges) and how they
+  are decoded;
 - ``feedback.py``: the feedback buffers and their asynchronous readback;
 - ``texture.py``: `VirtualTexture`, the handle a shader binds (given callbacks at construction; it
   does not import the streamer).

@@ -46,6 +46,7 @@ class FrameStats:
     update_cpu_ms: float = 0.0  # the render thread's own CPU time in update() (no driver or lock waits)
     upload_ms: float = 0.0
     uploads: int = 0
+    upload_calls: int = 0  # sub-image calls issued (one per run of consecutive cache layers)
     upload_bytes: int = 0
     requested: int = 0
     wanted_pages: int = 0

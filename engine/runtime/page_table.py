@@ -12,7 +12,7 @@ loading; the coarsest levels are pinned, so it always ends on a resident tile.
 Entries (uint32, the same bits on the CPU and in the GPU buffer the shader reads)::
 
     bits 31..28  the tile's level
-    bits 27..0   slot index in the texture's cache pool (layer = slot // cells, cell = slot % cells)
+    bits 27..0   slot index in the texture's cache pool (cell = slot // layers, layer = slot % layers)
     0xFFFFFFFF   not resident
 
 The entries live in one array over the whole tile id space, uploaded into ONE shader storage buffer

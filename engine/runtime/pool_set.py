@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..config import StreamerConfig
 from ..errors import EngineError
 from ..gl.gl_ext import GLExt
@@ -114,16 +112,15 @@ class PoolSet:
             out.append(PoolResize(pool, pool.resize(capacities[p], frame)))
         return out
 
-    def replan(self, core: Residency, budget: int) -> list[np.ndarray]:
+    def replan(self, core: Residency, budget: int) -> list[PoolResize]:
         """Resize every pool to its share of `budget` as the core plans it (shrinking first), fold
-        each resize into the core, and return the tiles whose loads lost their cache slot."""
+        each resize into the core, and return what each did: the loads of its renamed slots must
+        follow them and those of its cancelled tiles lost their cache slot."""
         plan = core.plan(budget - self.held_elsewhere(), self.gl.max_array_layers)
-        cancelled = []
-        for r in self.apply(plan, core.resize_order(plan), core.frame):
-            tiles = core.apply_resize(r.pool.index, r.result)
-            if tiles.size:
-                cancelled.append(tiles)
-        return cancelled
+        out = self.apply(plan, core.resize_order(plan), core.frame)
+        for r in out:
+            core.apply_resize(r.pool.index, r.result)
+        return out
 
     def release(self) -> None:
         for p in self:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from ..gl.enums import gl_format
 from ..gl.gl_ext import GLExt
 from ..gl.objects import TextureArray
@@ -114,8 +116,9 @@ class CachePool:
         """Grow or shrink to `capacity` slots (whole layers); survivors are copied on the GPU.
 
         The ledger decides (`SlotLedger.plan_shrink`: pinned tiles, loading slots of the kept layers,
-        then the most recently used); this makes the new array, copies the kept layers and the movers'
-        cells, and then applies the plan to the ledger. BudgetError, changing nothing, when the pinned
+        then the most recently used); this makes the new array, copies the kept layers of every cell and
+        the movers' cells, and then applies the plan to the ledger, which renumbers the slots for the
+        new layer count (the result lists every renamed slot). BudgetError, changing nothing, when the pinned
         tiles or the new array do not fit. For a moment both the old and the new array exist (inside
         open, close or set_budget, never inside update).
         """
@@ -132,17 +135,19 @@ class CachePool:
         except BaseException:
             self.budget.reserve(self.name, old_layers * self.geometry.layer_bytes)
             raise
-        keep = min(old_layers, capacity // self.geometry.cells)
-        if keep:
-            self.gl.copy_layers(old_tex, 0, new_tex, 0, keep)
+        g, s = self.geometry, self.geometry.slot_size
+        keep = min(old_layers, capacity // g.cells)
+        if keep:  # the kept layers of every cell, one copy per cell (slots are numbered cell-major)
+            cells = np.arange(g.cells)
+            x, y = (cells % g.cells_x) * s, (cells // g.cells_x) * s
+            columns = zip([0] * g.cells, x.tolist(), y.tolist(), [0] * g.cells, x.tolist(), y.tolist(), strict=True)
+            self.gl.copy_cells(old_tex, new_tex, columns, s, depth=keep)
         if plan is None:
-            ledger.grow(capacity)
-            result = ResizeResult.empty()
+            result = ledger.grow(capacity)
         else:
-            if plan.moved_from.size:
-                s = self.geometry.slot_size
-                fl, fx, fy = self.geometry.locate(plan.moved_from)
-                tl, tx, ty = self.geometry.locate(plan.moved_to)
+            if plan.moved_from.size:  # survivors of removed layers into free cells of kept ones
+                fl, fx, fy = g.locate(plan.moved_from, old_layers)
+                tl, tx, ty = g.locate(plan.moved_to, old_layers)  # same cell and layer in the new array
                 moves = zip(
                     fl.tolist(),
                     (fx * s).tolist(),

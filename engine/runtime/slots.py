@@ -8,13 +8,17 @@ carries out the ledger's move plans (the GPU copies of a resize).
 
 Slots handed out together come as few runs of consecutive slots as possible (`Allocation.runs`):
 free slots are taken lowest first and the victims of one allocation are handed out in slot order,
-so the loads of one frame land in neighbouring layers and can be uploaded a run per call.
+so the loads of one frame land in consecutive layers of one cell and can be uploaded a run per call
+(one glCompressedTexSubImage3D of depth n writes n consecutive layers at one cell).
 
 Physical layout (`SlotGeometry`): the texture array has ``layers`` layers; each layer is a grid of
 ``cells_x x cells_y`` slots of ``slot_size`` texels square (``slot_size = T + 2B``, a multiple of 4 so
-BC blocks never straddle two slots). Slot ``s`` lives in layer ``s // cells`` at cell
-``(s % cells) % cells_x, (s % cells) // cells_x``. Several cells per layer get around
-``GL_MAX_ARRAY_TEXTURE_LAYERS`` (2048 on many drivers: only ~19 MB of 136-texel BC1 slots).
+BC blocks never straddle two slots). Slots are numbered cell-major: slot ``s`` lives at cell
+``c = s // layers`` (x ``c % cells_x``, y ``c // cells_x``) in layer ``s % layers``, so consecutive
+slots are consecutive layers of one cell. Several cells per layer get around
+``GL_MAX_ARRAY_TEXTURE_LAYERS`` (2048 on many drivers: only ~19 MB of 136-texel BC1 slots). The
+numbering depends on the layer count: a resize renumbers every slot that survives it
+(`ResizeResult.moved_from` / ``moved_to`` list them all, loading slots included).
 
 Slot lifecycle (`CacheSlotState`)::
 
@@ -78,19 +82,22 @@ _RESIDENT = int(CacheSlotState.RESIDENT)
 RUN_DTYPE = np.dtype([("first_slot", np.int64), ("first_layer", np.int64), ("count", np.int64)])
 
 
-def slot_runs(slots: np.ndarray, cells: int = 1) -> np.ndarray:
-    """Maximal runs of consecutive slot numbers in `slots` (in the given order; -1 entries end a run
-    and are skipped), as a `RUN_DTYPE` array. With one slot per layer (``cells == 1``) a run is a
-    range of layers one upload call can fill."""
+def slot_runs(slots: np.ndarray, layers: int) -> np.ndarray:
+    """Maximal runs of consecutive slot numbers in `slots` that stay in one cell (in the given order;
+    -1 entries end a run and are skipped), as a `RUN_DTYPE` array, for a pool of `layers` layers.
+    A run is a range of consecutive layers at one cell: one upload call can fill it."""
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers!r}")
     s = np.asarray(slots, np.int64).ravel()
     s = s[s >= 0]
     if s.size == 0:
         return np.zeros(0, RUN_DTYPE)
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(s) != 1]))
+    breaks = (np.diff(s) != 1) | (s[1:] % layers == 0)  # a new cell starts a new run
+    starts = np.flatnonzero(np.concatenate([[True], breaks]))
     counts = np.diff(np.concatenate([starts, [s.size]]))
     out = np.empty(starts.size, RUN_DTYPE)
     out["first_slot"] = s[starts]
-    out["first_layer"] = s[starts] // cells
+    out["first_layer"] = s[starts] % layers
     out["count"] = counts
     return out
 
@@ -154,11 +161,23 @@ class SlotGeometry:
         """`slots` rounded up to whole layers."""
         return -(-max(0, slots) // self.cells) * self.cells
 
-    def locate(self, slots: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(layer, cell x, cell y) of each slot (vectorized). Texel origin = cell * slot_size."""
+    def locate(self, slots: np.ndarray | int, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(layer, cell x, cell y) of each slot of a pool of `layers` layers (vectorized; slots are
+        numbered cell-major). Texel origin = cell * slot_size."""
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers!r}")
         s = np.asarray(slots, dtype=np.int64)
-        cell = s % self.cells
-        return s // self.cells, cell % self.cells_x, cell // self.cells_x
+        cell = s // layers
+        return s % layers, cell % self.cells_x, cell // self.cells_x
+
+    def renumber(self, slots: np.ndarray, old_layers: int, new_layers: int) -> np.ndarray:
+        """The number each slot of a pool of `old_layers` layers has in one of `new_layers` layers
+        (same cell, same layer; the layer must exist in both)."""
+        s = np.asarray(slots, dtype=np.int64)
+        layer = s % old_layers
+        if layer.size and int(layer.max(initial=0)) >= new_layers:
+            raise ValueError(f"layer {int(layer.max())} does not exist in a pool of {new_layers} layers")
+        return s // old_layers * new_layers + layer
 
 
 @dataclass(frozen=True)
@@ -180,8 +199,9 @@ class Allocation:
 
 @dataclass(frozen=True)
 class ResizeResult:
-    """What a resize did besides the GPU copy: tiles that moved slot, lost it, or were loading in a
-    removed layer (their loads must be cancelled)."""
+    """What a resize did besides the GPU copy: slots renamed (every held slot whose number changed,
+    resident or loading: ``moved_from[i]`` is now ``moved_to[i]``), tiles that lost their slot, and
+    tiles that were loading in a removed layer (their loads must be cancelled)."""
 
     moved_from: np.ndarray
     moved_to: np.ndarray
@@ -243,6 +263,11 @@ class SlotLedger:
 
     # ---- counts ---------------------------------------------------------------------------------
     @property
+    def layers(self) -> int:
+        """Layers of the pool's array (slot numbers depend on it: see the module docstring)."""
+        return self.capacity // self.cells
+
+    @property
     def free_count(self) -> int:
         return int(self._free.size)
 
@@ -301,7 +326,7 @@ class SlotLedger:
         self.level[s] = np.asarray(levels, np.int64).ravel()[got]
         self.last_used[s] = frame
         self.pinned[s] = False
-        return Allocation(out, evicted_tiles, victims, evicted_last_used, slot_runs(np.sort(s), self.cells))
+        return Allocation(out, evicted_tiles, victims, evicted_last_used, slot_runs(np.sort(s), self.layers))
 
     def keep_free(self, frame: int, count: int) -> Allocation:
         """Evict least recently used tiles (unused for frames_in_flight frames) until `count` slots are
@@ -412,15 +437,21 @@ class SlotLedger:
         if not isinstance(capacity, int | np.integer) or capacity < cells or capacity % cells:
             raise ValueError(f"capacity must be a positive multiple of {cells} slots (whole layers), got {capacity!r}")
 
-    def grow(self, capacity: int) -> None:
-        """Append free slots up to `capacity` (no overwrite gates: a fresh array)."""
+    def grow(self, capacity: int) -> ResizeResult:
+        """Add free layers up to `capacity` slots (no overwrite gates: a fresh array). Every held slot
+        keeps its cell and layer but is renumbered for the new layer count (returned as moves)."""
         self.check_capacity(capacity)
         old, extra = self.capacity, capacity - self.capacity
         assert extra >= 0, "grow() cannot shrink; plan_shrink() and apply_shrink() do"
+        old_layers, new_layers = old // self.cells, capacity // self.cells
+        where = np.arange(old, dtype=np.int64) // max(old_layers, 1) * new_layers + np.arange(old) % max(old_layers, 1)
 
         def ext(a: np.ndarray, fill: object) -> np.ndarray:
-            return np.concatenate([a, np.full(extra, fill, a.dtype)])
+            out = np.full(capacity, fill, a.dtype)
+            out[where] = a
+            return out
 
+        held = np.flatnonzero(self.state != _FREE)
         self.state = ext(self.state, _FREE)
         self.tile = ext(self.tile, -1)
         self.tex = ext(self.tex, -1)
@@ -428,8 +459,11 @@ class SlotLedger:
         self.last_used = ext(self.last_used, NEVER)
         self.pinned = ext(self.pinned, False)
         self.writable_at = ext(self.writable_at, NEVER)
-        self._free = np.concatenate([np.arange(capacity - 1, old - 1, -1, dtype=np.int64), self._free])
         self.capacity = capacity
+        self._free = np.flatnonzero(self.state == _FREE)[::-1].copy()
+        changed = where[held] != held
+        e = np.zeros(0, np.int64)
+        return ResizeResult(held[changed], where[held][changed], e, e, e)
 
     def plan_shrink(self, capacity: int) -> ShrinkPlan:
         """Decide a shrink to `capacity` slots without changing anything.
@@ -437,12 +471,12 @@ class SlotLedger:
         Keeps every pinned tile, every loading slot in the kept layers and then the most recently used
         resident tiles (coarser levels first among equal uses); survivors from removed layers move
         into free slots of the kept layers. BudgetError when the pinned tiles (plus the loading slots
-        of the kept layers) do not fit.
+        of the kept layers) do not fit. The plan's slots are numbered for the current layer count.
         """
         self.check_capacity(capacity)
         assert capacity < self.capacity, "plan_shrink() needs a smaller capacity"
         idx = np.arange(self.capacity)
-        kept = idx < capacity
+        kept = idx % self.layers < capacity // self.cells  # the first layers of every cell
         resident = self.state == _RESIDENT
         loading = self.state == _LOADING
         must = (self.pinned & resident) | (loading & kept)
@@ -463,7 +497,7 @@ class SlotLedger:
             survivors, dropped = optional, np.zeros(0, np.int64)
         survivors = np.concatenate([np.flatnonzero(must), survivors])
         cancelled = np.flatnonzero(loading & ~kept)
-        movers = np.sort(survivors[survivors >= capacity])
+        movers = np.sort(survivors[~kept[survivors]])
         keep_mask = np.zeros(self.capacity, bool)
         keep_mask[survivors] = True
         targets = np.flatnonzero(kept & ~keep_mask)[: movers.size]
@@ -478,20 +512,36 @@ class SlotLedger:
         )
 
     def apply_shrink(self, plan: ShrinkPlan) -> ResizeResult:
-        """Carry out a plan made by `plan_shrink` on this ledger (the GPU copies are the pool's)."""
+        """Carry out a plan made by `plan_shrink` on this ledger (the GPU copies are the pool's). The
+        result's moves map every surviving slot's old number to its number in the smaller pool."""
         capacity, movers, targets = plan.capacity, plan.moved_from, plan.moved_to
+        old_layers, new_layers = self.layers, capacity // self.cells
         evicted_tiles = self.tile[plan.dropped].copy()
         cancelled_tiles, cancelled_slots = self.tile[plan.cancelled].copy(), plan.cancelled.copy()
         self._clear(np.concatenate([plan.dropped, plan.cancelled]).astype(np.int64))
         for arr in (self.state, self.tile, self.tex, self.level, self.last_used, self.pinned):
             arr[targets] = arr[movers]
+        # where each old slot's content ends up (old numbering), then its number in the new pool
+        dest = np.arange(self.capacity, dtype=np.int64)
+        dest[movers] = targets
+        kept = np.flatnonzero(np.arange(self.capacity) % old_layers < new_layers)
+        renamed = kept // old_layers * new_layers + kept % old_layers
         for name in ("state", "tile", "tex", "level", "last_used", "pinned", "writable_at"):
-            setattr(self, name, getattr(self, name)[:capacity].copy())
+            a = getattr(self, name)
+            out = np.empty(capacity, a.dtype)
+            out[renamed] = a[kept]
+            setattr(self, name, out)
+        number = np.full(self.capacity, -1, np.int64)
+        number[kept] = renamed
         self.capacity = capacity
         free = np.flatnonzero(self.state == _FREE)
         self._clear(free)
         self._free = free[::-1].copy()
-        return ResizeResult(movers, targets, evicted_tiles, cancelled_tiles, cancelled_slots)
+        stay = np.setdiff1d(plan.survivors, movers)
+        old = np.concatenate([stay, movers]).astype(np.int64)
+        new = number[dest[old]]
+        changed = new != old
+        return ResizeResult(old[changed], new[changed], evicted_tiles, cancelled_tiles, cancelled_slots)
 
     def open_gates(self) -> None:
         """Every slot writable now: the pool moved to a fresh array no draw in flight samples."""

@@ -8,7 +8,10 @@ integers. A slot goes round one cycle, its state explicit (`RingSlotState`, one 
                           +--abandon()--> FREE          (a read failed or its tile was cancelled)
 
 While a slot is HELD its bytes belong to whoever the uploader handed it to (an I/O thread writes a
-tile into it, or the render thread reads it for an upload). ``submit`` fences a whole upload batch
+tile into it, or the render thread reads it for an upload). Slots are handed out in ring order from
+a cursor (the free slots after the last one handed out, wrapping once), so one `acquire` gets
+consecutive slots wherever the ring is free there: a run of them is one contiguous span of buffer
+memory, which one upload call can read. ``submit`` fences a whole upload batch
 with ONE fence; ``reclaim`` polls only the oldest fences (they signal in submission order) and never
 blocks, so a slot is never handed out again before the GPU finished reading it.
 
@@ -38,7 +41,10 @@ __all__ = ["RingStats", "SLOT_ALIGNMENT", "RingSlotState", "StagingRing"]
 
 log = logging.getLogger(__name__)
 
-SLOT_ALIGNMENT = 256  # slot offsets in the buffer: good for DMA and every GL offset rule
+#: Slot offsets in the buffer are multiples of this. 16 keeps every GL offset rule and SIMD copies
+#: happy while letting the stride equal a tile's bytes (BC rows are multiples of 16 bytes for
+#: slots of a multiple of 8 texels), so a run of slots is a run of tightly packed layers.
+SLOT_ALIGNMENT = 16
 
 
 class RingSlotState(enum.IntEnum):
@@ -127,7 +133,8 @@ class StagingRing:
             self._fallback = ctx.buffer(reserve=total, dynamic=True)
             self.memory = np.zeros(total, np.uint8)
         self.state = np.zeros(count, np.uint8)
-        self._free = np.arange(count - 1, -1, -1, dtype=np.int64)  # stack, slot 0 on top
+        self._cursor = 0  # the next slot to hand out when free (ring order)
+        self._free_count = count
         self._batches: deque[tuple[FenceLike, np.ndarray]] = deque()
         self._acquired = self._stalls = self._batch_count = self._bytes_submitted = 0
         self._closed = False
@@ -155,7 +162,7 @@ class StagingRing:
 
     @property
     def free_count(self) -> int:
-        return int(self._free.size)
+        return self._free_count
 
     @property
     def stall_count(self) -> int:
@@ -176,16 +183,19 @@ class StagingRing:
 
     # ---- the cycle ------------------------------------------------------------------------------
     def acquire(self, count: int) -> np.ndarray:
-        """Up to `count` FREE slots, now HELD (fewer, and a counted stall, when the ring runs dry)."""
+        """Up to `count` FREE slots, now HELD (fewer, and a counted stall, when the ring runs dry), in
+        ring order from the cursor: consecutive wherever the ring is free there."""
         self._check_open()
-        take = min(int(count), self._free.size)
+        take = min(int(count), self._free_count)
         if take < count:
             self._stalls += 1
         if take <= 0:
             return np.zeros(0, np.int64)
-        out = self._free[self._free.size - take :][::-1].copy()
-        self._free = self._free[: self._free.size - take]
-        assert (self.state[out] == RingSlotState.FREE).all(), "a free-listed slot was not free"
+        free = np.flatnonzero(self.state == _FREE)
+        at = int(np.searchsorted(free, self._cursor))
+        out = np.concatenate([free[at : at + take], free[: max(0, take - (free.size - at))]])
+        self._cursor = (int(out[-1]) + 1) % self.slot_count
+        self._free_count -= take
         self.state[out] = _HELD
         self._acquired += take
         return out
@@ -197,7 +207,7 @@ class StagingRing:
             raise ValueError("a slot appears twice in one abandon call")
         if s.size and not self._closed:
             self.state[s] = _FREE
-            self._free = np.concatenate([self._free, s[::-1]])
+            self._free_count += int(s.size)
 
     def stage(self, slots: np.ndarray, nbytes: np.ndarray | int) -> None:
         """Make HELD slots readable by GL before uploading them (a no-op when persistent).
@@ -242,7 +252,7 @@ class StagingRing:
             fence.release()
             assert (self.state[s] == RingSlotState.IN_FLIGHT).all(), "a fenced slot was not in flight"
             self.state[s] = _FREE
-            self._free = np.concatenate([self._free, s[::-1]])
+            self._free_count += int(s.size)
             freed.append(s)
         return np.concatenate(freed) if freed else np.zeros(0, np.int64)
 
@@ -276,7 +286,7 @@ class StagingRing:
         for fence, _ in self._batches:
             fence.release()
         self._batches.clear()
-        self._free = np.zeros(0, np.int64)
+        self._free_count = 0
         self.memory = np.zeros(0, np.uint8)
         if self._mapped is not None:
             self._mapped.release()

@@ -227,10 +227,13 @@ class Streamer(RenderThreadOwned, StreamerViews):
 
     def _plan_pools(self, budget: int | None = None) -> None:
         """Share what the budget leaves after fixed costs among the pools (the core decides, the pools
-        move), and cancel the loads whose cache slots a shrink removed (nothing to free)."""
-        for cancelled in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
+        move), let the loads follow their renamed cache slots, and cancel the loads whose cache
+        slots a shrink removed (nothing to free)."""
+        for r in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
             if self._uploader is not None:
-                self._uploader.cancel(cancelled)
+                self._uploader.move_cache_slots(r.pool.index, r.result.moved_from, r.result.moved_to)
+                if r.result.cancelled_tiles.size:
+                    self._uploader.cancel(r.result.cancelled_tiles)
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
@@ -349,13 +352,15 @@ class Streamer(RenderThreadOwned, StreamerViews):
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed = len(core.apply(drained=drained))
             tu = time.perf_counter()
+            budget_s = None if cfg.upload_time_budget_ms is None else cfg.upload_time_budget_ms * 1e-3
             uploaded = up.upload(
-                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame
+                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame, budget_s
             )
             core.apply(uploaded=uploaded)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
+                st.upload_calls = up.last_calls
                 st.latency_frames = uploaded.latency_frames
             orders = core.orders(up.free_slots, up.cancel_stale)
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)

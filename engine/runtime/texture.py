@@ -149,7 +149,9 @@ class VirtualTexture:
     def bind(self, program: moderngl.Program, name: str) -> None:
         """Bind this texture for the next draws with `program`: its cache pool (a texture unit from
         8 up), the shared page tables (SSBO 6) and feedback buffer (SSBO 7), and the uniforms that
-        ``VT_DECLARE(name)`` declares.
+        ``VT_DECLARE(name)`` declares. Bind before each frame's draws: open, close and budget
+        changes resize pools, which replaces the pool's array and changes its layer count (a uniform:
+        cache slots are numbered cell by cell, layer within the cell).
 
         Parameters
         ----------
@@ -174,7 +176,7 @@ class VirtualTexture:
             f"{name}.size": (h.width, h.height, 1.0 / h.width, 1.0 / h.height),
             f"{name}.tile": (h.tile_size, h.border, h.slot_size, 1.0 / g.layer_size[0]),
             f"{name}.meta": self.shader_meta,
-            f"{name}.cells": (g.cells_x, g.cells, 0, 0),
+            f"{name}.cells": (g.cells_x, g.cells, pool.layers, 0),
             f"{name}.bias": (self.lod_bias, 0.0, 0.0, 0.0),
         }
         for key, value in values.items():

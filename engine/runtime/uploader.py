@@ -24,7 +24,10 @@ slot (structure of arrays), with an explicit `LoadState`::
   feedback readbacks no longer want (a fast pan leaves many): the thread skips them.
 - `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
   caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
-  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame.
+  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame:
+  one call per run of consecutive cache layers at one cell read from consecutive ring slots
+  (`upload_runs`; `submit` hands a frame's ring slots out in cache-slot order so the runs line up).
+  With a time budget only the calls whose measured cost fits go out (`upload_budget`).
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -43,6 +46,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -64,12 +68,41 @@ from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
 from .tiles import TileSpace
+from .upload_budget import UploadCost, within_budget
 
-__all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
+__all__ = ["UPLOAD_RUN_DTYPE", "Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader", "upload_runs"]
 
 log = logging.getLogger(__name__)
 
 BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over threads, large enough to amortize
+
+
+#: One upload call: where its loads start in the (cache-slot sorted) list and how many it takes.
+UPLOAD_RUN_DTYPE = np.dtype([("start", np.int64), ("count", np.int64)])
+
+
+def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, max_run: int = 0) -> np.ndarray:
+    """Maximal runs of loads (sorted by cache slot) that one upload call can write: consecutive
+    cache layers at one cell (cell-major slots of a pool of `layers` layers) read from consecutive
+    ring slots. A load missing from the list (cancelled, not ready, capped) ends a run. With
+    `max_run` > 0 no run is longer (1: the per-tile path)."""
+    c = np.asarray(cache_slots, np.int64)
+    r = np.asarray(ring_slots, np.int64)
+    n = c.size
+    if n == 0:
+        return np.zeros(0, UPLOAD_RUN_DTYPE)
+    breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
+    starts = np.flatnonzero(np.concatenate([[True], breaks]))
+    counts = np.diff(np.concatenate([starts, [n]]))
+    if max_run > 0 and counts.max() > max_run:  # cut long runs into pieces of max_run loads
+        pieces = -(-counts // max_run)
+        k = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece of its run
+        starts = np.repeat(starts, pieces) + k * max_run
+        counts = np.minimum(max_run, np.repeat(counts, pieces) - k * max_run)
+    out = np.empty(starts.size, UPLOAD_RUN_DTYPE)
+    out["start"] = starts
+    out["count"] = counts
+    return out
 
 
 class LoadState(enum.IntEnum):
@@ -158,6 +191,8 @@ class Uploader:
             config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
+        self.last_calls = 0  # upload calls the latest upload() issued
+        self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._closed = False
 
     @staticmethod
@@ -281,10 +316,14 @@ class Uploader:
             return 0
         if np.any(self.load_of[tiles] >= 0):
             raise ValueError("a tile already has a load")
-        slots = self.ring.acquire(n)
-        if slots.size < n:
-            self.ring.abandon(slots)
-            raise EngineError(f"staging ring has {slots.size} free slots for {n} loads")
+        got = self.ring.acquire(n)
+        if got.size < n:
+            self.ring.abandon(got)
+            raise EngineError(f"staging ring has {got.size} free slots for {n} loads")
+        # ring slots in the order of the cache slots (by pool): a run of cache layers then reads one
+        # contiguous span of ring memory, so it uploads with one call
+        slots = np.empty(n, np.int64)
+        slots[np.lexsort((cache_slots, pool))] = got
         tex = self.space.tex[tiles].astype(np.int64)
         self.state[slots] = _READING
         self.tile[slots] = tiles
@@ -293,7 +332,7 @@ class Uploader:
         self.cache_slot[slots] = cache_slots
         self.nbytes[slots] = self.space.tile_bytes[tex]
         self.issued[slots] = frame
-        self.seq[slots] = self._next_seq + np.arange(n)
+        self.seq[slots] = self._next_seq + np.arange(n)  # priority order: the upload caps take a prefix
         self._next_seq += n
         self.load_of[tiles] = slots
         order = np.lexsort((np.zeros(n), tex))
@@ -301,6 +340,23 @@ class Uploader:
         for part in np.split(order, bounds):
             self._queue(tex[part[0]], tiles[part], slots[part])
         return n
+
+    def move_cache_slots(self, pool: int, moved_from: np.ndarray, moved_to: np.ndarray) -> None:
+        """Pool `pool` was resized and renamed its slots (``moved_from[i]`` is now ``moved_to[i]``):
+        loads still to be uploaded there follow them."""
+        old = np.asarray(moved_from, np.int64)
+        if old.size == 0:
+            return
+        live = np.flatnonzero(
+            (self.pool == pool) & (self.cache_slot >= 0) & ((self.state == _READING) | (self.state == _READY))
+        )
+        if live.size == 0:
+            return
+        cs = self.cache_slot[live]
+        order = np.argsort(old)
+        at = np.searchsorted(old[order], cs)
+        hit = (at < old.size) & (old[order][np.minimum(at, old.size - 1)] == cs)
+        self.cache_slot[live[hit]] = np.asarray(moved_to, np.int64)[order][at[hit]]
 
     def _queue(self, tex: int, tiles: np.ndarray, slots: np.ndarray) -> None:
         src = self.sources[int(tex)]
@@ -445,8 +501,18 @@ class Uploader:
         return self.cancel_where(mask)
 
     # ---- upload ---------------------------------------------------------------------------------
-    def upload(self, frame: int, pools: Sequence[CachePool | None], max_tiles: int, max_bytes: int) -> Uploaded:
-        """Issue READY loads in submission order under the caps, into writable cache slots only."""
+    def upload(
+        self,
+        frame: int,
+        pools: Sequence[CachePool | None],
+        max_tiles: int,
+        max_bytes: int,
+        time_budget_s: float | None = None,
+    ) -> Uploaded:
+        """Issue READY loads in submission order under the caps, into writable cache slots only.
+
+        With `time_budget_s`, only the upload calls (runs) whose predicted time (`cost`, measured on
+        this driver) fits the budget go out, most urgent first and at least one; the rest wait."""
         ready = np.flatnonzero(self.state == LoadState.READY)
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
@@ -463,34 +529,78 @@ class Uploader:
         chosen = ready[take]
         if chosen.size == 0:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
-        nbytes = self._issue(chosen, pools)
+        plan = self._plan(chosen, pools)
+        if time_budget_s is not None:
+            plan = self._within(plan, time_budget_s)
+            chosen = np.concatenate([s for _, s, _ in plan])
+        t0 = time.perf_counter()
+        nbytes = self._issue(chosen, plan, pools)
+        self.cost.observe(self.last_calls, nbytes, time.perf_counter() - t0)
         loads = self._records(chosen)
         self.state[chosen] = _UPLOADING
         self.load_of[self.tile[chosen]] = -1
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
-    def _issue(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> int:
-        """Upload ring slots into their cache slots (one loop per pool), then fence them all at once."""
+    def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
+        plan = []
+        for p in np.unique(self.pool[slots]).tolist():
+            pool = pools[p]
+            assert pool is not None and pool.texture is not None
+            s = slots[self.pool[slots] == p]
+            s = s[np.argsort(self.cache_slot[s], kind="stable")]
+            max_run = self.config.upload_max_run
+            if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, self.ring.stride):
+                max_run = 1  # slack the unpack modes cannot step over: one call per tile
+            plan.append((p, s, upload_runs(self.cache_slot[s], s, pool.layers, max_run)))
+        return plan
+
+    def _within(
+        self, plan: list[tuple[int, np.ndarray, np.ndarray]], budget_s: float
+    ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The calls of `plan` that fit `budget_s`, the most urgent (earliest submitted) first."""
+        priority = np.concatenate([np.minimum.reduceat(self.seq[s], r["start"]) for _, s, r in plan])
+        nbytes = np.concatenate([np.add.reduceat(self.nbytes[s], r["start"]) for _, s, r in plan])
+        keep = within_budget(priority, nbytes, self.cost, budget_s)
+        out, at = [], 0
+        for p, s, r in plan:
+            k = keep[at : at + r.size]
+            at += r.size
+            if not k.any():
+                continue
+            kept = r[k].copy()
+            kept["start"] = np.cumsum(kept["count"]) - kept["count"]
+            out.append((p, s[np.repeat(k, r["count"])], kept))
+        return out
+
+    def _issue(
+        self, slots: np.ndarray, plan: list[tuple[int, np.ndarray, np.ndarray]], pools: Sequence[CachePool | None]
+    ) -> int:
+        """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
+        layers at one cell read from consecutive ring slots), then fence them all at once."""
         ring = self.ring
         ring.stage(slots, self.nbytes[slots])
         total = 0
+        self.last_calls = 0
         try:
-            for p in np.unique(self.pool[slots]).tolist():
+            for p, s, runs in plan:
                 pool = pools[p]
                 assert pool is not None and pool.texture is not None
-                s = slots[self.pool[slots] == p]
                 g = pool.geometry
-                layer, cx, cy = g.locate(self.cache_slot[s])
-                total += self.gl.upload_cell_batch(
+                layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)
+                total += self.gl.upload_runs(
                     pool.texture,
                     layer,
                     cx * g.slot_size,
                     cy * g.slot_size,
-                    ring.offsets(s),
+                    runs["count"],
+                    ring.offsets(s[runs["start"]]),
                     g.slot_size,
                     ring.glo,
+                    ring.stride,
                     self.native,
                 )
+                self.last_calls += int(runs.size)
         finally:
             ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
         return total
@@ -551,7 +661,7 @@ class Uploader:
             good = np.flatnonzero(status == ReadStatus.OK)
             ok[start + good] = True
             if good.size:
-                layer, cx, cy = g.locate(cache_slots[part][good])
+                layer, cx, cy = g.locate(cache_slots[part][good], pool.layers)
                 self.gl.upload_cell_batch(
                     pool.texture,
                     layer,

@@ -143,3 +143,88 @@ def test_orphaning_batches_do_not_disturb_earlier_uploads(
     finally:
         tex.release()
         ring.release()
+
+
+def cell_bytes(fmt: TexelFormat, layer: bytes, layer_size: int, x: int, y: int, size: int) -> bytes:
+    """The bytes of the `size`-texel cell at texel (x, y) of one layer's stored bytes."""
+    if not fmt.compressed:  # texels in rows
+        texels = np.frombuffer(layer, np.uint8).reshape(layer_size, layer_size, 4)
+        return texels[y : y + size, x : x + size].tobytes()
+    bb = gl_format(fmt, False).block_bytes
+    per_row = layer_size // 4
+    blocks = np.frombuffer(layer, np.uint8).reshape(layer_size // 4, per_row, bb)
+    return blocks[y // 4 : (y + size) // 4, x // 4 : (x + size) // 4].tobytes()
+
+
+RUN_CASES = [TexelFormat.BC1, TexelFormat.BC5, TexelFormat.BC7, TexelFormat.RGBA8]
+
+
+@pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
+@pytest.mark.parametrize("slack", [0, 1], ids=["packed", "padded"])
+@pytest.mark.parametrize("fmt", RUN_CASES, ids=[f.name.lower() for f in RUN_CASES])
+def test_runs_of_layers_upload_with_one_call_each(
+    gl_context: moderngl.Context, gl: GLExt, fmt: TexelFormat, slack: int, use_native: bool
+) -> None:
+    """A run of consecutive layers at one cell, read from consecutive ring slots (tightly packed, or
+    a whole tile of slack apart, stepped over by the unpack image height), lands exactly; the
+    cells beside it and the layers around it keep their bytes."""
+    native = load_native() if use_native else None
+    if use_native and native is None:
+        skip_unless_native("texstream's compiled helper is not built here")
+    f = gl_format(fmt, False)
+    n = f.layer_bytes(SLOT)
+    ring = StagingRing(gl_context, gl, size_bytes=8 * n * (1 + slack), slot_bytes=n * (1 + slack))
+    tex = gl.create_texture_array(f, 2 * SLOT, 6)  # 2x2 cells per layer
+    tiles = [encode(fmt, make_image(SLOT, seed)) for seed in range(7)]
+    sentinel = bytes([0x5A]) * tex.layer_bytes  # new storage holds whatever the driver left there
+    try:
+        for layer in range(6):
+            gl.write_layer(tex, layer, sentinel)
+        assert gl.run_image_stride_ok(tex, SLOT, ring.stride)
+        slots = ring.acquire(7)
+        assert np.array_equal(slots, np.arange(7))  # a fresh ring hands out one span
+        for slot, data in zip(slots.tolist(), tiles, strict=True):
+            ring.view(slot)[:n] = data
+        ring.stage(slots, n)
+        # runs: layers 1..4 at cell (1, 0) from slots 0..3; layers 0..2 at cell (0, 1) from 4..6
+        sent = gl.upload_runs(
+            tex,
+            np.array([1, 0]),
+            np.array([SLOT, 0]),
+            np.array([0, SLOT]),
+            np.array([4, 3]),
+            ring.offsets(np.array([0, 4])),
+            SLOT,
+            ring.glo,
+            ring.stride,
+            native,
+        )
+        ring.submit(slots, sent)
+        assert sent == 7 * n
+        for k in range(4):
+            got = cell_bytes(fmt, gl.read_layer(tex, 1 + k), 2 * SLOT, SLOT, 0, SLOT)
+            assert got == tiles[k], f"layer {1 + k} of the first run"
+        for k in range(3):
+            got = cell_bytes(fmt, gl.read_layer(tex, k), 2 * SLOT, 0, SLOT, SLOT)
+            assert got == tiles[4 + k], f"layer {k} of the second run"
+        untouched = cell_bytes(fmt, gl.read_layer(tex, 5), 2 * SLOT, SLOT, 0, SLOT)
+        assert untouched == sentinel[:n], "the run wrote past its last layer"
+        assert cell_bytes(fmt, gl.read_layer(tex, 1), 2 * SLOT, 0, 0, SLOT) == sentinel[:n]
+    finally:
+        tex.release()
+        ring.release()
+
+
+def test_strides_that_split_rows_are_refused(gl_context: moderngl.Context, gl: GLExt) -> None:
+    """Slack that is not whole rows of blocks cannot be stepped over: the uploader falls back to one
+    call per tile, and upload_runs refuses rather than upload skewed bytes."""
+    f = gl_format(TexelFormat.BC1, False)
+    n = f.layer_bytes(SLOT)
+    tex = gl.create_texture_array(f, SLOT, 2)
+    try:
+        assert not gl.run_image_stride_ok(tex, SLOT, n + 16)
+        one = np.zeros(1, np.int64)
+        with pytest.raises(ValueError, match="cannot be uploaded in runs"):
+            gl.upload_runs(tex, one, one, one, one + 2, one + 16, SLOT, 1, n + 16)
+    finally:
+        tex.release()

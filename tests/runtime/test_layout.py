@@ -16,7 +16,14 @@ import pytest
 import texstream
 
 ROOT = Path(texstream.__file__).parent
-DECIDERS = ["runtime.slots", "runtime.residency", "runtime.records", "runtime.sharing", "runtime.budget_advice"]
+DECIDERS = [
+    "runtime.slots",
+    "runtime.residency",
+    "runtime.records",
+    "runtime.sharing",
+    "runtime.budget_advice",
+    "runtime.upload_budget",
+]
 FORBIDDEN = ("moderngl", "threading", "concurrent", "ctypes", "texstream.gl", "texstream.native")
 
 

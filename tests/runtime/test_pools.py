@@ -127,7 +127,7 @@ def cell_bytes(pool: CachePool, layer_data: bytes, slot: int) -> bytes:
     per_cell = g.slot_size // 4
     width, height = (n // 4 for n in g.layer_size)
     blocks = np.frombuffer(layer_data, np.uint8).reshape(height, width, 8)
-    _, cx, cy = (int(v) for v in g.locate(slot))
+    _, cx, cy = (int(v) for v in g.locate(slot, pool.layers))
     return blocks[cy * per_cell : (cy + 1) * per_cell, cx * per_cell : (cx + 1) * per_cell].tobytes()
 
 
@@ -135,7 +135,7 @@ def slot_contents(gl: GLExt, pool: CachePool) -> list[bytes]:
     """Bytes of every slot of the pool's current array."""
     assert pool.texture is not None
     layers = [gl.read_layer(pool.texture, i) for i in range(pool.layers)]
-    return [cell_bytes(pool, layers[s // pool.geometry.cells], s) for s in range(pool.capacity)]
+    return [cell_bytes(pool, layers[s % pool.layers], s) for s in range(pool.capacity)]
 
 
 # ---- construction, counts and budget --------------------------------------------------------------
@@ -312,14 +312,14 @@ def test_resize_over_budget_changes_nothing(gl: GLExt, make_pool: MakePool) -> N
 
 
 def test_resize_in_whole_layers_with_cells(gl: GLExt, make_pool: MakePool) -> None:
-    pool = make_pool(12, QUAD)
+    pool = make_pool(12, QUAD)  # 4 cells x 3 layers; slot s is cell s // 3, layer s % 3
     slots = load(pool, 0, np.arange(100, 112))
     for i, s in enumerate(slots):
         pool.ledger.touch(np.array([s]), i)  # slot 11 most recent
     data = fill_layers(gl, pool, seed=5)
     cells = slot_contents(gl, pool)
     assert len(set(cells)) == 12  # every cell distinct
-    assert [cell_bytes(pool, data[s // 4], s) for s in range(12)] == cells
+    assert [cell_bytes(pool, data[s % 3], s) for s in range(12)] == cells
     for bad in (6, 5, 0):
         with pytest.raises(ValueError, match="multiple of 4 slots"):
             pool.resize(bad, frame=20)
@@ -327,15 +327,22 @@ def test_resize_in_whole_layers_with_cells(gl: GLExt, make_pool: MakePool) -> No
     assert pool.capacity == 4 and pool.layers == 1 and pool.ledger.free_count == 0
     assert_budget_matches(pool)
     np.testing.assert_array_equal(np.sort(pool.ledger.resident_tile_ids()), [108, 109, 110, 111])
-    np.testing.assert_array_equal(r.moved_from, [8, 9, 10, 11])
-    np.testing.assert_array_equal(r.moved_to, [0, 1, 2, 3])
+    # layer 0 of each cell stays (old slots 0, 3, 6, 9): slot 9 keeps its cell as slot 3; 8, 10, 11
+    # move into the cells of the dropped 0, 3, 6, which are slots 0, 1, 2 with one layer
+    assert sorted(zip(r.moved_from.tolist(), r.moved_to.tolist(), strict=True)) == [(8, 0), (9, 3), (10, 1), (11, 2)]
     np.testing.assert_array_equal(np.sort(r.evicted_tiles), np.arange(100, 108))
-    # GPU: each mover's cell arrived at its new cell
-    assert slot_contents(gl, pool) == [cells[f] for f in r.moved_from.tolist()]
+    # GPU: each survivor's cell arrived at its renamed slot
+    got = slot_contents(gl, pool)
+    for f, t in zip(r.moved_from.tolist(), r.moved_to.tolist(), strict=True):
+        assert got[t] == cells[f]
+    np.testing.assert_array_equal(pool.ledger.tile[r.moved_to], 100 + r.moved_from)
     pool.ledger.check()
-    pool.resize(8, frame=21)
+    shrunk = got
+    r = pool.resize(8, frame=21)  # 4 cells x 2 layers: old slot c is now 2c
     assert pool.layers == 2 and pool.ledger.free_count == 4
-    assert slot_contents(gl, pool)[:4] == [cells[f] for f in range(8, 12)]
+    np.testing.assert_array_equal(r.moved_from, [1, 2, 3])
+    np.testing.assert_array_equal(r.moved_to, [2, 4, 6])
+    assert slot_contents(gl, pool)[::2] == shrunk
     assert_budget_matches(pool)
     pool.ledger.check()
 
@@ -345,14 +352,14 @@ def test_resize_shrink_with_cells_moves_into_other_cells(gl: GLExt, make_pool: M
     load(pool, 0, np.arange(12))  # tile id = slot
     pool.ledger.touch(np.array([10, 2, 11, 6]), 5)
     data = fill_layers(gl, pool, seed=6)
-    cells = [cell_bytes(pool, data[s // 4], s) for s in range(12)]
+    cells = [cell_bytes(pool, data[s % 3], s) for s in range(12)]
     r = pool.resize(8, frame=10)
-    # Keep the four used at frame 5, then the room left by the lowest of the rest (equal uses and levels):
-    # 0, 1, 3, 4. Slots 10 and 11 of the removed layer move into the free cells 5 and 7 of layer 1.
+    # Keep the four used at frame 5, then the room left by the lowest of the rest (equal uses and
+    # levels): 0, 1, 3, 4. Layer 2 goes (slots 2, 5, 8, 11): 2 and 11 move into the free kept slots
+    # 7 and 9, then every kept slot c * 3 + l is renamed c * 2 + l.
     np.testing.assert_array_equal(np.sort(r.evicted_tiles), [5, 7, 8, 9])
-    np.testing.assert_array_equal(r.moved_from, [10, 11])
-    np.testing.assert_array_equal(r.moved_to, [5, 7])
-    np.testing.assert_array_equal(pool.ledger.tile, [0, 1, 2, 3, 4, 10, 6, 11])
+    np.testing.assert_array_equal(pool.ledger.tile, [0, 1, 3, 4, 6, 2, 11, 10])
+    np.testing.assert_array_equal(pool.ledger.tile[r.moved_to], r.moved_from)  # tile id = old slot
     got = slot_contents(gl, pool)
     assert got == [cells[t] for t in pool.ledger.tile.tolist()]
     assert_budget_matches(pool)

@@ -64,8 +64,7 @@ def resize(ledger: SlotLedger, capacity: int, frame: int = 0) -> ResizeResult:
     if capacity == ledger.capacity:
         return ResizeResult.empty()
     if capacity > ledger.capacity:
-        ledger.grow(capacity)
-        result = ResizeResult.empty()
+        result = ledger.grow(capacity)
     else:
         result = ledger.apply_shrink(ledger.plan_shrink(capacity))
     ledger.open_gates()
@@ -94,11 +93,18 @@ def assert_unchanged(ledger: SlotLedger, before: dict[str, object]) -> None:
 def test_geometry_locate_and_rounding() -> None:
     g = SlotGeometry(slot_size=136, slot_bytes=100, cells_x=3, cells_y=3)
     assert g.cells == 9 and g.layer_size == (408, 408) and g.layer_bytes == 900
-    layer, cx, cy = g.locate(np.arange(19))
-    np.testing.assert_array_equal(layer, [0] * 9 + [1] * 9 + [2])
-    np.testing.assert_array_equal(cx, [0, 1, 2] * 6 + [0])
-    np.testing.assert_array_equal(cy, [0, 0, 0, 1, 1, 1, 2, 2, 2] * 2 + [0])
-    assert [int(v) for v in g.locate(13)] == [1, 1, 1]
+    # cell-major: with 2 layers, slots 0, 1 are layers 0, 1 of cell 0; 2, 3 of cell 1; ...
+    layer, cx, cy = g.locate(np.arange(18), layers=2)
+    np.testing.assert_array_equal(layer, [0, 1] * 9)
+    np.testing.assert_array_equal(cx, np.repeat([0, 1, 2] * 3, 2))
+    np.testing.assert_array_equal(cy, np.repeat([0, 0, 0, 1, 1, 1, 2, 2, 2], 2))
+    assert [int(v) for v in g.locate(13, layers=3)] == [1, 1, 1]  # cell 4 = (1, 1), layer 1
+    np.testing.assert_array_equal(g.renumber(np.array([0, 1, 2, 5]), 2, 4), [0, 1, 4, 9])
+    np.testing.assert_array_equal(g.renumber(np.array([0, 5, 9]), 4, 2), [0, 3, 5])
+    with pytest.raises(ValueError, match="does not exist"):
+        g.renumber(np.array([3]), 4, 2)
+    with pytest.raises(ValueError, match="layers"):
+        g.locate(0, layers=0)
     assert g.round_capacity(17) == 9 and g.round_capacity(18) == 18 and g.round_capacity(-3) == 0
     assert g.round_up(19) == 27 and g.round_up(18) == 18 and g.round_up(0) == 0 and g.round_up(-5) == 0
     assert GEOM.cells == 1 and GEOM.layer_size == (136, 136) and GEOM.layer_bytes == 9248
@@ -585,13 +591,43 @@ def test_ledger_rejects_bad_capacity_and_frames_in_flight() -> None:
 
 
 # ---- runs of consecutive slots -------------------------------------------------------------------------
-def test_slot_runs_split_at_gaps_and_skip_missing_slots() -> None:
-    runs = slot_runs(np.array([3, 4, 5, 9, -1, 10, 2]))
+def test_slot_runs_split_at_gaps_cells_and_skip_missing_slots() -> None:
+    runs = slot_runs(np.array([3, 4, 5, 9, -1, 10, 2]), layers=100)
     assert runs.dtype == RUN_DTYPE
     assert runs.tolist() == [(3, 3, 3), (9, 9, 2), (2, 2, 1)]
-    with_cells = slot_runs(np.array([8, 9, 10, 11, 12]), cells=4)
-    assert with_cells["first_layer"].tolist() == [2] and with_cells["count"].tolist() == [5]
-    assert slot_runs(np.array([-1, -1])).size == 0 and slot_runs(np.zeros(0, np.int64)).dtype == RUN_DTYPE
+    # 4 layers per cell: slots 6..13 cross two cell boundaries (at 8 and 12)
+    with_cells = slot_runs(np.arange(6, 14), layers=4)
+    assert with_cells.tolist() == [(6, 2, 2), (8, 0, 4), (12, 0, 2)]
+    assert slot_runs(np.array([-1, -1]), 4).size == 0 and slot_runs(np.zeros(0, np.int64), 4).dtype == RUN_DTYPE
+    with pytest.raises(ValueError, match="layers"):
+        slot_runs(np.arange(3), 0)
+
+
+def test_loads_fill_the_layers_of_one_cell_before_the_next(make_ledger: MakeLedger) -> None:
+    """Cell-major numbering: the lowest free slots are consecutive layers of cell 0, so a frame's
+    loads into a fresh pool of 4 cells x 4 layers are one run per cell."""
+    ledger = make_ledger(16, geometry=geom(9248, cells=2))
+    a = allocate(ledger, 0, np.arange(10))
+    assert a.runs.tolist() == [(0, 0, 4), (4, 0, 4), (8, 0, 2)]
+
+
+def test_a_grow_renumbers_held_slots_into_the_same_cell_and_layer(make_ledger: MakeLedger) -> None:
+    g = geom(9248, cells=2)
+    ledger = make_ledger(8, geometry=g)  # 4 cells x 2 layers
+    slots = load(ledger, 0, np.arange(5))  # slots 0..4: cells 0, 0, 1, 1, 2
+    allocate(ledger, 0, [77])  # slot 5: loading, in cell 2 layer 1
+    ledger.pin(slots[3])
+    before = snapshot(ledger)
+    r = resize(ledger, 16)  # 4 cells x 4 layers
+    old_cell_layer = np.stack(g.locate(r.moved_from, 2))
+    new_cell_layer = np.stack(g.locate(r.moved_to, 4))
+    np.testing.assert_array_equal(old_cell_layer, new_cell_layer)
+    np.testing.assert_array_equal(r.moved_from, [2, 3, 4, 5])  # cell 0 keeps its numbers
+    np.testing.assert_array_equal(r.moved_to, [4, 5, 8, 9])
+    for name in ("tile", "state", "pinned", "tex", "level"):
+        np.testing.assert_array_equal(getattr(ledger, name)[r.moved_to], before[name][r.moved_from], err_msg=name)
+    assert ledger.free_count == 10 and ledger.layers == 4
+    ledger.check()
 
 
 def test_one_frame_of_loads_into_a_fresh_ledger_is_one_run(make_ledger: MakeLedger) -> None:
@@ -694,6 +730,9 @@ def test_ledger_invariants_hold_under_random_operations(ops: list[tuple[int, int
                 pass
             else:
                 np.testing.assert_array_equal(ledger.tile[r.moved_to], before[r.moved_from])
+                # every other held tile kept its number (the renames cover all that changed)
+                stay = np.setdiff1d(np.flatnonzero(ledger.tile >= 0), r.moved_to)
+                np.testing.assert_array_equal(ledger.tile[stay], before[stay])
                 np.testing.assert_array_equal(r.cancelled_tiles, before[r.cancelled_slots])
                 assert not set(r.evicted_tiles.tolist()) & pinned
                 for t in r.evicted_tiles.tolist() + r.cancelled_tiles.tolist():

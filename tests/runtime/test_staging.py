@@ -105,11 +105,11 @@ def upload(gl: GLExt, ring: StagingRing, tex: TextureArray, slots: np.ndarray, l
 
 # ---- geometry and arguments ------------------------------------------------------------------------
 def test_geometry(ring: StagingRing, persistent: bool) -> None:
-    assert ring.slot_count == 3 and ring.stride == 1024 and ring.stride % SLOT_ALIGNMENT == 0
-    assert ring.offsets(np.array([0, 1, 2])).tolist() == [0, 1024, 2048]
+    assert ring.slot_count == 3 and ring.stride == 1008 and ring.stride % SLOT_ALIGNMENT == 0
+    assert ring.offsets(np.array([0, 1, 2])).tolist() == [0, 1008, 2016]
     assert all(len(ring.view(s)) == 1000 for s in range(3))
-    assert ring.nbytes == 3 * 1024 and ring.glo != 0 and ring.persistent is persistent
-    assert ring.memory.dtype == np.uint8 and ring.memory.size == 3 * 1024
+    assert ring.nbytes == 3 * 1008 and ring.glo != 0 and ring.persistent is persistent
+    assert ring.memory.dtype == np.uint8 and ring.memory.size == 3 * 1008
     assert ring.address == ring.memory.ctypes.data
     assert ring.state.tolist() == [RingSlotState.FREE] * 3 and ring.free_count == 3 and not ring.closed
     st = ring.stats()
@@ -121,9 +121,9 @@ def test_geometry(ring: StagingRing, persistent: bool) -> None:
 def test_view_is_the_slots_memory(ring: StagingRing) -> None:
     before = ring.memory.copy()
     ring.view(1)[:4] = b"\x01\x02\x03\x04"
-    assert ring.memory[1024:1028].tolist() == [1, 2, 3, 4]
+    assert ring.memory[1008:1012].tolist() == [1, 2, 3, 4]
     changed = np.flatnonzero(ring.memory != before)
-    assert set(changed.tolist()) <= {1024, 1025, 1026, 1027}
+    assert set(changed.tolist()) <= {1008, 1009, 1010, 1011}
 
 
 def test_argument_checks(gl_context: moderngl.Context, gl: GLExt) -> None:
@@ -134,7 +134,9 @@ def test_argument_checks(gl_context: moderngl.Context, gl: GLExt) -> None:
     with pytest.raises(ValueError, match="cannot hold one"):
         StagingRing(gl_context, gl, 0, 256)
     with StagingRing(gl_context, gl, 4096, 257) as r:  # the stride rounds up to the slot alignment
-        assert (r.stride, r.slot_count, r.nbytes) == (512, 8, 4096)
+        assert (r.stride, r.slot_count, r.nbytes) == (272, 15, 4080)
+    with StagingRing(gl_context, gl, 4 * 9248, 9248) as r:  # a 136-texel BC1 tile: packed, no slack
+        assert r.stride == 9248 and r.slot_count == 4
 
 
 def test_auto_mode_follows_buffer_storage(gl_context: moderngl.Context, gl: GLExt) -> None:
@@ -153,6 +155,26 @@ def test_acquire_hands_out_distinct_free_slots_and_counts_stalls(ring: StagingRi
     st = ring.stats()
     assert (st.acquired, st.stalls, st.held, st.free, st.occupancy) == (3, 2, 3, 0, 1.0)
     assert ring.stall_count == 2 and ring.free_count == 0
+
+
+def test_slots_come_in_ring_order_from_the_cursor(gl_context: moderngl.Context, gl: GLExt) -> None:
+    """acquire hands out consecutive slots from where the last one ended, wrapping once, skipping
+    slots still held or in flight: a frame's loads get one contiguous span wherever the ring allows."""
+    fences = FenceFactory()
+    with StagingRing(gl_context, gl, 10 * 1008, 1000, fence_factory=fences) as r:
+        a = r.acquire(4)
+        np.testing.assert_array_equal(a, [0, 1, 2, 3])
+        r.submit(a)
+        b = r.acquire(3)
+        np.testing.assert_array_equal(b, [4, 5, 6])
+        r.abandon(b[1:2])  # slot 5 back early: the cursor moves on regardless
+        np.testing.assert_array_equal(r.acquire(2), [7, 8])
+        fences.made[0].signal = True
+        assert r.reclaim().size == 4
+        # from slot 9, wrapping past the held 4 and 6: 9, then 0..3, then 5
+        got = r.acquire(6)
+        np.testing.assert_array_equal(got, [9, 0, 1, 2, 3, 5])
+        assert r.free_count == 0 and (r.state == RingSlotState.HELD).all()
 
 
 def test_slot_is_not_reused_before_its_fence_signals(ring: StagingRing, fences: FenceFactory) -> None:

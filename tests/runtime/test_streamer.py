@@ -238,6 +238,32 @@ def test_budget_shrink_at_run_time(gl_context: moderngl.Context, packs: Packs, r
             assert psnr(frame, ref) >= CONVERGED_DB
 
 
+def test_a_tiny_upload_time_budget_still_converges(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+) -> None:
+    """A time budget far below one call's cost lets one upload call (one run of layers) out per
+    frame: the view still converges to the all-resident reference, never black, within the budget;
+    without the time budget the same frames take more calls at once."""
+    view = VIEWS["minified"]
+    ref = reference(gl_context, packs.colour, view)
+    calls: dict[bool, list[int]] = {}
+    for timed in (True, False):
+        cfg = config(upload_time_budget_ms=1e-6 if timed else None, prefetch=False)
+        with Streamer(gl_context, cfg) as s:
+            vt = s.open(packs.colour)
+            calls[timed] = []
+            scores = []
+            for frame, st in run(s, renderer, vt, view, 3 * FRAMES):
+                calls[timed].append(s.last.upload_calls)
+                assert st.vram_bytes <= st.budget_bytes
+                assert not black(frame).any()
+                scores.append(psnr(frame, ref))
+            assert scores[-1] >= CONVERGED_DB, f"timed={timed}: {scores}"
+            assert s.last.missing_pages == 0
+    assert max(calls[True]) == 1 and sum(calls[True]) > 1
+    assert max(calls[False]) > 1  # the budget is what held the calls back
+
+
 def test_close_while_streaming_returns_every_staging_slot(gl_context: moderngl.Context, packs: Packs) -> None:
     """Closing a texture with loads queued, in flight and read-but-not-uploaded (a 2-tile upload cap
     keeps a backlog) gives their ring slots back; the other texture streams on, and a texture

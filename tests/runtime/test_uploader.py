@@ -23,6 +23,7 @@ import pytest
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
 from texstream.gl.gl_ext import GLExt
+from texstream.gl.loader import Feature
 from texstream.gl.objects import FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
@@ -162,6 +163,9 @@ class Rig:
         io_threads: int = 2,
         capacity: int = 64,
         pools: int = 1,
+        cells_x: int = 1,
+        upload_max_run: int = 0,
+        ring_slot_bytes: int | None = None,
         fence_factory: Callable[[], FenceLike] | None = None,
     ) -> None:
         self.ctx, self.gl = ctx, gl
@@ -169,15 +173,16 @@ class Rig:
         self.readers = [PackReader(p) for p in paths]
         h = self.readers[0].header
         self.raw = h.tile_raw_size
-        stride = -(-self.raw // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
-        config = StreamerConfig(io_threads=io_threads, native=native)
-        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, self.raw, fence_factory)
+        slot_bytes = ring_slot_bytes or self.raw
+        stride = -(-slot_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
+        config = StreamerConfig(io_threads=io_threads, native=native, upload_max_run=upload_max_run)
+        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, slot_bytes, fence_factory)
         assert self.up.ring.slot_count == RING_SLOTS
         for tex, r in enumerate(self.readers):
             self.space.register(tex, r.header)
             self.up.add_source(tex, r)
         self.budget = BudgetManager(BudgetConfig(budget_mb=64))
-        g = SlotGeometry(h.slot_size, self.raw)
+        g = SlotGeometry(h.slot_size, self.raw, cells_x, cells_x)
         self.pools = [
             CachePool(gl, self.budget, (h.texel_format, srgb, h.slot_size), i, g, capacity, 2, 0)
             for i, srgb in enumerate([True, False][:pools])
@@ -218,10 +223,20 @@ class Rig:
         tex, lv, x, y = (int(v[0]) for v in self.space.coords(np.array([tile])))
         return self.readers[tex].read_tile(lv, x, y)
 
+    def slot_bytes(self, slot: int, pool: int = 0) -> bytes:
+        """The bytes of one cache slot (its cell of its layer)."""
+        p = self.pools[pool]
+        g = p.geometry
+        layer, cx, cy = (int(v) for v in g.locate(slot, p.layers))
+        per = g.slot_size // 4
+        side = g.layer_size[0] // 4
+        blocks = np.frombuffer(self.gl.read_layer(p.texture, layer), np.uint8).reshape(side, side, -1)
+        return blocks[cy * per : (cy + 1) * per, cx * per : (cx + 1) * per].tobytes()
+
     def assert_uploaded(self, tiles: np.ndarray, cache: np.ndarray, pool: int = 0) -> None:
         self.ctx.finish()
         for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
-            assert self.gl.read_layer(self.pools[pool].texture, s) == self.tile_bytes(t), f"tile {t} in slot {s}"
+            assert self.slot_bytes(s, pool) == self.tile_bytes(t), f"tile {t} in slot {s}"
 
     def states(self, **counts: int) -> dict[LoadState, int]:
         """The expected `states()`: the named counts, FREE for the rest of the ring."""
@@ -547,3 +562,109 @@ def test_release_is_idempotent_and_closes_every_descriptor(rigs: Callable[..., R
             os.fstat(fd)
     assert up.io.shutdown() is True  # the threads are gone
     os.fstat(rig.readers[0].fileno())  # the readers' own descriptors are their owners'
+
+
+# ---- runs of layers -------------------------------------------------------------------------------
+def test_a_frame_of_loads_uploads_one_call_per_run_and_cancelled_loads_split_runs(
+    rigs: Callable[..., Rig], packs: Packs, native: bool
+) -> None:
+    """Loads into consecutive cache layers get consecutive ring slots (whatever order they come in),
+    so they go up with one call per run; cancelled loads cut a run into parts, each still exact."""
+    rig = rigs([packs.zstd], native=native, cells_x=2)  # 4 cells x 16 layers
+    up = rig.up
+    tiles = rig.space.tile_ids(0)[:12]
+    cache = rig.allocate(1, tiles)
+    np.testing.assert_array_equal(cache, np.arange(12))  # cell 0, layers 0..11
+    # priority order is not cache order: the ring slots still follow the cache slots
+    order = np.array([5, 0, 11, 3, 8, 1, 10, 2, 9, 4, 7, 6])
+    assert up.submit(1, tiles[order], np.zeros(12, np.int64), cache[order]) == 12
+    ring = up.load_of[tiles]
+    assert np.array_equal(np.diff(ring), np.ones(11)), "ring slots out of cache order"
+    rig.drain_all()
+    texture = rig.pools[0].texture
+    sentinel = bytes([0x5A]) * texture.layer_bytes  # new storage holds whatever the driver left there
+    for layer in range(rig.pools[0].layers):
+        rig.gl.write_layer(texture, layer, sentinel)
+    cancelled = up.cancel(tiles[[3, 7]])
+    rig.pools[0].ledger.free(cancelled.cache_slot)
+    done = rig.upload(2)
+    assert len(done.loads) == 10 and up.last_calls == 3  # layers 0-2, 4-6, 8-11
+    keep = np.setdiff1d(np.arange(12), [3, 7])
+    rig.assert_uploaded(tiles[keep], cache[keep])
+    assert rig.slot_bytes(3) == sentinel[: rig.raw] and rig.slot_bytes(7) == sentinel[: rig.raw]
+
+
+def test_runs_stop_at_cell_boundaries_and_at_the_run_limit(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd], cells_x=2, capacity=16, upload_max_run=3)  # 4 cells x 4 layers
+    tiles = rig.space.tile_ids(0)[:10]
+    cache = rig.submit(1, tiles)  # slots 0..9: cells 0, 1 whole and two layers of cell 2
+    rig.drain_all()
+    rig.upload(2)
+    assert rig.up.last_calls == 5  # 0-2, 3 | 4-6, 7 | 8-9
+    rig.assert_uploaded(tiles, cache)
+
+
+def test_loads_follow_their_cache_slots_across_a_pool_resize(
+    rigs: Callable[..., Rig], packs: Packs, native: bool
+) -> None:
+    """Growing a pool of several cells renames its slots; loads already read follow the renames
+    and upload, in runs, into the same cells and layers of the new array; resident tiles keep their
+    bytes through the GPU copy."""
+    rig = rigs([packs.zstd], native=native, cells_x=2, capacity=16)  # 4 cells x 4 layers
+    up, pool = rig.up, rig.pools[0]
+    first = rig.space.tile_ids(0)[:6]
+    c1 = rig.submit(1, first)
+    rig.drain_all()
+    rig.upload(2)
+    pool.ledger.mark_resident(c1, 2)
+    rig.ctx.finish()
+    later = rig.space.tile_ids(0)[6:14]
+    c2 = rig.submit(3, later)  # slots 6..13: cells 1, 2 and 3
+    rig.drain_all()
+    r = pool.resize(32, frame=4)  # 4 cells x 8 layers
+    assert r.moved_from.size and r.evicted_tiles.size == r.cancelled_tiles.size == 0
+    up.move_cache_slots(0, r.moved_from, r.moved_to)
+    rename = dict(zip(r.moved_from.tolist(), r.moved_to.tolist(), strict=True))
+    new1 = np.array([rename.get(s, s) for s in c1.tolist()])
+    new2 = np.array([rename.get(s, s) for s in c2.tolist()])
+    np.testing.assert_array_equal(pool.ledger.tile[new2], later)
+    done = rig.upload(5)
+    assert sorted(done.loads.cache_slot.tolist()) == sorted(new2.tolist())
+    assert up.last_calls == 3  # one run in each of cells 1, 2, 3
+    rig.assert_uploaded(first, new1)
+    rig.assert_uploaded(later, new2)
+
+
+class NoCompressedPixelStorage(GLExt):
+    """A context without GL_ARB_compressed_texture_pixel_storage (GL 4.1 drivers)."""
+
+    def has(self, feature: Feature) -> bool:
+        return feature is not Feature.COMPRESSED_PIXEL_STORAGE and super().has(feature)
+
+
+@pytest.mark.parametrize(
+    ("slack", "pixel_storage", "calls"),
+    [(0, True, 1), (1.0, True, 1), (1.0, False, 6), (16, True, 6)],
+    ids=["packed", "padded", "padded-without-pixel-storage", "stride-splits-rows"],
+)
+def test_padded_ring_slots_upload_in_runs_or_fall_back_to_one_call_a_tile(
+    gl_context: moderngl.Context, packs: Packs, slack: float, pixel_storage: bool, calls: int
+) -> None:
+    """Ring slots larger than the tile (a pack of larger tiles shares the ring): runs step over the
+    slack with the unpack modes when the driver has them and the slack is whole rows of blocks;
+    otherwise one call per tile. Either way the bytes land exactly."""
+    gl = GLExt(gl_context) if pixel_storage else NoCompressedPixelStorage(gl_context)
+    with PackReader(packs.zstd) as r:
+        raw = r.header.tile_raw_size
+    extra = int(raw * slack) if isinstance(slack, float) else slack  # a whole tile, or 16 bytes
+    rig = Rig(gl_context, gl, [packs.zstd], ring_slot_bytes=raw + extra)
+    try:
+        assert rig.up.ring.stride == raw + extra
+        tiles = rig.space.tile_ids(0)[:6]
+        cache = rig.submit(1, tiles)
+        rig.drain_all()
+        rig.upload(2)
+        assert rig.up.last_calls == calls
+        rig.assert_uploaded(tiles, cache)
+    finally:
+        rig.release()
