@@ -14,7 +14,7 @@ drawn by TerrainScene into an offscreen framebuffer (quick 480x270, full 1920x10
 
 Per path: uploads, tiles/s and MB/s (10^6 B/s) on the frame clock (what a 60 fps run asks for, also
 its peak over 0.5 s windows) and on the wall clock, against the raw upload ceiling measured in the
-same run (`bench_stream.upload_ceiling`: fenced glCompressedTexSubImage3D from the staging ring);
+same run (`bench_upload.upload_ceiling`: fenced glCompressedTexSubImage3D from the staging ring);
 update() ms p50/p95, wall time and the render thread's own CPU time (on llvmpipe, update() also
 waits for the frame's rasterization: the feedback fence's glMemoryBarrier and texture uploads into
 arrays a queued draw samples); request-to-resident latency p50/p95/p99 in frames; engine
@@ -434,7 +434,7 @@ def run_scene_bench(quick: bool, json_path: str | None, telemetry_path: str | No
     to `json_path` and every path's frame records (FRAME_SCHEMA, one a line, paths in order; the
     result's `telemetry` names each path's line range) to `telemetry_path` when given."""
     from ..gl.context import headless_context
-    from .bench_stream import upload_ceiling
+    from .bench_upload import upload_ceiling
 
     mode = QUICK if quick else FULL
     t_start = time.perf_counter()

@@ -42,12 +42,12 @@ from ..config import BakeConfig, BudgetConfig, StreamerConfig
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 from ..units import MIB
+from .bench_upload import TILE, copy_bandwidth, upload_ceiling
 
 __all__ = ["run_stream_bench"]
 
 log = logging.getLogger(__name__)
 
-TILE = 128  # the default tile: 136-texel slots
 # Frames queued on the GPU at most, as a double-buffered window's swap chain allows: headless loops have
 # no swap chain to stop the CPU from queueing hundreds of frames (and every fenced readback with them).
 THROTTLE = 2
@@ -76,125 +76,6 @@ class _GcPauses:
 
     def summary(self) -> dict:
         return {"collections": len(self.pauses), "max_ms": max(self.pauses, default=0.0), "total_ms": sum(self.pauses)}
-
-
-# ---- (a) the upload ceiling -----------------------------------------------------------------------
-def upload_ceiling(
-    ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True, runs: bool = False, max_run: int = 0
-) -> dict:
-    """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
-
-    ``runs=False``: one sub-image call per tile at scattered cells (each batch's tiles at
-    neighbouring cells of one layer, the old slot order); ``runs=True``: what the uploader does now,
-    each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
-    run (`Uploader`'s `upload_runs`)."""
-    from ..gl.enums import gl_format
-    from ..gl.gl_ext import GLExt
-    from ..native import load
-    from ..runtime.slots import SlotGeometry
-    from ..runtime.staging import StagingRing
-    from ..runtime.uploader import upload_runs
-
-    native = load() if compiled else None
-    gl = GLExt(ctx)
-    fmt = gl_format(TexelFormat.BC1, True)
-    slot = TILE + 8
-    tile_bytes = fmt.layer_bytes(slot)
-    capacity = 4096
-    geo = SlotGeometry.choose(
-        slot, tile_bytes, capacity, max_layers=gl.max_array_layers, max_texture_size=min(gl.max_texture_size, 16384)
-    )
-    layers = -(-capacity // geo.cells)
-    ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
-    tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
-    calls = 0
-    try:
-        rng = np.random.default_rng(1)
-        ring.memory[:] = rng.integers(0, 256, ring.memory.size, np.uint8)  # any bytes are BC1 blocks
-        ctx.finish()
-        done, cell = 0, 0
-        t0 = time.perf_counter()
-        c0 = time.thread_time()
-        while done < tiles:
-            ring.reclaim()
-            got = ring.acquire(min(batch, tiles - done))
-            if not got.size:
-                continue  # every slot waits on the GPU: poll again
-            n_slots = layers * geo.cells
-            if runs:  # cell-major slots: consecutive numbers are consecutive layers of one cell
-                slots = (np.arange(cell, cell + got.size) % n_slots).astype(np.int64)
-                r = upload_runs(slots, got, layers, max_run)
-                lay, cx, cy = geo.locate(slots[r["start"]], layers)
-                gl.upload_runs(
-                    tex, lay, cx * slot, cy * slot, r["count"], ring.offsets(got[r["start"]]), slot, ring.glo,
-                    ring.stride, native,
-                )  # fmt: skip
-                calls += int(r.size)
-            else:  # the old order: neighbouring cells of one layer, one call each
-                k = np.arange(cell, cell + got.size) % n_slots
-                lay, c = k // geo.cells, k % geo.cells
-                cx, cy = c % geo.cells_x, c // geo.cells_x
-                gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
-                calls += int(got.size)
-            ring.submit(got, got.size * tile_bytes)
-            cell += got.size
-            done += got.size
-        cpu = time.thread_time() - c0
-        ctx.finish()
-        seconds = time.perf_counter() - t0
-        ring.reclaim()
-    finally:
-        tex.release()
-        ring.release()
-    return {
-        "tiles": done,
-        "seconds": seconds,
-        "tiles_per_s": done / seconds,
-        "mib_per_s": done * tile_bytes / seconds / MIB,
-        "gb_per_s": done * tile_bytes / seconds / 1e9,
-        "calls": calls,
-        "cpu_us_per_tile": cpu / max(1, done) * 1e6,
-        "tile_bytes": tile_bytes,
-        "format": "bc1-srgb",
-        "slot": slot,
-        "batch": batch,
-        "path": "runs" if runs else "per-tile",
-        "loop": "compiled" if native is not None else "python",
-    }
-
-
-def copy_bandwidth(ctx: moderngl.Context, ring_mb: int = 64, repeats: int = 8) -> dict:
-    """Host -> device bytes/s: glCopyBufferSubData of a whole persistent-mapped staging ring (host
-    memory) into a buffer in video memory, `repeats` times, until glFinish: the bus alone, the
-    physical limit of any upload path."""
-    from ..gl.gl_ext import GLExt
-    from ..runtime.staging import StagingRing
-
-    gl = GLExt(ctx)
-    size = ring_mb * MIB
-    ring = StagingRing(ctx, gl, size, 1 << 16)
-    device = ctx.buffer(reserve=ring.nbytes)  # plain storage: the driver keeps it in video memory
-    try:
-        ring.memory[:] = 1
-        gl.copy_buffer(ring.glo, device.glo, ring.nbytes)  # first touch outside the timing
-        ctx.finish()
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            gl.copy_buffer(ring.glo, device.glo, ring.nbytes)
-        ctx.finish()
-        seconds = time.perf_counter() - t0
-    finally:
-        device.release()
-        ring.release()
-    nbytes = repeats * ring.nbytes
-    tile_bytes = (TILE + 8) ** 2 // 2  # a 136-texel BC1 tile
-    return {
-        "bytes": nbytes,
-        "seconds": seconds,
-        "gb_per_s": nbytes / seconds / 1e9,
-        "bc1_tiles_per_s": nbytes / tile_bytes / seconds,
-        "persistent": ring.persistent,
-    }
 
 
 # ---- packs -----------------------------------------------------------------------------------------

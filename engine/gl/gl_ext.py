@@ -27,11 +27,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import moderngl
-import numpy as np
 
 from ..errors import GLError
 from .enums import (
@@ -56,9 +55,6 @@ from .enums import (
     GL_MAX_TEXTURE_SIZE,
     GL_NEAREST,
     GL_NO_ERROR,
-    GL_PIXEL_PACK_BUFFER,
-    GL_PIXEL_UNPACK_BUFFER,
-    GL_RGBA,
     GL_SYNC_GPU_COMMANDS_COMPLETE,
     GL_TEXTURE0,
     GL_TEXTURE_2D_ARRAY,
@@ -71,12 +67,6 @@ from .enums import (
     GL_TEXTURE_MIN_FILTER,
     GL_TEXTURE_WRAP_S,
     GL_TEXTURE_WRAP_T,
-    GL_UNPACK_COMPRESSED_BLOCK_DEPTH,
-    GL_UNPACK_COMPRESSED_BLOCK_HEIGHT,
-    GL_UNPACK_COMPRESSED_BLOCK_SIZE,
-    GL_UNPACK_COMPRESSED_BLOCK_WIDTH,
-    GL_UNPACK_IMAGE_HEIGHT,
-    GL_UNSIGNED_BYTE,
     GLFormat,
 )
 from .loader import (
@@ -92,6 +82,7 @@ from .loader import (
     proc_address_lookup,
 )
 from .objects import Fence, FrameThrottle, GpuMemoryInfo, GpuTimer, LiveObjects, MappedBuffer, TextureArray
+from .transfers import TextureTransfers
 
 __all__ = [
     "GLExt",
@@ -100,7 +91,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class GLExt:
+class GLExt(TextureTransfers):
     """Raw GL entry points and helpers for one moderngl context (standalone EGL or a window's).
 
     Construction checks the GL version and extensions and raises `GLError` naming what is missing.
@@ -336,300 +327,6 @@ class GLExt:
             self._unbind_scratch()
         return int(out.value)
 
-    def upload_cell_batch(
-        self,
-        texture: TextureArray,
-        layer: np.ndarray,
-        x: np.ndarray,
-        y: np.ndarray,
-        offset: np.ndarray,
-        cell_size: int,
-        pbo: int,
-        native: Any = None,
-    ) -> int:
-        """Upload many square cells: one sub-image call per cell, the texture and buffer bound once.
-
-        Arrays (int64): layer, texel origin x/y (multiples of 4 for block formats) and where each
-        cell's bytes are: the byte offset in pixel-unpack buffer `pbo`, or with ``pbo=0`` the address
-        of client memory the caller keeps alive during the call. `native` (texstream.native.Native)
-        runs the loop in C; else a Python loop does (always in debug mode: every call checked).
-        Returns the bytes uploaded."""
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        n = int(layer.size)
-        if n == 0:
-            return 0
-        fmt, size = texture.format, texture.size
-        nbytes = fmt.layer_bytes(cell_size)
-        if layer.min() < 0 or layer.max() >= texture.layers:
-            raise ValueError(f"layers {layer.min()}..{layer.max()} are outside 0..{texture.layers - 1} of {texture!r}")
-        if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
-            raise ValueError(f"a cell does not fit a {size}x{size} layer")
-        f = self.functions
-        self._bind_scratch(texture.glo)
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
-        try:
-            if native is not None and not self.debug:
-                arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, offset)]
-                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
-                native.upload_cells(
-                    self.addresses["glCompressedTexSubImage3D"],
-                    self.addresses["glTexSubImage3D"],
-                    int(fmt.compressed),
-                    n,
-                    ptrs[0],
-                    ptrs[1],
-                    ptrs[2],
-                    cell_size,
-                    fmt.internal_format,
-                    nbytes,
-                    ptrs[3],
-                )
-            elif fmt.compressed:
-                call = f.glCompressedTexSubImage3D
-                for lv, cx, cy, off in zip(layer.tolist(), x.tolist(), y.tolist(), offset.tolist(), strict=True):
-                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, 1, fmt.internal_format, nbytes, off)
-            else:
-                call = f.glTexSubImage3D
-                for lv, cx, cy, off in zip(layer.tolist(), x.tolist(), y.tolist(), offset.tolist(), strict=True):
-                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, 1, GL_RGBA, GL_UNSIGNED_BYTE, off)
-        finally:
-            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-            self._unbind_scratch()
-        return n * nbytes
-
-    def run_image_stride_ok(self, texture: TextureArray, cell_size: int, image_stride: int) -> bool:
-        """Whether `upload_runs` can read layers `image_stride` bytes apart for `texture`'s format:
-        tightly packed always; with slack only in whole rows of the cell (blocks of 4 texel rows
-        when compressed, through the compressed pixel-storage modes, which the context must have)."""
-        fmt = texture.format
-        nbytes = fmt.layer_bytes(cell_size)
-        if image_stride == nbytes:
-            return True
-        if image_stride < nbytes:
-            return False
-        if not fmt.compressed:
-            return image_stride % (cell_size * 4) == 0
-        row = cell_size // 4 * fmt.block_bytes
-        return self.has(Feature.COMPRESSED_PIXEL_STORAGE) and image_stride % row == 0
-
-    def upload_runs(
-        self,
-        texture: TextureArray,
-        layer: np.ndarray,
-        x: np.ndarray,
-        y: np.ndarray,
-        depth: np.ndarray,
-        offset: np.ndarray,
-        cell_size: int,
-        pbo: int,
-        image_stride: int,
-        native: Any = None,
-    ) -> int:
-        """Upload runs of consecutive layers at one cell: ONE sub-image call per run.
-
-        Arrays (int64): each run's first layer, texel origin x/y (multiples of 4 for block formats),
-        its layer count and the byte offset of its first layer in pixel-unpack buffer `pbo` (nonzero);
-        layer k of a run is read `image_stride` bytes after layer k-1 (`run_image_stride_ok` must
-        hold unless every run is one layer; slack between layers is stepped over with
-        GL_UNPACK_IMAGE_HEIGHT and, for compressed formats, the GL_UNPACK_COMPRESSED_BLOCK_* modes,
-        reset afterwards). `native` runs the loop in C; else a Python loop does. Returns the bytes
-        uploaded."""
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        n = int(layer.size)
-        if n == 0:
-            return 0
-        if pbo == 0:
-            raise ValueError("layer runs upload from a pixel-unpack buffer")
-        single = int(depth.max()) == 1  # one layer a call: the stride between layers does not matter
-        if not single and not self.run_image_stride_ok(texture, cell_size, image_stride):
-            raise ValueError(f"layers {image_stride} bytes apart cannot be uploaded in runs for {texture!r}")
-        fmt, size = texture.format, texture.size
-        nbytes = fmt.layer_bytes(cell_size)
-        if depth.min() < 1 or layer.min() < 0 or (layer + depth).max() > texture.layers:
-            raise ValueError(f"a run of layers is outside 0..{texture.layers - 1} of {texture!r}")
-        if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
-            raise ValueError(f"a cell does not fit a {size}x{size} layer")
-        f = self._f
-        padded = image_stride != nbytes and not single
-        self._bind_scratch(texture.glo)
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo)
-        try:
-            if padded and fmt.compressed:  # rows of blocks: the image height counts texel rows
-                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_WIDTH, 4)
-                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_HEIGHT, 4)
-                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_DEPTH, 1)
-                f.glPixelStorei(GL_UNPACK_COMPRESSED_BLOCK_SIZE, fmt.block_bytes)
-                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, image_stride // (cell_size // 4 * fmt.block_bytes) * 4)
-            elif padded:
-                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, image_stride // (cell_size * 4))
-            if native is not None and getattr(native, "upload_runs", None) is not None and not self.debug:
-                arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, depth, offset)]
-                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
-                native.upload_runs(
-                    self.addresses["glCompressedTexSubImage3D"],
-                    self.addresses["glTexSubImage3D"],
-                    int(fmt.compressed),
-                    n,
-                    ptrs[0],
-                    ptrs[1],
-                    ptrs[2],
-                    ptrs[3],
-                    cell_size,
-                    fmt.internal_format,
-                    nbytes,
-                    ptrs[4],
-                )
-            elif fmt.compressed:
-                call = f.glCompressedTexSubImage3D
-                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
-                for lv, cx, cy, d, off in runs:
-                    call(
-                        GL_TEXTURE_2D_ARRAY,
-                        0,
-                        cx,
-                        cy,
-                        lv,
-                        cell_size,
-                        cell_size,
-                        d,
-                        fmt.internal_format,
-                        nbytes * d,
-                        off,
-                    )
-            else:
-                call = f.glTexSubImage3D
-                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
-                for lv, cx, cy, d, off in runs:
-                    call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, d, GL_RGBA, GL_UNSIGNED_BYTE, off)
-        finally:
-            if padded:
-                f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, 0)
-                if fmt.compressed:
-                    for mode in (
-                        GL_UNPACK_COMPRESSED_BLOCK_WIDTH,
-                        GL_UNPACK_COMPRESSED_BLOCK_HEIGHT,
-                        GL_UNPACK_COMPRESSED_BLOCK_DEPTH,
-                        GL_UNPACK_COMPRESSED_BLOCK_SIZE,
-                    ):
-                        f.glPixelStorei(mode, 0)
-            f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-            self._unbind_scratch()
-        return int(depth.sum()) * nbytes
-
-    def copy_cells(
-        self,
-        src: TextureArray,
-        dst: TextureArray,
-        moves: Iterable[tuple[int, int, int, int, int, int]],
-        cell_size: int,
-        depth: int = 1,
-    ) -> int:
-        """GPU-to-GPU copies of cells: ``(src_layer, sx, sy, dst_layer, dx, dy)`` each, `depth`
-        consecutive layers from there; returns the count."""
-        for t in (src, dst):
-            if t.released:
-                raise GLError(f"{t!r} used after release")
-        if src.format.texel_format is not dst.format.texel_format:
-            raise ValueError(f"cannot copy cells between {src!r} and {dst!r}: formats differ")
-        n = 0
-        for sl, sx, sy, dl, dx, dy in moves:
-            self.functions.glCopyImageSubData(
-                src.glo,
-                GL_TEXTURE_2D_ARRAY,
-                0,
-                sx,
-                sy,
-                sl,
-                dst.glo,
-                GL_TEXTURE_2D_ARRAY,
-                0,
-                dx,
-                dy,
-                dl,
-                cell_size,
-                cell_size,
-                depth,
-            )
-            n += 1
-        return n
-
-    def write_layer(self, texture: TextureArray, layer: int, data: bytes | bytearray | memoryview) -> None:
-        """Upload one whole layer from client memory (no PBO; for pinned data and tests)."""
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        if not 0 <= layer < texture.layers:
-            raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
-        raw = memoryview(data).cast("B")
-        if raw.nbytes != texture.layer_bytes:
-            raise ValueError(f"a {texture.format.name} layer is {texture.layer_bytes} bytes, got {raw.nbytes}")
-        buf = (ctypes.c_ubyte * raw.nbytes).from_buffer_copy(raw)
-        fmt, size, f = texture.format, texture.size, self.functions
-        self._bind_scratch(texture.glo)
-        f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
-        try:
-            if fmt.compressed:
-                f.glCompressedTexSubImage3D(
-                    GL_TEXTURE_2D_ARRAY, 0, 0, 0, layer, size, size, 1, fmt.internal_format, raw.nbytes, buf
-                )
-            else:
-                f.glTexSubImage3D(GL_TEXTURE_2D_ARRAY, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, buf)
-        finally:
-            self._unbind_scratch()
-
-    def read_layer(self, texture: TextureArray, layer: int) -> bytes:
-        """One layer's stored bytes: compressed blocks as stored, or RGBA8 texels (tests, debugging).
-
-        Needs GL 4.5 or GL_ARB_get_texture_sub_image. Waits for the GPU: never call it per frame.
-        """
-        if texture.released:
-            raise GLError(f"{texture!r} used after release")
-        if not 0 <= layer < texture.layers:
-            raise ValueError(f"layer {layer!r} is outside 0..{texture.layers - 1} of {texture!r}")
-        n, size, f = texture.layer_bytes, texture.size, self.functions
-        out = (ctypes.c_ubyte * n)()
-        f.glBindBuffer(GL_PIXEL_PACK_BUFFER, 0)
-        if texture.format.compressed:
-            f.glGetCompressedTextureSubImage(texture.glo, 0, 0, 0, layer, size, size, 1, n, out)
-        else:
-            f.glGetTextureSubImage(texture.glo, 0, 0, 0, layer, size, size, 1, GL_RGBA, GL_UNSIGNED_BYTE, n, out)
-        return bytes(out)
-
-    def copy_layers(self, src: TextureArray, src_layer: int, dst: TextureArray, dst_layer: int, count: int = 1) -> None:
-        """GPU-to-GPU copy of `count` consecutive layers (glCopyImageSubData), e.g. to grow a cache."""
-        for t in (src, dst):
-            if t.released:
-                raise GLError(f"{t!r} used after release")
-        if src.format.texel_format is not dst.format.texel_format or src.size != dst.size:
-            raise ValueError(f"cannot copy layers between {src!r} and {dst!r}: formats or sizes differ")
-        if count < 1:
-            raise ValueError(f"count must be >= 1, got {count!r}")
-        for t, first in ((src, src_layer), (dst, dst_layer)):
-            if not (0 <= first and first + count <= t.layers):
-                raise ValueError(f"layers {first}..{first + count - 1} are outside 0..{t.layers - 1} of {t!r}")
-        if src is dst and abs(src_layer - dst_layer) < count:
-            raise ValueError("source and destination layer ranges overlap")
-        s = src.size
-        self.functions.glCopyImageSubData(
-            src.glo,
-            GL_TEXTURE_2D_ARRAY,
-            0,
-            0,
-            0,
-            src_layer,
-            dst.glo,
-            GL_TEXTURE_2D_ARRAY,
-            0,
-            0,
-            0,
-            dst_layer,
-            s,
-            s,
-            count,
-        )
-
-    # -- buffers --------------------------------------------------------------------------------
     def create_mapped_buffer(self, size: int, *, read: bool = False) -> MappedBuffer:
         """A persistent, coherent, mapped buffer of `size` bytes (needs buffer storage): write-mapped
         for uploads, or read-mapped (client storage) for GPU-to-CPU readback with ``read=True``."""
