@@ -31,7 +31,7 @@ def upload_ceiling(
     from ..native import load
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
-    from ..runtime.uploader import upload_runs
+    from ..runtime.upload_plan import upload_runs
 
     native = load() if compiled else None
     gl = GLExt(ctx)

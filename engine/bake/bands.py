@@ -26,8 +26,10 @@ from .jobs import BandJob, CutJob, JobResult, RingRef, Settings
 from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
 from .source import Source
 from .tiler import LevelCutter, resolve
+from .workers import Task, check_interrupt
 
 __all__ = [
+    "InlinePool",
     "WorkerState",
     "execute",
     "gather_rows",
@@ -286,3 +288,30 @@ def gather_rows(
         else:
             raise AssertionError(f"row {r} of a {height}-row level is in neither the band nor a context")
     return out
+
+
+class InlinePool:
+    """An in-process bake: run each job at submission, in this process (the `WorkerPool` interface)."""
+
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
+
+    def submit(self, job: BandJob | CutJob) -> Task:
+        check_interrupt()
+        task = Task(job)
+        try:
+            task.finish(True, execute(job, self.state))
+        except Exception as exc:
+            task.finish(False, exc)
+        return task
+
+    def result(self, task: Task) -> JobResult:
+        if not task.ok:
+            raise task.value
+        return task.value
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass

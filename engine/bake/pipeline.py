@@ -65,7 +65,7 @@ from ..errors import EngineError
 from ..pack.format import MAX_METADATA, AddressMode, PackHeader, TexelFormat
 from ..pack.writer import PackWriter
 from . import jobs
-from .bands import WorkerState, execute, gather_rows, init_worker, run_job, warm_tables
+from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, warm_tables
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
 from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
@@ -209,34 +209,7 @@ class _Feed:
         self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
 
 
-class _InlinePool:
-    """An in-process bake: run each job at submission, in this process (the `WorkerPool` interface)."""
-
-    def __init__(self, state: WorkerState) -> None:
-        self.state = state
-
-    def submit(self, job: BandJob | CutJob) -> Task:
-        check_interrupt()
-        task = Task(job)
-        try:
-            task.finish(True, execute(job, self.state))
-        except Exception as exc:
-            task.finish(False, exc)
-        return task
-
-    def result(self, task: Task) -> JobResult:
-        if not task.ok:
-            raise task.value
-        return task.value
-
-    def close(self) -> None:
-        pass
-
-    def kill(self) -> None:
-        pass
-
-
-_Pool = WorkerPool | _InlinePool  # or cluster.ClusterPool (dask is optional: not imported here)
+_Pool = WorkerPool | InlinePool  # or cluster.ClusterPool (dask is optional: not imported here)
 
 
 class _Baker:
@@ -313,7 +286,7 @@ class _Baker:
         state = WorkerState(self.settings, None, self.source if self.shared_source else None)
         if self.in_process:
             warm_tables(self.settings)
-            return _InlinePool(state)
+            return InlinePool(state)
         # Band inputs the main process holds travel through a shared ring, not pickles.
         sizes = [
             (st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)

@@ -17,6 +17,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
   staging ring that grows with the budget), named by `BudgetError`;
 - ``upload_budget.py``: `UploadCost` (seconds per upload call and per byte, measured) and
   `within_budget` (which of a frame's upload calls fit ``StreamerConfig.upload_time_budget_ms``);
+- ``upload_plan.py``: a frame's upload calls (`upload_runs`: runs of consecutive layers at one cell;
+  `PoolUploads`; `keep_within_budget`);
 - ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared).
 
 Movers (the only modules that hold GL objects or threads; they carry out the deciders' orders and

@@ -316,7 +316,6 @@ class Streamer(RenderThreadOwned, StreamerViews):
             self._plan_pools()
         self._pages.upload(self._core.tables)
 
-    # ---- the frame ----------------------------------------------------------------------------
     def update(self) -> FrameStats:
         """Advance one frame: read the newest GPU feedback, decide what to load and evict, issue
         the finished reads' uploads and update the page tables.
@@ -338,7 +337,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._check_open()
         self._watch.updated()
         t0, c0 = time.perf_counter(), time.thread_time()
-        core, up, cfg = self._core, self._uploader, self.config
+        core, up = self._core, self._uploader
         st = FrameStats(frame=core.begin_frame())
         if up is not None:
             up.reclaim()  # staging slots whose upload fences signalled
@@ -352,10 +351,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed = len(core.apply(drained=drained))
             tu = time.perf_counter()
-            budget_s = None if cfg.upload_time_budget_ms is None else cfg.upload_time_budget_ms * 1e-3
-            uploaded = up.upload(
-                st.frame, self._pool_set.by_index, cfg.upload_tiles_per_frame, cfg.upload_bytes_per_frame, budget_s
-            )
+            uploaded = up.upload(st.frame, self._pool_set.by_index)  # caps and time budget: the config's
             core.apply(uploaded=uploaded)
             st.upload_ms = (time.perf_counter() - tu) * 1e3
             if len(uploaded.loads):

@@ -22,12 +22,10 @@ slot (structure of arrays), with an explicit `LoadState`::
   returns (if it never does, they stay out of use: at most one batch per hung read).
 - `cancel_stale` (render thread) cancels loads still queued for reading whose tiles the latest
   feedback readbacks no longer want (a fast pan leaves many): the thread skips them.
-- `upload` (render thread) takes READY loads in submission order, under the per-frame tile and byte
-  caps, and only into cache slots whose overwrite gate has passed (no draw in flight samples them),
-  and issues them with one compiled (or batched ctypes) loop per pool and ONE fence for the frame:
-  one call per run of consecutive cache layers at one cell read from consecutive ring slots
-  (`upload_runs`; `submit` hands a frame's ring slots out in cache-slot order so the runs line up).
-  With a time budget only the calls whose measured cost fits go out (`upload_budget`).
+- `upload` (render thread) takes READY loads in submission order under the per-frame caps, into cache
+  slots whose overwrite gate has passed (no draw in flight samples them), one call per run of
+  consecutive cache layers at one cell from consecutive ring slots (`upload_plan`: `submit` hands
+  ring slots out in cache-slot order), ONE fence a frame; a time budget keeps the calls that fit.
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -37,8 +35,7 @@ READING or CANCELLED, the I/O thread holding its batch owns the bytes of its rin
 reads) its state byte, to skip it when CANCELLED. A pack's file stays open until every batch reading
 it has come back, even after its texture was closed.
 
-The uploader never touches page tables, pools or the scheduler: it returns what happened (`Drained`,
-`Uploaded`) and the streamer applies it.
+It never touches page tables, pools or the scheduler: it returns what happened (`Drained`, `Uploaded`).
 """
 
 from __future__ import annotations
@@ -68,9 +65,10 @@ from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
 from .tiles import TileSpace
-from .upload_budget import UploadCost, within_budget
+from .upload_budget import UploadCost
+from .upload_plan import PoolUploads, keep_within_budget, upload_runs
 
-__all__ = ["UPLOAD_RUN_DTYPE", "Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader", "upload_runs"]
+__all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
 
 log = logging.getLogger(__name__)
 
@@ -78,33 +76,6 @@ BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over thread
 
 
 #: One upload call: where its loads start in the (cache-slot sorted) list and how many it takes.
-UPLOAD_RUN_DTYPE = np.dtype([("start", np.int64), ("count", np.int64)])
-
-
-def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, max_run: int = 0) -> np.ndarray:
-    """Maximal runs of loads (sorted by cache slot) that one upload call can write: consecutive
-    cache layers at one cell (cell-major slots of a pool of `layers` layers) read from consecutive
-    ring slots. A load missing from the list (cancelled, not ready, capped) ends a run. With
-    `max_run` > 0 no run is longer (1: the per-tile path)."""
-    c = np.asarray(cache_slots, np.int64)
-    r = np.asarray(ring_slots, np.int64)
-    n = c.size
-    if n == 0:
-        return np.zeros(0, UPLOAD_RUN_DTYPE)
-    breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
-    starts = np.flatnonzero(np.concatenate([[True], breaks]))
-    counts = np.diff(np.concatenate([starts, [n]]))
-    if max_run > 0 and counts.max() > max_run:  # cut long runs into pieces of max_run loads
-        pieces = -(-counts // max_run)
-        k = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece of its run
-        starts = np.repeat(starts, pieces) + k * max_run
-        counts = np.minimum(max_run, np.repeat(counts, pieces) - k * max_run)
-    out = np.empty(starts.size, UPLOAD_RUN_DTYPE)
-    out["start"] = starts
-    out["count"] = counts
-    return out
-
-
 class LoadState(enum.IntEnum):
     """A load's state, one uint8 per staging-ring slot (see the module docstring for the owners)."""
 
@@ -505,14 +476,19 @@ class Uploader:
         self,
         frame: int,
         pools: Sequence[CachePool | None],
-        max_tiles: int,
-        max_bytes: int,
+        max_tiles: int | None = None,
+        max_bytes: int | None = None,
         time_budget_s: float | None = None,
     ) -> Uploaded:
         """Issue READY loads in submission order under the caps, into writable cache slots only.
 
-        With `time_budget_s`, only the upload calls (runs) whose predicted time (`cost`, measured on
-        this driver) fits the budget go out, most urgent first and at least one; the rest wait."""
+        With `time_budget_s`, only the calls (runs) whose predicted time (`cost`, measured on this
+        driver) fits go out, most urgent first, at least one. Defaults: the `StreamerConfig`'s."""
+        cfg = self.config
+        max_tiles = cfg.upload_tiles_per_frame if max_tiles is None else max_tiles
+        max_bytes = cfg.upload_bytes_per_frame if max_bytes is None else max_bytes
+        if time_budget_s is None and cfg.upload_time_budget_ms is not None:
+            time_budget_s = cfg.upload_time_budget_ms * 1e-3
         ready = np.flatnonzero(self.state == LoadState.READY)
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
@@ -531,8 +507,8 @@ class Uploader:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         plan = self._plan(chosen, pools)
         if time_budget_s is not None:
-            plan = self._within(plan, time_budget_s)
-            chosen = np.concatenate([s for _, s, _ in plan])
+            plan = keep_within_budget(plan, self.seq, self.nbytes, self.cost, time_budget_s)
+            chosen = np.concatenate([u.ring_slots for u in plan])
         t0 = time.perf_counter()
         nbytes = self._issue(chosen, plan, pools)
         self.cost.observe(self.last_calls, nbytes, time.perf_counter() - t0)
@@ -541,7 +517,7 @@ class Uploader:
         self.load_of[self.tile[chosen]] = -1
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
-    def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[PoolUploads]:
         """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
         plan = []
         for p in np.unique(self.pool[slots]).tolist():
@@ -552,30 +528,10 @@ class Uploader:
             max_run = self.config.upload_max_run
             if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, self.ring.stride):
                 max_run = 1  # slack the unpack modes cannot step over: one call per tile
-            plan.append((p, s, upload_runs(self.cache_slot[s], s, pool.layers, max_run)))
+            plan.append(PoolUploads(p, s, upload_runs(self.cache_slot[s], s, pool.layers, max_run)))
         return plan
 
-    def _within(
-        self, plan: list[tuple[int, np.ndarray, np.ndarray]], budget_s: float
-    ) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """The calls of `plan` that fit `budget_s`, the most urgent (earliest submitted) first."""
-        priority = np.concatenate([np.minimum.reduceat(self.seq[s], r["start"]) for _, s, r in plan])
-        nbytes = np.concatenate([np.add.reduceat(self.nbytes[s], r["start"]) for _, s, r in plan])
-        keep = within_budget(priority, nbytes, self.cost, budget_s)
-        out, at = [], 0
-        for p, s, r in plan:
-            k = keep[at : at + r.size]
-            at += r.size
-            if not k.any():
-                continue
-            kept = r[k].copy()
-            kept["start"] = np.cumsum(kept["count"]) - kept["count"]
-            out.append((p, s[np.repeat(k, r["count"])], kept))
-        return out
-
-    def _issue(
-        self, slots: np.ndarray, plan: list[tuple[int, np.ndarray, np.ndarray]], pools: Sequence[CachePool | None]
-    ) -> int:
+    def _issue(self, slots: np.ndarray, plan: list[PoolUploads], pools: Sequence[CachePool | None]) -> int:
         """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
         layers at one cell read from consecutive ring slots), then fence them all at once."""
         ring = self.ring
@@ -583,8 +539,9 @@ class Uploader:
         total = 0
         self.last_calls = 0
         try:
-            for p, s, runs in plan:
-                pool = pools[p]
+            for uploads in plan:
+                s, runs = uploads.ring_slots, uploads.runs
+                pool = pools[uploads.pool]
                 assert pool is not None and pool.texture is not None
                 g = pool.geometry
                 layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)

@@ -23,6 +23,7 @@ DECIDERS = [
     "runtime.sharing",
     "runtime.budget_advice",
     "runtime.upload_budget",
+    "runtime.upload_plan",
 ]
 FORBIDDEN = ("moderngl", "threading", "concurrent", "ctypes", "texstream.gl", "texstream.native")
 
