@@ -31,9 +31,8 @@ slot (structure of arrays), with an explicit `LoadState`::
   and upload functions, on the render thread, waiting for fences instead of polling.
 
 Which thread owns what: the records (every array here) belong to the render thread. While a load is
-READING or CANCELLED, the I/O thread holding its batch owns the bytes of its ring slot and reads (only
-reads) its state byte, to skip it when CANCELLED. A pack's file stays open until every batch reading
-it has come back, even after its texture was closed.
+READING or CANCELLED, the I/O thread holding its batch owns its ring slot's bytes and reads (only) its
+state byte, to skip it when CANCELLED. A pack's file stays open until every batch reading it is back.
 
 It never touches page tables, pools or the scheduler: it returns what happened (`Drained`, `Uploaded`).
 """
@@ -511,7 +510,8 @@ class Uploader:
             chosen = np.concatenate([u.ring_slots for u in plan])
         t0 = time.perf_counter()
         nbytes = self._issue(chosen, plan, pools)
-        self.cost.observe(self.last_calls, nbytes, time.perf_counter() - t0)
+        if time_budget_s is not None:  # the cost model serves the time budget only
+            self.cost.observe(self.last_calls, nbytes, time.perf_counter() - t0)
         loads = self._records(chosen)
         self.state[chosen] = _UPLOADING
         self.load_of[self.tile[chosen]] = -1
@@ -520,11 +520,11 @@ class Uploader:
     def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[PoolUploads]:
         """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
         plan = []
-        for p in np.unique(self.pool[slots]).tolist():
+        ordered = slots[np.lexsort((self.cache_slot[slots], self.pool[slots]))]  # one sort: pool, then slot
+        for s in np.split(ordered, np.flatnonzero(np.diff(self.pool[ordered])) + 1):
+            p = int(self.pool[s[0]])
             pool = pools[p]
             assert pool is not None and pool.texture is not None
-            s = slots[self.pool[slots] == p]
-            s = s[np.argsort(self.cache_slot[s], kind="stable")]
             max_run = self.config.upload_max_run
             if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, self.ring.stride):
                 max_run = 1  # slack the unpack modes cannot step over: one call per tile
