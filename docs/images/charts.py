@@ -196,7 +196,9 @@ def cuts_chart(run: dict) -> str:
 
 def record(path: Path, bench_json: Path | None = None) -> None:
     """Store the quick stream bench's JSON (run now, or `bench_json` from a run by hand) at `path`,
-    labelled with where and when it ran."""
+    labelled with where and when it ran (a run by hand may come from another machine: its own CPU
+    count and renderer are used, and no load average of this one)."""
+    here = bench_json is None
     with tempfile.TemporaryDirectory() as tmp:
         if bench_json is None:
             bench_json = Path(tmp) / "bench.json"
@@ -209,10 +211,11 @@ def record(path: Path, bench_json: Path | None = None) -> None:
     run["recorded"] = {
         "date": datetime.date.today().isoformat(),
         "commit": commit or None,
-        "machine": f"{os.cpu_count()} cores ({platform.machine()}), {run.get('gl_renderer', '?').split(' (')[0]}",
+        "machine": f"{run.get('cpu_count', os.cpu_count())} cores ({platform.machine()}), "
+        f"{run.get('gl_renderer', '?').split(' (')[0]}",
         "command": f"texstream bench stream {'--quick ' if run.get('quick') else ''}--json",
         # a shared box's numbers depend on what else ran: the 1-minute load average when stored
-        "load_average": round(os.getloadavg()[0], 1),
+        "load_average": round(os.getloadavg()[0], 1) if here else None,
     }
     path.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
 
