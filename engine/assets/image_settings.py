@@ -115,12 +115,13 @@ class ImageBakeSettings:
 
     texel_format: TexelFormat | None = None
     srgb: bool | None = None
-    tile_size: int = 128
-    border: int = 4
-    address_mode: AddressMode = AddressMode.CLAMP
-    supercompression: Supercompression = Supercompression.ZSTD
-    zstd_level: int = 3
-    bc7_quality: str = "normal"
+    # the pack geometry and encoding default to the baker's own defaults (one place: BakeConfig)
+    tile_size: int = BakeConfig.tile_size
+    border: int = BakeConfig.border
+    address_mode: AddressMode = BakeConfig.address_mode
+    supercompression: Supercompression = BakeConfig.supercompression
+    zstd_level: int = BakeConfig.zstd_level
+    bc7_quality: str = BakeConfig.bc7_quality
 
     def __post_init__(self) -> None:
         if self.texel_format is not None:
