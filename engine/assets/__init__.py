@@ -2,7 +2,8 @@
 
 - Images (PNG, JPEG, TIFF, WebP, ...): `pack_for_image` bakes an image file into a pack once, in a
   content-addressed cache (`PackCache`) bounded in size, and hands back the cached pack's path;
-  `resolve_pack` does that for whatever a command or `Streamer.open` is given.
+  `resolve_pack` does that for whatever a command is given, and `open_pack_reader` opens the result
+  with a reader that keeps the cached pack leased only while it is open (`Streamer.open` uses it).
 - Block-compressed files made elsewhere (DDS, KTX2): `read_block_file` reads them, `retile_to_pack`
   re-tiles their blocks into a pack without re-encoding, `export_ktx2` writes a pack back to KTX2.
 """
@@ -10,6 +11,7 @@
 from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level
 from .export import ExportReport, export_ktx2
 from .image_packs import (
+    CachedPackReader,
     ImagePackProgress,
     ImagePackStage,
     default_pack_cache,
@@ -17,6 +19,7 @@ from .image_packs import (
     image_pack_key,
     is_pack_file,
     looks_like_image,
+    open_pack_reader,
     pack_for_block_file,
     pack_for_image,
     resolve_pack,
@@ -30,6 +33,7 @@ __all__ = [
     "BlockLevel",
     "BlockTexture",
     "CacheEntry",
+    "CachedPackReader",
     "ContentKind",
     "ExportReport",
     "ImageBakeSettings",
@@ -51,6 +55,7 @@ __all__ = [
     "is_block_file",
     "is_pack_file",
     "looks_like_image",
+    "open_pack_reader",
     "pack_for_block_file",
     "pack_for_image",
     "read_block_file",

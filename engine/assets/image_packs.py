@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
@@ -33,14 +34,19 @@ import xxhash
 from ..errors import SourceError
 from ..pack.format import MAGIC, PackHeader
 from ..pack.format import VERSION as PACK_VERSION
+from ..pack.reader import PackReader
 from .image_settings import ContentKind, ImageBakeSettings, ImageContent, analyse_source, classify, settings_for
 from .pack_cache import PackCache, PackCacheConfig
+
+if TYPE_CHECKING:
+    from ..config import RemoteConfig
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "CACHE_LAYOUT",
     "MAX_SOURCE_PIXELS",
+    "CachedPackReader",
     "ImagePackProgress",
     "ImagePackStage",
     "default_pack_cache",
@@ -48,6 +54,7 @@ __all__ = [
     "image_pack_key",
     "is_pack_file",
     "looks_like_image",
+    "open_pack_reader",
     "pack_for_image",
     "pack_for_block_file",
     "resolve_pack",
@@ -392,20 +399,78 @@ def resolve_pack(
 ) -> str | os.PathLike[str]:
     """What a pack reader should open for `path`: `path` itself for a pack, a URL or anything that
     is not an image (the reader's own error then names the problem), else the image's cached pack
-    (`pack_for_image`, baked first when needed)."""
+    (`pack_for_image`, baked first when needed; leased until this process exits or the pack is
+    released from `cache`)."""
+    return _resolve(path, settings=settings, progress=progress, cache=cache, jobs=jobs)[0]
+
+
+def _resolve(
+    path: str | os.PathLike[str],
+    *,
+    settings: ImageBakeSettings | None,
+    progress: ProgressCallback | None,
+    cache: PackCache | None,
+    jobs: int,
+) -> tuple[str | os.PathLike[str], PackCache | None]:
+    """`resolve_pack`'s answer, and the cache holding a lease on it (None: not a cached pack)."""
     from ..remote import is_remote
     from .load import is_block_file
 
     text = os.fspath(path)
     if isinstance(text, bytes) or is_remote(text) or text.startswith("file://"):
-        return path
+        return path, None
     if is_pack_file(text):
-        return path
+        return path, None
+    cache = cache or default_pack_cache()
     if Path(text).is_file() and is_block_file(text):  # DDS / KTX2: re-tiled, never re-encoded
-        return pack_for_block_file(text, cache=cache)
+        return pack_for_block_file(text, cache=cache), cache
     if not looks_like_image(text):
-        return path
-    return pack_for_image(text, settings=settings, progress=progress, cache=cache, jobs=jobs)
+        return path, None
+    return pack_for_image(text, settings=settings, progress=progress, cache=cache, jobs=jobs), cache
+
+
+class CachedPackReader(PackReader):
+    """A `PackReader` of a pack in the pack cache that gives its hold on the pack's lease back when
+    it closes (once), so the cache may evict the pack when nothing else uses it."""
+
+    def __init__(self, path: Path, cache: PackCache, remote: RemoteConfig | None = None) -> None:
+        self._lease_cache: PackCache | None = None  # a failed open gives nothing back: the caller does
+        super().__init__(path, remote)
+        self._lease_cache = cache
+
+    def close(self) -> None:
+        super().close()
+        cache, self._lease_cache = getattr(self, "_lease_cache", None), None
+        if cache is not None:
+            cache.release(self.path)
+
+
+def open_pack_reader(
+    path: str | os.PathLike[str],
+    remote: RemoteConfig | None = None,
+    *,
+    settings: ImageBakeSettings | None = None,
+    progress: ProgressCallback | None = None,
+    cache: PackCache | None = None,
+    jobs: int = 0,
+) -> PackReader:
+    """A reader of what `resolve_pack` names for `path`. For an image or block file, the reader
+    holds the cached pack's lease while it is open: closing it (the streamer does when a texture's
+    last handle closes) lets the cache evict the pack again.
+
+    Raises
+    ------
+    PackNotFoundError, PackFormatError, SourceError, RemoteError
+        as `PackReader` and `pack_for_image` raise them
+    """
+    target, lease_cache = _resolve(path, settings=settings, progress=progress, cache=cache, jobs=jobs)
+    if lease_cache is None:
+        return PackReader(target, remote)
+    try:
+        return CachedPackReader(Path(target), lease_cache, remote)
+    except BaseException:
+        lease_cache.release(target)  # no reader took the hold
+        raise
 
 
 def pack_for_block_file(path: str | os.PathLike[str], *, cache: PackCache | None = None) -> Path:

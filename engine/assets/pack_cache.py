@@ -177,10 +177,11 @@ def read_json(path: Path) -> dict | None:
 class PackCache:
     """The content-addressed pack folder (see the module docstring for its layout and rules).
 
-    `get_or_bake` hands out a pack's path and keeps a lease on it (a shared lock) until `release`
-    or `close`, or until this process exits; each key is leased once per cache object however often
-    it is asked for. `on_bake` (a test and telemetry hook) is called with the key just before each
-    bake this object runs.
+    `get` and `get_or_bake` hand out a pack's path and count one hold on its lease (a shared lock,
+    taken once per key and cache object): the lock is dropped when every hold is given back with
+    `release`, on `close`, or when this process exits. A pack reader opened through
+    `texstream.assets.open_pack_reader` gives its hold back when it closes. `on_bake` (a test and
+    telemetry hook) is called with the key just before each bake this object runs.
     """
 
     def __init__(self, config: PackCacheConfig | None = None, *, on_bake: Callable[[str], None] | None = None) -> None:
@@ -190,8 +191,9 @@ class PackCache:
         self.folder = self.config.path
         self.max_bytes = self.config.max_bytes
         self.on_bake = on_bake
-        self._leases: dict[str, int] = {}
-        self._mutex = threading.Lock()  # guards _leases
+        self._leases: dict[str, int] = {}  # key -> the lease's lock descriptor
+        self._holds: dict[str, int] = {}  # key -> holds handed out on it (its lock is dropped at 0)
+        self._mutex = threading.Lock()  # guards _leases and _holds
 
     # ---- paths ----------------------------------------------------------------------------------
     def pack_path(self, key: str) -> Path:
@@ -225,8 +227,10 @@ class PackCache:
 
     # ---- leases ---------------------------------------------------------------------------------
     def _lease(self, key: str) -> None:
+        """One more hold on `key`'s lease, taking its lock first when this object has none."""
         with self._mutex:
             if key in self._leases:
+                self._holds[key] += 1
                 return
         fd = _lock(self._file(key, ".lease"), shared=True, wait=True)
         assert fd is not None
@@ -235,21 +239,35 @@ class PackCache:
                 os.close(fd)
             else:
                 self._leases[key] = fd
+            self._holds[key] = self._holds.get(key, 0) + 1
 
     def release(self, key_or_path: str | os.PathLike[str]) -> None:
-        """Drop this object's lease on a pack (by key or by the path `get_or_bake` returned)."""
+        """Give back one hold on a pack's lease (by key or by the path `get_or_bake` returned); the
+        lock is dropped with the last hold, and the pack may then be evicted. Releasing a pack this
+        object holds nothing on does nothing."""
         key = Path(key_or_path).name.removesuffix(".tpk")
         with self._mutex:
+            holds = self._holds.get(key, 0) - 1
+            if holds > 0:
+                self._holds[key] = holds
+                return
+            self._holds.pop(key, None)
             fd = self._leases.pop(key, None)
         if fd is not None:
             os.close(fd)
 
     def close(self) -> None:
-        """Drop every lease this object holds."""
+        """Drop every lease this object holds, whatever holds are still out."""
         with self._mutex:
-            fds, self._leases = list(self._leases.values()), {}
+            fds, self._leases, self._holds = list(self._leases.values()), {}, {}
         for fd in fds:
             os.close(fd)
+
+    def holds(self, key_or_path: str | os.PathLike[str]) -> int:
+        """Holds handed out and not yet released on a pack's lease (0: not leased by this object)."""
+        key = Path(key_or_path).name.removesuffix(".tpk")
+        with self._mutex:
+            return self._holds.get(key, 0)
 
     def __enter__(self) -> PackCache:
         return self

@@ -17,7 +17,7 @@ import time
 import moderngl
 import numpy as np
 
-from ..assets.image_packs import ProgressCallback, resolve_pack
+from ..assets.image_packs import ProgressCallback, open_pack_reader
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
@@ -128,8 +128,9 @@ class Streamer(RenderThreadOwned, StreamerViews):
         ----------
         path : str or os.PathLike
             A pack; an image (PNG, JPEG, TIFF, WebP...) or a DDS/KTX2 file, made into a pack once in
-            the pack cache (`texstream.assets.resolve_pack`); or a URL: ``http(s)://`` or any fsspec
-            filesystem, read through the disk cache of `StreamerConfig.remote`.
+            the pack cache (`texstream.assets.resolve_pack`) and leased there until the texture's
+            last handle closes; or a URL: ``http(s)://`` or any fsspec filesystem, read through the
+            disk cache of `StreamerConfig.remote`.
         origin : Origin or str, optional
             Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, GL's and moderngl's) or
             `Origin.TOP_LEFT` (glTF, DirectX); per handle, also of a shared pack. `VirtualTexture.origin`.
@@ -154,7 +155,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         """
         self._check_open()
         origin = Origin.parse(origin)
-        reader = PackReader(resolve_pack(path, progress=progress), self.config.remote)
+        reader = open_pack_reader(path, self.config.remote, progress=progress)  # a cached pack: leased while open
         shared = self._packs.find(pack_identity(reader))
         if shared is not None:
             reader.close()

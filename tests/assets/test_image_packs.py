@@ -208,6 +208,37 @@ def test_lru_evicts_the_least_recently_used_and_never_a_leased_pack(tmp_path: Pa
         assert [x.path for x in cache.entries()] == [d, e] and not a.exists()
 
 
+def test_each_hold_on_a_lease_is_given_back_before_the_pack_can_go(tmp_path: Path, cache: PackCache) -> None:
+    from texstream.assets import open_pack_reader
+
+    photo = noise(tmp_path / "photo.png", size=(128, 128))
+    pack = pack_for_image(photo, cache=cache, jobs=1)
+    assert pack_for_image(photo, cache=cache, jobs=1) == pack and cache.holds(pack) == 2
+    reader = open_pack_reader(photo, cache=cache)  # a third hold, given back when the reader closes
+    assert Path(reader.path) == pack and cache.holds(pack) == 3
+
+    def evicted() -> list[str]:
+        with PackCache(PackCacheConfig(folder=tmp_path / "packs", max_mb=0)) as other:
+            return other.cleanup()
+
+    cache.release(pack)
+    reader.close()
+    reader.close()  # closing twice gives back one hold only
+    assert cache.holds(pack) == 1 and evicted() == [] and pack.is_file()
+    cache.release(pack)
+    cache.release(pack)  # one more than was held: nothing
+    assert cache.holds(pack) == 0 and evicted() == [pack.stem] and not pack.exists()
+
+
+def test_a_pack_opened_by_path_holds_no_lease(tmp_path: Path, cache: PackCache) -> None:
+    from texstream.assets import open_pack_reader
+
+    pack = pack_for_image(noise(tmp_path / "photo.png"), cache=cache, jobs=1)
+    cache.release(pack)
+    with open_pack_reader(pack, cache=cache) as reader:
+        assert type(reader) is PackReader and cache.holds(pack) == 0
+
+
 # ---- content rules ------------------------------------------------------------------------------------
 def content(**kw: object) -> ImageContent:
     base = dict(width=64, height=64, channels=3, alpha=False, grey=False, deep=False, normal_like=False)

@@ -66,3 +66,42 @@ def test_a_dds_file_streams_its_own_blocks(gl_context: moderngl.Context, tmp_pat
         rows = tile.reshape(blocks_per_row, blocks_per_row, 8)[b // 4 : (b + t) // 4, b // 4 : (b + t) // 4]
         file_blocks = np.asarray(levels[0], np.uint8).reshape(256 // 4, 256 // 4, 8)[: t // 4, : t // 4]
         assert np.array_equal(rows, file_blocks)
+
+
+def _evict_all(pack_cache: Path) -> list[str]:
+    """Evict every unleased pack of the cache folder, as another program's cleanup would."""
+    from texstream.assets import PackCache, PackCacheConfig
+
+    with PackCache(PackCacheConfig(folder=pack_cache / "packs", max_mb=0)) as other:
+        return other.cleanup()
+
+
+@pytest.mark.parametrize("how", ["streamer.close", "vt.close", "streamer.release"])
+def test_closing_an_image_texture_lets_the_cache_evict_its_pack(
+    gl_context: moderngl.Context, tmp_path: Path, pack_cache: Path, how: str
+) -> None:
+    src = tmp_path / "photo.png"
+    Image.fromarray(picture(160, 96)[..., :3]).save(src)
+    s = Streamer(gl_context, _config())
+    try:
+        vt = s.open(src)
+        pack = Path(vt.path)
+        assert _evict_all(pack_cache) == [] and pack.is_file(), "an open texture's pack was evicted"
+        {"streamer.close": lambda: s.close(vt), "vt.close": vt.close, "streamer.release": s.release}[how]()
+        assert _evict_all(pack_cache) == [pack.stem] and not pack.exists()
+    finally:
+        s.release()
+
+
+def test_a_second_handle_keeps_the_pack_leased(gl_context: moderngl.Context, tmp_path: Path, pack_cache: Path) -> None:
+    src = tmp_path / "photo.png"
+    Image.fromarray(picture(160, 96)[..., :3]).save(src)
+    with Streamer(gl_context, _config()) as s:
+        first, second = s.open(src), s.open(src)
+        pack = Path(first.path)
+        assert second.id == first.id  # one residency, two handles
+        first.close()
+        assert _evict_all(pack_cache) == [] and pack.is_file(), "the open handle's pack was evicted"
+        s.make_all_resident(second)  # and it still reads
+        second.close()
+        assert _evict_all(pack_cache) == [pack.stem]
