@@ -113,8 +113,9 @@ def export_ktx2(
     out = Path(out)
     with PackReader(pack) as reader:
         h = reader.header
-        if h.texel_format is TexelFormat.RGBA8:
-            raise EngineError(f"{pack}: rgba8 packs are not exported (KTX2 export takes bc1/bc3/bc4/bc5/bc7)")
+        if h.texel_format in (TexelFormat.RGBA8, TexelFormat.BC6H):
+            fmt = h.texel_format.name.lower()
+            raise EngineError(f"{pack}: {fmt} packs are not exported (KTX2 export takes bc1/bc3/bc4/bc5/bc7)")
         dims = [h.level_dims(lv) for lv in range(h.level_count)]
         count = exportable_levels(h.width, h.height, dims)
         raw_total = sum(block_grid(*dims[lv])[0] * block_grid(*dims[lv])[1] for lv in range(count))

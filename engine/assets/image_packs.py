@@ -10,8 +10,8 @@ note keyed by the digest, so a hit neither decodes nor hashes anything.
 
 Bakes run through `texstream.bake.bake` on worker processes (``jobs``: 0 is every core), reading the
 image through the same sources as ``texstream bake`` (Pillow; libvips for images above 16 M texels and
-for TIFF, which streams big tiled and pyramidal files strip by strip). Formats neither reads (OpenEXR
-and Radiance HDR, unless the installed libvips has their loaders) are refused in one line.
+for TIFF, which streams big tiled and pyramidal files strip by strip); OpenEXR and Radiance HDR files
+through `texstream.assets.exr` and `texstream.assets.hdr` (float texels, baked to BC6H).
 """
 
 from __future__ import annotations
@@ -132,6 +132,16 @@ def looks_like_image(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     if not p.is_file():
         return False
+    from .exr import EXR_MAGIC
+    from .hdr import is_hdr_bytes
+
+    try:
+        with open(p, "rb") as f:
+            head = f.read(80)
+    except OSError:
+        return False
+    if head.startswith(EXR_MAGIC) or is_hdr_bytes(head):
+        return True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

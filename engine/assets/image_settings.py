@@ -3,6 +3,8 @@
 The rules, first match wins (every field given in `ImageBakeSettings` overrides its rule):
 
 =====================  =========================================================================
+high dynamic range     BC6H, linear: an OpenEXR or Radiance HDR file (float texels), whatever its
+                       name; its values are kept as half floats, never clipped to [0, 1].
 normal map             BC5, linear. Named so (``*_normal*``, ``*_nrm*``, ``*_n.<ext>``,
                        ``normal*``; any case, ``-`` for ``_`` too) or detected: on a copy of at most 256² texels, the
                        vectors ``2 * rgb - 1`` average near (0, 0) in x and y, point out of the
@@ -50,6 +52,7 @@ _DATA_NAME = re.compile(r"[_-](rough|metal|ao|occlusion|height|disp|bump|gloss|s
 class ContentKind(enum.Enum):
     """What an image holds, as far as the bake is concerned."""
 
+    HDR = "hdr"
     COLOUR = "colour"
     COLOUR_ALPHA = "colour-alpha"
     NORMAL_MAP = "normal-map"
@@ -74,6 +77,8 @@ class ImageContent:
         a grey file of more than 8 bits a channel (16-bit integer or float): a height field
     normal_like : bool
         the sampled RGB reads as unit tangent-space normals (see the module's rules)
+    hdr : bool
+        float texels (OpenEXR, Radiance HDR): linear values that may exceed 1
     """
 
     width: int
@@ -83,6 +88,7 @@ class ImageContent:
     grey: bool
     deep: bool
     normal_like: bool
+    hdr: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -106,7 +112,7 @@ class ImageBakeSettings:
     Attributes
     ----------
     texel_format : TexelFormat | None
-        None: by content (bc1, bc7 for alpha, bc5 for normal maps, bc4 for grey data)
+        None: by content (bc1, bc7 for alpha, bc5 for normal maps, bc4 for grey data, bc6h for HDR)
     srgb : bool | None
         None: sRGB for colour, linear for data and normal maps
     tile_size, border, address_mode, supercompression, zstd_level, bc7_quality
@@ -169,6 +175,8 @@ class ImageBakeSettings:
 def classify(name: str, content: ImageContent) -> ContentKind:
     """The kind of an image from its file name and content facts (the module's rules, in order)."""
     stem = Path(name).stem
+    if content.hdr:
+        return ContentKind.HDR
     if _NORMAL_NAME.search(stem) and content.channels >= 3:
         return ContentKind.NORMAL_MAP
     if content.normal_like and not content.alpha:
@@ -184,6 +192,7 @@ def classify(name: str, content: ImageContent) -> ContentKind:
 
 
 _KIND_FORMAT = {
+    ContentKind.HDR: (TexelFormat.BC6H, False),
     ContentKind.COLOUR: (TexelFormat.BC1, True),
     ContentKind.COLOUR_ALPHA: (TexelFormat.BC7, True),
     ContentKind.NORMAL_MAP: (TexelFormat.BC5, False),
@@ -217,6 +226,17 @@ def analyse_source(source: object, path: Path) -> ImageContent:
     alpha through the source's own exact `has_alpha` (a thumbnail averages small holes away).
     """
     width, height, channels = int(source.width), int(source.height), int(source.channels)  # type: ignore[attr-defined]
+    if getattr(source, "texel_dtype", np.uint8) != np.uint8:  # float texels: HDR whatever they show
+        return ImageContent(
+            width=width,
+            height=height,
+            channels=channels,
+            alpha=False,
+            grey=False,
+            deep=False,
+            normal_like=False,
+            hdr=True,
+        )
     if getattr(source, "forkable", False):
         sample = _strided_sample(source, width, height)
     else:

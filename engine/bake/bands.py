@@ -24,7 +24,7 @@ from ..pack.writer import EncodedTiles
 from . import bcn
 from .jobs import BandJob, CutJob, JobResult, RingRef, Settings
 from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
-from .source import Source
+from .source import Source, texel_dtype
 from .tiler import LevelCutter, resolve
 from .workers import Task, check_interrupt
 
@@ -151,10 +151,11 @@ def _band_input(job: BandJob, state: WorkerState, lo: int, hi: int) -> np.ndarra
     source = job.source or state.source
     assert source is not None
     rows = source.read_rows(lo, hi)
-    if rows.shape != (hi - lo, source.width, 4) or rows.dtype != np.uint8:
+    want = texel_dtype(source)
+    if rows.shape != (hi - lo, source.width, 4) or rows.dtype != want:
         raise EngineError(
             f"source {source.name} returned {rows.shape} {rows.dtype} for rows {lo}..{hi}, "
-            f"expected ({hi - lo}, {source.width}, 4) uint8"
+            f"expected ({hi - lo}, {source.width}, 4) {want}"
         )
     return np.ascontiguousarray(rows)
 
@@ -277,7 +278,7 @@ def gather_rows(
         return enc[idx[0] - elo : idx[-1] - elo + 1]
     if idx.min() >= elo and idx.max() < ehi:  # a clamped edge: rows repeated, all in the band
         return enc[idx - elo]
-    out = np.empty((idx.size,) + enc.shape[1:], np.uint8)
+    out = np.empty((idx.size,) + enc.shape[1:], enc.dtype)
     for k, r in enumerate(idx.tolist()):
         if elo <= r < ehi:
             out[k] = enc[r - elo]

@@ -1,4 +1,4 @@
-"""Block compression of one tile slot with the chosen encoder per format (BC1/BC3/BC4/BC5/BC7), or raw RGBA8.
+"""Block compression of one tile slot with the chosen encoder per format (BC1/BC3/BC4/BC5/BC6H/BC7), or raw RGBA8.
 
 The candidates live in `encoders.ENCODERS`, one record per (format, library); `CHOSEN` names the one
 the baker uses for each format, picked on measured quality first and speed second (the figures and
@@ -7,7 +7,12 @@ them again). Swapping an encoder is one entry in `CHOSEN`.
 
 The native encoders check nothing: they read ``S * S * 4`` bytes from whatever buffer they are given,
 so `encode_slot` validates shape, dtype, contiguity and the multiple of 4 first, and checks the length
-of what comes back. Channel use: BC1 (RGB, opaque), BC3 (RGBA), BC4 (R), BC5 (R, G), BC7 (RGBA).
+of what comes back. Channel use: BC1 (RGB, opaque), BC3 (RGBA), BC4 (R), BC5 (R, G), BC7 (RGBA),
+BC6H (RGB, unsigned half float).
+
+Texels are uint8 RGBA, or float32 RGBA linear values for BC6H (the HDR bake); BC6H also takes uint8
+texels as v / 255. Float texels are clipped to the format's range, [0, 65504], NaN to 0, then
+rounded to half floats, the encoder's input.
 
 ispc-texcomp releases the GIL while it encodes; the baker still runs its stages in worker processes
 (mips, borders and supercompression are Python and numpy around the encoder).
@@ -18,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..pack.format import TexelFormat
-from .encoders import BC7_QUALITIES, ENCODERS, Encoder
+from .encoders import BC7_QUALITIES, ENCODERS, HALF_MAX, Encoder, to_half
 
 CHOSEN: dict[TexelFormat, str] = {
     TexelFormat.BC1: "ispc",
@@ -26,6 +31,7 @@ CHOSEN: dict[TexelFormat, str] = {
     TexelFormat.BC4: "ispc",
     TexelFormat.BC5: "ispc",
     TexelFormat.BC7: "ispc",
+    TexelFormat.BC6H: "ispc",
 }
 
 
@@ -39,17 +45,23 @@ def chosen_encoder(fmt: TexelFormat) -> Encoder:
     return ENCODERS[(TexelFormat(fmt), CHOSEN[TexelFormat(fmt)])]
 
 
+def _texels_ok(a: object, fmt: TexelFormat) -> bool:
+    """Whether `a` has a dtype `fmt` encodes from: uint8, or float32 / float16 for BC6H."""
+    dtype = getattr(a, "dtype", None)
+    return dtype == np.uint8 or (fmt.float_texels and dtype in (np.float32, np.float16))
+
+
 def encode_slot(
     slot: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True, alpha: bool = True
 ) -> bytes:
-    """Encode an (S, S, 4) uint8 RGBA slot; returns exactly `raw_size(fmt, S)` bytes.
+    """Encode an (S, S, 4) uint8 RGBA slot (float32 too for BC6H); returns exactly `raw_size(fmt, S)` bytes.
 
     `alpha`: the source has real alpha. False lets BC7 treat every slot as opaque (alpha decodes as
     255 whatever the slot holds); True still encodes a slot that is opaque throughout as opaque.
     `srgb` only matters to encoders that weight colour error perceptually (none of the chosen ones).
     """
     fmt = TexelFormat(fmt)
-    if not isinstance(slot, np.ndarray) or slot.dtype != np.uint8 or slot.ndim != 3 or slot.shape[2] != 4:
+    if not isinstance(slot, np.ndarray) or not _texels_ok(slot, fmt) or slot.ndim != 3 or slot.shape[2] != 4:
         raise ValueError(f"slot must be an (S, S, 4) uint8 array, got {getattr(slot, 'shape', type(slot))}")
     s = slot.shape[0]
     if slot.shape[1] != s or s < 4 or s % 4:
@@ -73,11 +85,11 @@ def encode_slot(
 def encode_slots(
     slots: np.ndarray, fmt: TexelFormat, *, bc7_quality: str = "normal", srgb: bool = True, alpha: bool = True
 ) -> bytes:
-    """Encode an (n, S, S, 4) uint8 stack of slots at once: the bytes of `encode_slot` on each
+    """Encode an (n, S, S, 4) uint8 (or BC6H's float) stack of slots at once: the bytes of `encode_slot` on each
     slot, one after the other (n * `raw_size(fmt, S)` bytes), in one encoder call where the encoder
     takes a stack (`Encoder.encode_stack`)."""
     fmt = TexelFormat(fmt)
-    if not isinstance(slots, np.ndarray) or slots.dtype != np.uint8 or slots.ndim != 4 or slots.shape[3] != 4:
+    if not isinstance(slots, np.ndarray) or not _texels_ok(slots, fmt) or slots.ndim != 4 or slots.shape[3] != 4:
         raise ValueError(f"slots must be an (n, S, S, 4) uint8 array, got {getattr(slots, 'shape', type(slots))}")
     n, s = slots.shape[0], slots.shape[1]
     if slots.shape[2] != s or s < 4 or s % 4:
@@ -114,7 +126,12 @@ def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
     bytes) uint8 array; only where `encodes_blocks_alone(fmt)`. Slots cut from this grid (block
     rows and columns at multiples of T/4) are the bytes `encode_slot` gives each slot."""
     fmt = TexelFormat(fmt)
-    if not isinstance(surface, np.ndarray) or surface.dtype != np.uint8 or surface.ndim != 3 or surface.shape[2] != 4:
+    if (
+        not isinstance(surface, np.ndarray)
+        or not _texels_ok(surface, fmt)
+        or surface.ndim != 3
+        or surface.shape[2] != 4
+    ):
         raise ValueError(f"surface must be an (H, W, 4) uint8 array, got {getattr(surface, 'shape', type(surface))}")
     h, w = surface.shape[:2]
     if h % 4 or w % 4 or not h or not w:
@@ -134,10 +151,12 @@ def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
 __all__ = [
     "BC7_QUALITIES",
     "CHOSEN",
+    "HALF_MAX",
     "chosen_encoder",
     "encode_slot",
     "encode_slots",
     "encode_surface",
     "encodes_blocks_alone",
     "raw_size",
+    "to_half",
 ]

@@ -1,9 +1,10 @@
 """Block encoders the baker can use, one record per (format, library), behind one small interface.
 
 Every adapter takes a validated slot (an (S, S, 4) uint8 C-contiguous RGBA array, S a multiple of
-4; `bcn.encode_slot` checks that) and returns the slot's blocks, at least `raw_size` bytes long
-(`bcn` checks the length). Libraries are imported on first use, so only the chosen encoders' libraries
-must be installed; the others are candidates for `texstream bench bake`'s encoder comparison.
+4, or float texels for BC6H; `bcn.encode_slot` checks that) and returns the slot's blocks, at least
+`raw_size` bytes long (`bcn` checks the length). Libraries are imported on first use, so only the
+chosen encoders' libraries must be installed; the others are candidates for `texstream bench bake`'s
+encoder comparison.
 
 Libraries, as measured (docs/BENCHMARKS.md, "Block-compression encoders"):
 
@@ -38,6 +39,17 @@ ETCPAK_BC7_PRESETS: dict[str, tuple[int, int]] = {"fast": (0, 16), "normal": (1,
 QUICKTEX_LEVEL = 5  # quicktex's own default; level 18 gains ~0.3 dB at a tenth of the speed
 
 BC7_QUALITIES = tuple(ISPC_BC7_PROFILES)
+# BC6H: ispc-texcomp's "veryfast" profile (its fast/veryfast/basic/slow/veryslow ladder, like BC7's).
+ISPC_BC6H_PROFILE = "veryfast"
+HALF_MAX = 65504.0  # the largest finite half float: BC6H (unsigned) holds [0, HALF_MAX]
+
+
+def to_half(texels: np.ndarray) -> np.ndarray:
+    """RGBA texels (uint8 as v / 255, or float) as C-contiguous float16 in BC6H's range (see the module)."""
+    if texels.dtype == np.uint8:
+        return (texels * np.float32(1 / 255)).astype(np.float16)
+    f = np.nan_to_num(texels.astype(np.float32, copy=False), nan=0.0, posinf=HALF_MAX, neginf=0.0)
+    return np.ascontiguousarray(np.clip(f, 0.0, HALF_MAX).astype(np.float16))
 
 
 @dataclass(frozen=True)
@@ -75,11 +87,31 @@ def _ispc_bc7_settings(profile: str):  # noqa: ANN202 (the module is imported la
     return settings
 
 
+@lru_cache(maxsize=1)
+def _ispc_bc6h_settings():  # noqa: ANN202 (the module is imported lazily)
+    import ispc_texcomp
+
+    return ispc_texcomp.BC6HEncSettings.from_profile(ISPC_BC6H_PROFILE)
+
+
+def _ispc_bc6h(texels: np.ndarray, width: int, height: int) -> bytes:
+    """BC6H (unsigned) blocks of (height, width, 4) texels, in raster order: the kernel reads half
+    floats, 8 bytes a texel; each block is encoded from its own 16 texels."""
+    import ispc_texcomp
+
+    half = to_half(texels.reshape(height, width, 4))
+    return ispc_texcomp.compress_blocks_bc6h(
+        ispc_texcomp.RGBASurface(half, width, height, width * 8), _ispc_bc6h_settings()
+    )
+
+
 def _ispc(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
     def encode(slot: np.ndarray, quality: str, alpha: bool, srgb: bool) -> bytes:
         import ispc_texcomp
 
         s = slot.shape[0]
+        if fmt is TexelFormat.BC6H:
+            return _ispc_bc6h(slot, s, s)
         surface = ispc_texcomp.RGBASurface(slot, s, s, s * 4)  # wraps the slot's buffer, no copy
         if fmt is TexelFormat.BC1:
             return ispc_texcomp.compress_blocks_bc1(surface)[: (s // 4) ** 2 * 8]  # over-allocated 2x
@@ -112,6 +144,8 @@ def _ispc_stack(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], byt
         n, s = slots.shape[0], slots.shape[1]
         tall = slots.reshape(n * s, s, 4)
         blocks = n * (s // 4) ** 2
+        if fmt is TexelFormat.BC6H:
+            return _ispc_bc6h(tall, s, n * s)
         if fmt is TexelFormat.BC1:
             surface = ispc_texcomp.RGBASurface(tall, s, n * s, s * 4)
             return ispc_texcomp.compress_blocks_bc1(surface)[: blocks * 8]  # over-allocated 2x
@@ -150,6 +184,8 @@ def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
         import ispc_texcomp
 
         h, w = surface.shape[:2]
+        if fmt is TexelFormat.BC6H:
+            return _ispc_bc6h(surface, w, h)
         if fmt is TexelFormat.BC1:
             return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, w * 4))[: h * w // 2]
         if fmt is TexelFormat.BC3:
@@ -256,5 +292,7 @@ for _fmt in _BLOCK_FORMATS:
     ENCODERS[(_fmt, "etcpak")] = Encoder(_fmt, "etcpak", False, _etcpak(_fmt))
     if _fmt is not TexelFormat.BC7:
         ENCODERS[(_fmt, "quicktex")] = Encoder(_fmt, "quicktex", False, _quicktex(_fmt))
+_bc6h = TexelFormat.BC6H  # ispc only: neither etcpak nor quicktex encodes BC6H
+ENCODERS[(_bc6h, "ispc")] = Encoder(_bc6h, "ispc", True, _ispc(_bc6h), _ispc_stack(_bc6h), _ispc_surface(_bc6h))
 
-__all__ = ["BC7_QUALITIES", "ENCODERS", "Encoder", "force_opaque_bc7"]
+__all__ = ["BC7_QUALITIES", "ENCODERS", "HALF_MAX", "Encoder", "force_opaque_bc7", "to_half"]

@@ -1,6 +1,7 @@
 """Which texel format a bake uses, and the creation metadata every pack records.
 
-`choose_format` picks BC1 for opaque colour and BC7 for real alpha when no format was given;
+`choose_format` picks BC1 for opaque colour, BC7 for real alpha and BC6H for float (HDR) sources
+when no format was given;
 `creation_metadata` records the tool, the source and each creation parameter in the pack.
 """
 
@@ -9,9 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import BakeConfig
 from ..pack.format import Supercompression, TexelFormat
-from .source import Source, describe, has_alpha
+from .source import Source, describe, has_alpha, texel_dtype
 
 __all__ = [
     "ALPHA_FORMATS",
@@ -58,6 +61,8 @@ def choose_format(source: Source, config: BakeConfig) -> FormatChoice:
     the alpha they see (a scan ahead decodes the whole image once more: 3 CPU-seconds of a 16384²
     file), and a format that drops it is warned about when the bake ends."""
     given = config.texel_format
+    if given is None and texel_dtype(source) != np.uint8:  # float texels: HDR, kept so
+        return FormatChoice(TexelFormat.BC6H, True, False)
     if source.channels not in (2, 4):
         return FormatChoice(config.format_for(False), given is None, False)
     if given is not None:

@@ -40,7 +40,9 @@ is for storage only: the next level is made from the unbled rows (premultiplied,
 alpha-0 texels has no weight).
 
 The chain stays in float32 linear light: level ``l + 1`` is made from the unquantized level ``l``,
-and only the copies cut into tiles are rounded to 8 bits.
+and only the copies cut into tiles are rounded to 8 bits. Float texels (``Transfer.float_texels``,
+the HDR bake to BC6H) are never rounded here: the tiles are cut from the float32 levels themselves,
+from level 0 (a float source's linear rows) down, and the encoder takes them as they are.
 
 Speed matters (a 16K^2 level 0 is 268 MTexel), so the two per-texel steps use table lookups that
 numpy runs as one gather each:
@@ -180,11 +182,13 @@ class Transfer:
            for which the fast path is exact).
     premultiplied: colour is filtered weighted by alpha (colour with real alpha; see the module
            docstring); implies `alpha`.
+    float_texels: tiles hold float texels (BC6H): `encode` keeps the float32 values.
     """
 
     srgb: bool
     alpha: bool = True
     premultiplied: bool = False
+    float_texels: bool = False
 
     def decode(self, u8: np.ndarray) -> np.ndarray:
         """(..., 4) uint8 -> (..., 4) float32 linear."""
@@ -194,9 +198,12 @@ class Transfer:
         return out
 
     def encode(self, f32: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """(n, w, 4) float32 linear -> uint8 (see the module docstring for the rounding)."""
+        """(n, w, 4) float32 linear -> uint8 (see the module docstring for the rounding); with
+        `float_texels`, the float32 rows themselves (the block encoder rounds them to half floats)."""
         if f32.dtype != np.float32 or f32.ndim != 3 or f32.shape[2] != 4:
             raise ValueError(f"expected (rows, width, 4) float32, got {f32.shape} {f32.dtype}")
+        if self.float_texels:
+            return f32
         n, w, _ = f32.shape
         if out is None:
             out = np.empty((n, w, 4), np.uint8)

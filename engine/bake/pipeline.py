@@ -69,7 +69,7 @@ from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, w
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
 from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
-from .source import Source, open_source
+from .source import Source, open_source, texel_dtype
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -136,14 +136,17 @@ class _Feed:
     later stages receive the previous stage's output rows through `add`.
     """
 
-    def __init__(self, stage: Stage, source: Source | None = None, remote: bool = False) -> None:
+    def __init__(
+        self, stage: Stage, source: Source | None = None, remote: bool = False, texels: np.dtype | None = None
+    ) -> None:
         self.stage = stage
         self.source = source
         self.remote = remote
         self.next_band = 0
         self.chunks: list[tuple[int, np.ndarray]] = []
         self.have = 0  # rows [0, have) have arrived
-        self.dtype = np.dtype(np.uint8 if stage.index == 0 else np.float32)
+        # stage 0: the source's texels (uint8, or a float source's float32); later stages: float32
+        self.dtype = np.dtype(texels or np.uint8) if stage.index == 0 else np.dtype(np.float32)
         self.top: JobResult | None = None
         self.bottom: JobResult | None = None
         self.deferred_sent = False
@@ -174,10 +177,10 @@ class _Feed:
             return self._window_into(lo, hi, out, into)
         if self.source is not None and self.have < hi:
             rows = self.source.read_rows(self.have, hi)
-            if rows.shape != (hi - self.have, self.stage.width, 4) or rows.dtype != np.uint8:
+            if rows.shape != (hi - self.have, self.stage.width, 4) or rows.dtype != self.dtype:
                 raise EngineError(
                     f"source {self.source.name} returned {rows.shape} {rows.dtype} for rows "
-                    f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) uint8"
+                    f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) {self.dtype}"
                 )
             self.add(self.have, rows)
         parts = [(s, c) for s, c in self.chunks if s < hi and s + c.shape[0] > lo]
@@ -239,7 +242,8 @@ class _Baker:
         )
         alpha = choice.alpha is not False
         cutout = choice.premultiplied(self.header.srgb)
-        transfer = Transfer(srgb=self.header.srgb, alpha=alpha, premultiplied=cutout)
+        floats = self.header.texel_format.float_texels
+        transfer = Transfer(srgb=self.header.srgb, alpha=alpha, premultiplied=cutout, float_texels=floats)
         self.settings = Settings(self.header, transfer, config.bc7_quality, config.zstd_level, alpha)
         # On a cluster, as many jobs as it has worker threads: the band plan and the order of the
         # writes then equal a local bake's with that many jobs, byte for byte.
@@ -267,7 +271,7 @@ class _Baker:
         in_place = self.in_process and bool(getattr(source, "forkable", False))
         self.shared_source = not self.pickled_source and in_place
         remote = self.pickled_source or self.shared_source
-        self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
+        self.feeds = [_Feed(self.stages[0], None if remote else source, remote, texel_dtype(source))]
         self.feeds += [_Feed(st) for st in self.stages[1:]]
         self.pending: deque[tuple[Task, BandJob | CutJob, int | None]] = deque()
         self.ring: mmap.mmap | None = None
@@ -289,7 +293,7 @@ class _Baker:
             return InlinePool(state)
         # Band inputs the main process holds travel through a shared ring, not pickles.
         sizes = [
-            (st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
+            (st.band + 2 * st.margin) * st.width * 4 * self.feeds[st.index].dtype.itemsize
             for st in self.stages
             if st.index > 0 or self.feeds[0].source is not None
         ]

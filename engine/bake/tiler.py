@@ -83,17 +83,19 @@ class LevelCutter:
                 yield x, np.ascontiguousarray(rows[:, cols])
 
     def cut_row(self, rows: np.ndarray) -> np.ndarray:
-        """All slots of one tile row at once: `rows` as for `cut`; returns a fresh C-contiguous
-        (tiles_x, S, S, 4) uint8 array, slot `x` at index `x` (the layout `bcn.encode_slots` takes).
+        """All slots of one tile row at once: `rows` as for `cut` (or float32, for float texels);
+        returns a fresh C-contiguous (tiles_x, S, S, 4) array of their dtype, slot `x` at index `x`
+        (the layout `bcn.encode_slots` takes).
 
         The slots inside the level are one strided copy (slot x starts T texels after slot x - 1);
         only the few at the edges, whose columns the address mode resolves, are gathered apart.
         """
         s, t, b = self.slot_size, self.tile_size, self.border
-        if rows.shape != (s, self.width, 4) or rows.dtype != np.uint8:
-            raise ValueError(f"expected ({s}, {self.width}, 4) uint8 rows, got {rows.shape} {rows.dtype}")
+        if rows.shape != (s, self.width, 4) or rows.dtype not in (np.uint8, np.float32):
+            raise ValueError(f"expected ({s}, {self.width}, 4) uint8 or float32 rows, got {rows.shape} {rows.dtype}")
         n = self.tiles_x
-        out = np.empty((n, s, s, 4), np.uint8)
+        out = np.empty((n, s, s, 4), rows.dtype)  # float32 for float texels (BC6H)
+        item = rows.dtype.itemsize
         first = -(-b // t)  # the first slot whose columns start inside the level
         last = (self.width - s + b) // t  # the last one whose columns end inside it
         inner = max(0, last - first + 1)
@@ -101,7 +103,7 @@ class LevelCutter:
             rows = np.ascontiguousarray(rows)
             start = rows[:, first * t - b :]
             view = np.lib.stride_tricks.as_strided(
-                start, shape=(inner, s, s, 4), strides=(t * 4, rows.strides[0], 4, 1), writeable=False
+                start, shape=(inner, s, s, 4), strides=(t * 4 * item, rows.strides[0], 4 * item, item), writeable=False
             )
             out[first : first + inner] = view
         for x in [*range(0, min(first, n)), *range(first + inner if inner else min(first, n), n)]:

@@ -17,6 +17,7 @@ __all__ = [
     "GL_CLIENT_STORAGE_BIT",
     "GL_COMPRESSED_RED_RGTC1",
     "GL_COMPRESSED_RGBA_BPTC_UNORM",
+    "GL_COMPRESSED_RGB_BPTC_UNSIGNED_FLOAT",
     "GL_COMPRESSED_RGBA_S3TC_DXT5_EXT",
     "GL_COMPRESSED_RGB_S3TC_DXT1_EXT",
     "GL_COMPRESSED_RG_RGTC2",
@@ -172,6 +173,7 @@ GL_COMPRESSED_RED_RGTC1 = 0x8DBB
 GL_COMPRESSED_RG_RGTC2 = 0x8DBD
 GL_COMPRESSED_RGBA_BPTC_UNORM = 0x8E8C
 GL_COMPRESSED_SRGB_ALPHA_BPTC_UNORM = 0x8E8D
+GL_COMPRESSED_RGB_BPTC_UNSIGNED_FLOAT = 0x8E8F  # BC6H unsigned (UF16)
 
 
 # ---- texel formats ----------------------------------------------------------------------------
@@ -235,6 +237,11 @@ _FORMATS: dict[tuple[TexelFormat, bool], tuple[int, str, Feature | None]] = {
     (TexelFormat.BC7, True): (
         GL_COMPRESSED_SRGB_ALPHA_BPTC_UNORM,
         "GL_COMPRESSED_SRGB_ALPHA_BPTC_UNORM",
+        Feature.BPTC,
+    ),
+    (TexelFormat.BC6H, False): (
+        GL_COMPRESSED_RGB_BPTC_UNSIGNED_FLOAT,
+        "GL_COMPRESSED_RGB_BPTC_UNSIGNED_FLOAT",
         Feature.BPTC,
     ),
 }

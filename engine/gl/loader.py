@@ -49,7 +49,7 @@ class Feature(enum.Enum):
         "sRGB BC1/BC3 textures",
     )
     RGTC = (300, ("GL_ARB_texture_compression_rgtc", "GL_EXT_texture_compression_rgtc"), "BC4/BC5 textures")
-    BPTC = (420, ("GL_ARB_texture_compression_bptc",), "BC7 textures")
+    BPTC = (420, ("GL_ARB_texture_compression_bptc",), "BC6H and BC7 textures")
     COMPRESSED_PIXEL_STORAGE = (
         420,
         ("GL_ARB_compressed_texture_pixel_storage",),

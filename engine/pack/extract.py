@@ -19,7 +19,8 @@ MAX_EXTRACT_PIXELS = 1 << 28  # 256 MPixel (1 GiB as RGBA8): larger levels need 
 
 
 def decode_slot(raw: bytes, header: PackHeader) -> np.ndarray:
-    """A tile's raw bytes -> (S, S, 4) uint8 RGBA (BC4: grey in RGB; BC5: R, G, 0)."""
+    """A tile's raw bytes -> (S, S, 4) uint8 RGBA (BC4: grey in RGB; BC5: R, G, 0; BC6H: linear
+    values clipped to [0, 1], times 255)."""
     import texture2ddecoder as t2d
 
     s = header.slot_size
@@ -32,6 +33,7 @@ def decode_slot(raw: bytes, header: PackHeader) -> np.ndarray:
         TexelFormat.BC4: t2d.decode_bc4,
         TexelFormat.BC5: t2d.decode_bc5,
         TexelFormat.BC7: t2d.decode_bc7,
+        TexelFormat.BC6H: t2d.decode_bc6,
     }[fmt]
     bgra = np.frombuffer(decoder(raw, s, s), np.uint8).reshape(s, s, 4)
     rgba = bgra[..., [2, 1, 0, 3]].copy()
@@ -87,7 +89,9 @@ def extract_level(
 
 
 def image_mode_for(fmt: TexelFormat) -> str:
-    return {TexelFormat.BC4: "L", TexelFormat.BC1: "RGB", TexelFormat.BC5: "RGB"}.get(fmt, "RGBA")
+    return {TexelFormat.BC4: "L", TexelFormat.BC1: "RGB", TexelFormat.BC5: "RGB", TexelFormat.BC6H: "RGB"}.get(
+        fmt, "RGBA"
+    )
 
 
 def write_image(rgba: np.ndarray, path: Path, mode: str = "RGBA") -> None:

@@ -1,4 +1,4 @@
-"""Byte layout of a texstream tile pack (version 2; version 1 still reads); docs/FORMAT.md is the prose version.
+"""Byte layout of a texstream tile pack (versions 2 and 3; version 1 still reads); docs/FORMAT.md is the prose version.
 
 Everything is little-endian. A pack is::
 
@@ -13,6 +13,9 @@ The index is ordered level-major, then row-major inside a level, so the entry of
 ``xxh3-64(raw tile) ^ position_mix(i)`` for its position i, so a tile's checksum binds its place: two
 swapped entries fail both tiles' checks. Readers undo the mix when they load the index (version 1
 stored the bare xxh3-64), so `PackReader.index["checksum"]` is always the raw tile's xxh3-64.
+Version 3 is version 2's layout for texel formats added since (BC6H): a pack is written with the
+oldest version that has its format (`version_for`), so readers that do not know a format refuse its
+packs as "written by a newer texstream" while packs of the older formats stay readable by them.
 
 Level geometry: level l is ``max(1, ceil(W / 2**l)) x max(1, ceil(H / 2**l))`` texels (ceil, so a
 texel of level l covers exactly texels 2i and 2i+1 of level l-1, the missing one at an odd edge
@@ -34,8 +37,8 @@ import numpy as np
 from ..errors import PackFormatError
 
 MAGIC = b"TEXSTRM\x1a"
-VERSION = 2  # what the writer writes
-READ_VERSIONS = (1, 2)  # what the reader reads (1: index checks are the bare xxh3-64)
+VERSION = 3  # the newest version the writer writes (`version_for`: the oldest that has a pack's format)
+READ_VERSIONS = (1, 2, 3)  # what the reader reads (1: index checks are the bare xxh3-64)
 HEADER_SIZE = 128
 LEVEL_ENTRY_SIZE = 16
 INDEX_ENTRY_SIZE = 24
@@ -109,16 +112,27 @@ class TexelFormat(NamedIntEnum):
     BC4 = 3
     BC5 = 4
     BC7 = 5
+    BC6H = 6  # unsigned half-float RGB (HDR), linear; pack format version 3
 
     @property
     def block_bytes(self) -> int:
         """Bytes per 4x4 block (64 for RGBA8, whose 'block' is 16 texels of 4 bytes)."""
-        return {0: 64, 1: 8, 2: 16, 3: 8, 4: 16, 5: 16}[int(self)]
+        return {0: 64, 1: 8, 2: 16, 3: 8, 4: 16, 5: 16, 6: 16}[int(self)]
 
     @property
     def channels(self) -> int:
-        """Meaningful channels: 4 for colour formats, 1 for BC4, 2 for BC5."""
-        return {3: 1, 4: 2}.get(int(self), 4)
+        """Meaningful channels: 4 for colour formats, 1 for BC4, 2 for BC5, 3 for BC6H."""
+        return {3: 1, 4: 2, 6: 3}.get(int(self), 4)
+
+    @property
+    def float_texels(self) -> bool:
+        """True when texels are floating point (BC6H): baked from float sources, never 8-bit."""
+        return self is TexelFormat.BC6H
+
+    @property
+    def first_version(self) -> int:
+        """The first pack format version that has this format."""
+        return 3 if self is TexelFormat.BC6H else 1
 
     @property
     def compressed(self) -> bool:
@@ -126,8 +140,8 @@ class TexelFormat(NamedIntEnum):
 
     @property
     def colour(self) -> bool:
-        """True when the data is colour (may be sRGB); BC4/BC5 hold linear data only."""
-        return self not in (TexelFormat.BC4, TexelFormat.BC5)
+        """True when the data is colour that may be sRGB; BC4/BC5 (data) and BC6H (HDR) are linear only."""
+        return self not in (TexelFormat.BC4, TexelFormat.BC5, TexelFormat.BC6H)
 
     @classmethod
     def parse(cls, name: str) -> TexelFormat:
@@ -347,6 +361,12 @@ class PackHeader:
         }
 
 
+def version_for(header: PackHeader) -> int:
+    """The version a pack of `header` is written as: 2, or the first version of its texel format
+    when that is later (3 for BC6H), so older readers refuse only what they cannot read."""
+    return max(2, header.texel_format.first_version)
+
+
 def pack_header_bytes(
     header: PackHeader,
     *,
@@ -355,11 +375,14 @@ def pack_header_bytes(
     payload_end: int,
     index_checksum: int,
     level_checksum: int,
-    version: int = VERSION,
+    version: int | None = None,
 ) -> bytes:
-    """Serialize the 128-byte header, checksum included (`version` other than VERSION: tests only)."""
+    """Serialize the 128-byte header, checksum included (`version`: `version_for(header)` unless
+    given, which only tests do)."""
     import xxhash
 
+    if version is None:
+        version = version_for(header)
     body = HEADER_STRUCT.pack(
         MAGIC,
         version,
@@ -494,6 +517,11 @@ def parse_header_bytes(data: bytes, file_size: int) -> RawHeader:
             raise PackFormatError(f"{name} code {value} is not known")
     if not 1 <= levels <= MAX_LEVELS:
         raise PackFormatError(f"level count {levels} is outside 1..{MAX_LEVELS}")
+    first = TexelFormat(fmt).first_version
+    if version < first:
+        raise PackFormatError(
+            f"texel format {TexelFormat(fmt).name.lower()} needs pack format {first}, the header says {version}"
+        )
     try:
         header = PackHeader(
             width=width,

@@ -21,6 +21,7 @@ _DECODERS = {
     TexelFormat.BC4: t2d.decode_bc4,
     TexelFormat.BC5: t2d.decode_bc5,
     TexelFormat.BC7: t2d.decode_bc7,
+    TexelFormat.BC6H: t2d.decode_bc6,  # 8-bit, clipped to [0, 1]: right for slots of 8-bit texels
 }
 
 

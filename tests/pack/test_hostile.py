@@ -414,7 +414,7 @@ def test_header_bytes_version_must_be_known() -> None:
 
     with pytest.raises(
         PackFormatError,
-        match=r"written by a newer texstream \(format 7; this one reads formats up to 2\): upgrade texstream$",
+        match=r"written by a newer texstream \(format 7; this one reads formats up to 3\): upgrade texstream$",
     ):
         parse_header_bytes(body, 1 << 20)
 
@@ -455,5 +455,5 @@ def test_a_pack_from_a_newer_texstream_says_upgrade(tmp_path: Path) -> None:
         PackReader(p)
     assert (
         str(info.value)
-        == f"{p}: written by a newer texstream (format 9; this one reads formats up to 2): upgrade texstream"
+        == f"{p}: written by a newer texstream (format 9; this one reads formats up to 3): upgrade texstream"
     )

@@ -211,7 +211,8 @@ def _edit_header(data: bytearray, **changes: int) -> bytearray:
 @pytest.mark.parametrize(
     "changes, match",
     [
-        ({"version": 3}, r"written by a newer texstream \(format 3; .*\): upgrade texstream"),
+        ({"version": 4}, r"written by a newer texstream \(format 4; .*\): upgrade texstream"),
+        ({"fmt": 6}, "texel format bc6h needs pack format 3, the header says 2"),  # a BC6H pack is version 3
         ({"version": 0}, "version 0"),
         ({"width": 1 << 24, "height": 1 << 24, "levels": 19}, "geometry|offset|count"),  # huge: no allocation
         ({"width": 0}, "width"),
