@@ -1,11 +1,11 @@
 """OpenEXR images (``.exr``) as float32 RGB, through the ``openexr`` package (the ASWF's bindings).
 
 The package is imported on first use, so it is needed only to read EXR files. The header is read
-first and the data window's size checked against `MAX_TEXELS` (and handed to OpenEXR's own image
-size limit) before any pixel is decoded. The channels used: R, G, B (any pixel type: half, float or
-uint, all read as float32), or a lone Y (grey, replicated); alpha is dropped (BC6H holds RGB), and
-other layers are ignored. Multi-part files use their first part; deep and subsampled images are
-refused. Every failure is one `SourceError` line naming the file.
+first and the data window's size checked against `MAX_TEXELS` before any pixel is decoded. The
+channels used: R, G, B (any pixel type: half, float or uint, all read as float32), or a lone Y
+(grey, replicated); alpha is dropped (BC6H holds RGB), and other layers are ignored. Multi-part
+files use their first part; deep and subsampled images are refused. Every failure is one
+`SourceError` line naming the file.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ def read_exr(path: str | os.PathLike[str], *, max_texels: int = MAX_TEXELS) -> n
         wanted = ["R", "G", "B"] if {"R", "G", "B"} <= names else ["Y"] if "Y" in names else None
         if wanted is None:
             raise SourceError(f"{p}: no R, G, B or Y channel (it has {', '.join(sorted(names))[:120] or 'none'})")
-        OpenEXR.setMaxImageSize(width, height)  # the library's own guard, for the pixel read below
         with OpenEXR.File(str(p), separate_channels=True) as f:
             channels = f.channels()
             planes = [np.array(channels[n].pixels, np.float32) for n in wanted]  # copies: the file owns its arrays

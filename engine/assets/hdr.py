@@ -196,13 +196,17 @@ def _scanline(data: memoryview, pos: int, width: int, encodable: bool, out: np.n
             count = data[pos]
             if count > 128:
                 count -= 128
-                if filled + count > width or pos + 1 >= end:
-                    raise _Refused(f"scanline {y} has a run past its end or the file's")
+                if pos + 1 >= end:
+                    raise _Refused(f"truncated at scanline {y}")
+                if filled + count > width:
+                    raise _Refused(f"scanline {y} has a run past its end")
                 channel[filled : filled + count] = bytes((data[pos + 1],)) * count
                 pos += 2
             else:
-                if count == 0 or filled + count > width or pos + 1 + count > end:
+                if count == 0 or filled + count > width:
                     raise _Refused(f"scanline {y} has a bad run (count {count})")
+                if pos + 1 + count > end:
+                    raise _Refused(f"truncated at scanline {y}")
                 channel[filled : filled + count] = data[pos + 1 : pos + 1 + count]
                 pos += 1 + count
             filled += count

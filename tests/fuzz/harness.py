@@ -21,6 +21,8 @@ http           `HttpTransport.probe` / `fetch` on a whole hostile answer (status
                sent through the transport's `pool` hook without a network
 cache          the remote cache's folder (its files, as the cache itself names them) opened,
                read and written
+hdr            `parse_hdr` on a whole Radiance HDR file: header, resolution line, flat and
+               run-length encoded scanlines (SourceError only; what it accepts is consistent)
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from texstream.errors import PackFormatError, TileCorruptError
+from texstream.assets.hdr import parse_hdr
+from texstream.errors import PackFormatError, SourceError, TileCorruptError
 from texstream.pack import codec
 from texstream.pack.format import HEADER_SIZE, HEADER_STRUCT, Supercompression, parse_header_bytes
 from texstream.pack.reader import PackReader, parse_metadata
@@ -336,6 +339,21 @@ def target_cache(data: bytes) -> None:
         cache.close()
 
 
+HDR_MAX_TEXELS = 1 << 20  # the hdr target's texel cap (the reader's own default is 64 M texels)
+
+
+def target_hdr(data: bytes) -> None:
+    try:
+        image = parse_hdr(data, "fuzz.hdr", max_texels=HDR_MAX_TEXELS)
+    except SourceError as exc:
+        _one_line(exc)
+        return
+    rgb = image.rgb
+    assert rgb.dtype == np.float32 and rgb.ndim == 3 and rgb.shape[2] == 3, (rgb.shape, rgb.dtype)
+    assert 1 <= rgb.shape[0] * rgb.shape[1] <= HDR_MAX_TEXELS
+    assert bool(np.isfinite(rgb).all() and (rgb >= 0).all())  # RGBE holds finite non-negative values only
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": target_header,
     "pack": target_pack,
@@ -344,6 +362,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "content_range": target_content_range,
     "http": target_http,
     "cache": target_cache,
+    "hdr": target_hdr,
 }
 
 

@@ -140,6 +140,17 @@ def corpus() -> dict[str, dict[str, bytes]]:
         out["cache"]["geometry-only"] = CACHE_FILE_SEPARATOR.join(c if len(c) < 1024 else b"\xff" for c in contents)
         assert cache_folder_files(out["cache"]["filled"]).keys() <= set(files)
     out["cache"]["empty"] = b""
+
+    from tests.assets.hdr_files import hdr_bytes, sky
+
+    hdr = out["hdr"] = {}
+    picture = sky(24, 6)  # run-length encoded (width 8..32767), and flat
+    hdr["rle"] = hdr_bytes(picture)
+    hdr["flat"] = hdr_bytes(picture, rle=False)
+    hdr["narrow-flat"] = hdr_bytes(picture[:, :5])
+    hdr["bottom-up-mirrored"] = hdr_bytes(picture, resolution="+Y 6 -X 24", header="EXPOSURE=2.0")
+    hdr["rle-cut"] = hdr["rle"][: len(hdr["rle"]) * 2 // 3]
+    hdr["header-only"] = b"#?RGBE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 1\n"
     return out
 
 

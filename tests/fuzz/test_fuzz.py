@@ -27,6 +27,7 @@ SHORT_RUNS = {
     "content_range": 30_000,
     "http": 8_000,
     "cache": 600,
+    "hdr": 4_000,
 }
 MAX_CORPUS_BYTES = 2 << 20
 
