@@ -4,6 +4,7 @@ one line), baked in float to BC6H packs (pack format 3), checked against an inde
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -294,3 +295,24 @@ def test_an_hdr_file_streams_through_a_bc6h_pool(
     # BC6H as decoded by the GPU and by texture2ddecoder (8 bits, clipped to [0, 1])
     assert psnr(np.clip(expected, 0.0, 1.0) * 255.0, blocks, peak=255.0) >= 45.0  # measured 48.5
     assert psnr(tone(expected), tone(img[y0 : y0 + SIZE, x0 : x0 + SIZE]), peak=1.0) >= 45.0  # measured 51.8
+
+
+@pytest.mark.parametrize("mode", ["clamp", "wrap"])
+def test_float_bands_on_workers_give_the_in_process_pack(tmp_path: Path, monkeypatch, mode: str) -> None:  # noqa: ANN001
+    """Small bands on two worker processes (the shared ring carrying float32 rows, wrap's deferred
+    top tile rows cut from float rows): the same pack, byte for byte, as one band in this process."""
+    from texstream.bake import bake, jobs
+    from texstream.bake.source import FloatImageSource
+
+    source = FloatImageSource(sky(300, 260), "sky", "test")
+    config = ts.BakeConfig(texel_format=TexelFormat.BC6H, tile_size=64, address_mode=mode, progress=False)
+    bake(source, tmp_path / "one.tpk", dataclasses.replace(config, jobs=1))
+    monkeypatch.setattr(jobs, "BAND_BYTES", 1 << 16)
+    report = bake(source, tmp_path / "two.tpk", dataclasses.replace(config, jobs=2))
+    assert report.jobs == 2
+    with PackReader(tmp_path / "one.tpk") as one, PackReader(tmp_path / "two.tpk") as two:
+        assert one.header == two.header and one.header.texel_format is TexelFormat.BC6H
+        for i in range(one.header.tile_count):
+            assert one.read_tile(*one.tile_position(i)) == two.read_tile(*two.tile_position(i)), i
+        decoded = _level0(two)
+    assert psnr(decoded, np.clip(sky(300, 260), 0.0, 1.0) * 255.0, peak=255.0) >= 45.0
