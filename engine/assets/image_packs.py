@@ -327,8 +327,8 @@ def pack_for_image(
     Returns
     -------
     Path
-        the cached pack, leased by `cache` (never evicted by any process) until
-        ``cache.release(path)`` or this process's exit
+        the cached pack, leased by `cache` (never evicted by any process): each call holds the
+        lease until a matching ``cache.release(path)``, or this process's exit
 
     Raises
     ------
