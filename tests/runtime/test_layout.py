@@ -19,6 +19,7 @@ ROOT = Path(texstream.__file__).parent
 DECIDERS = [
     "runtime.slots",
     "runtime.residency",
+    "runtime.texture_sets",
     "runtime.records",
     "runtime.sharing",
     "runtime.budget_advice",
