@@ -123,11 +123,12 @@ def coarsen_by(space: TileSpace, wanted: Wanted, levels: np.ndarray) -> Wanted:
 
 def choose_lead(headers: list[PackHeader]) -> int:
     """Index of the set member that writes the feedback: the one with the finest texels (the largest
-    side; the first of equals), so every other member maps to the same or a coarser level."""
+    side, then the largest area; the first of equals), so every other member maps to the same or a
+    coarser level."""
     if not headers:
         raise ValueError("a texture set needs at least one member")
-    sides = [max(h.width, h.height) for h in headers]
-    return sides.index(max(sides))
+    sizes = [(max(h.width, h.height), h.width * h.height) for h in headers]
+    return sizes.index(max(sizes))
 
 
 class SetTable:
