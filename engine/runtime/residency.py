@@ -505,10 +505,10 @@ class Residency:
             return max(self.pressure(w).values(), key=lambda nc: nc[0] / nc[1], default=(0, 1))
 
         bm, cfg = self.budget, self.config.budget
-        pools = [p for p, ledger in enumerate(self.ledgers) if ledger is not None]
-        smallest = min((self.stream_capacity(p) for p in pools), default=1)
-        if bm.bias == 0 and 2 * len(wanted) < cfg.low_water * smallest:
-            return  # pages plus parents cannot fill any pool: no pressure to measure
+        if bm.bias == 0:
+            pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
+            if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in np.flatnonzero(pages).tolist()):
+                return  # no pool's pages plus parents can fill it: no pressure to measure
         need, cap = worst(wanted)
         b = bm.bias_levels
         if b > 0 and need <= cfg.high_water * cap and bm.bias - cfg.bias_step < b:

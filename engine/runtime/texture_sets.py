@@ -135,8 +135,9 @@ class SetTable:
     """The texture sets of one streamer: for each set its lead and its other members (texture ids).
 
     A texture may belong to several sets (a pack shared by two materials); pairs naming the same
-    follower twice only merge coverage. Pairs are kept as arrays sorted by lead, so `expand` is
-    fancy indexing over all sets at once.
+    follower twice only merge coverage. The mapping is computed when sets change into a follower
+    table over the tile ids (for each lead tile, the member pages it stands for), so `expand` is
+    one gather over all sets at once.
 
     Parameters
     ----------
@@ -151,9 +152,9 @@ class SetTable:
         self.width = np.zeros(MAX_TEXTURES, np.int64)
         self.height = np.zeros(MAX_TEXTURES, np.int64)
         self.tile = np.ones(MAX_TEXTURES, np.int64)
-        self._pairs_lead = np.zeros(0, np.int64)
-        self._pairs_member = np.zeros(0, np.int64)
-        self._pair_start = np.zeros(MAX_TEXTURES + 1, np.int64)  # pairs of lead t: start[t]..start[t+1]
+        self._pairs: list[tuple[int, int]] = []
+        self.follow = np.full((space.capacity, 0), -1, np.int32)  # per tile id: member pages (`_rebuild`)
+        space.add_listener(self._grow)
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -194,36 +195,63 @@ class SetTable:
         return self._sets[key]
 
     def _rebuild(self) -> None:
+        """Recompute the follower table: row i lists the member pages lead tile i maps to (-1 pads).
+        Done when sets change (open, close), so that `expand` is one gather per frame."""
         pairs = sorted({(lead, m) for lead, members in self._sets.values() for m in members})
-        self._pairs_lead = np.array([p[0] for p in pairs], np.int64)
-        self._pairs_member = np.array([p[1] for p in pairs], np.int64)
-        counts = np.bincount(self._pairs_lead, minlength=MAX_TEXTURES) if pairs else np.zeros(MAX_TEXTURES, np.int64)
-        self._pair_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._pairs = pairs
+        if not pairs:
+            self.follow = np.full((self.space.capacity, 0), -1, np.int32)
+            return
+        src, dst = [], []
+        for lead, member in pairs:
+            ids = self.space.tile_ids(lead)
+            mapped, at = self._map(ids, np.full(ids.size, member, np.int64))
+            src.append(ids[at])
+            dst.append(mapped)
+        s, d = np.concatenate(src), np.concatenate(dst)
+        order = np.lexsort((d, s))
+        s, d = s[order], d[order]
+        keep = np.concatenate([[True], (s[1:] != s[:-1]) | (d[1:] != d[:-1])])  # a page listed once per lead tile
+        s, d = s[keep], d[keep]
+        starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+        rank = np.arange(s.size) - np.repeat(starts, np.diff(np.append(starts, s.size)))
+        self.follow = np.full((self.space.capacity, int(rank.max()) + 1), -1, np.int32)
+        self.follow[s, rank] = d
+
+    def _grow(self, capacity: int) -> None:
+        extra = np.full((capacity - self.follow.shape[0], self.follow.shape[1]), -1, np.int32)
+        self.follow = np.concatenate([self.follow, extra])
 
     @property
     def pair_count(self) -> int:
-        return int(self._pairs_lead.size)
+        """(lead, follower) pairs over every set."""
+        return len(self._pairs)
 
     def expand(self, wanted: Wanted) -> Wanted:
         """`wanted` plus the pages every set's followers want for their lead's wanted pages (module
-        docstring), as one sorted `Wanted`. Cost: O(lead pages x followers); nothing else is read."""
-        if self._pairs_lead.size == 0 or not len(wanted):
+        docstring), as one sorted `Wanted`. Cost: a gather of the follower table's rows of the wanted
+        pages and a sort of the result, O(wanted pages x followers); nothing else is read."""
+        if self.follow.shape[1] == 0 or not len(wanted):
             return wanted
-        sp = self.space
-        tex = sp.tex[wanted.ids].astype(np.int64)
-        per_page = self._pair_start[tex + 1] - self._pair_start[tex]
-        pages = np.flatnonzero(per_page)
-        if pages.size == 0:
+        # Column by column: each column lists member pages in the order of the lead pages (ascending
+        # within one lead), so the concatenation is a few sorted runs that a stable (merging) sort joins fast.
+        rows = self.follow[wanted.ids].T.ravel()
+        hit = rows >= 0
+        if not hit.any():
             return wanted
-        n = per_page[pages]
-        page = np.repeat(pages, n)
-        within = np.arange(page.size) - np.repeat(np.cumsum(n) - n, n)
-        pair = self._pair_start[tex[page]] + within
-        ids, counts = self._map(wanted.ids[page], self._pairs_member[pair], wanted.counts[page])
-        return Wanted(*unique_sums(np.concatenate([wanted.ids, ids]), np.concatenate([wanted.counts, counts])))
+        ids = np.concatenate([wanted.ids, rows[hit]])
+        counts = np.concatenate([wanted.counts, np.tile(wanted.counts, self.follow.shape[1])[hit]])
+        order = np.argsort(ids, kind="stable")
+        ids, counts = ids[order], counts[order]
+        same = ids[1:] == ids[:-1]  # member pages under several lead pages (a smaller member)
+        if not same.any():
+            return Wanted(ids, counts)
+        starts = np.flatnonzero(np.concatenate([[True], ~same]))
+        return Wanted(ids[starts], np.add.reduceat(counts, starts))
 
-    def _map(self, lead_ids: np.ndarray, member: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Member pages under lead pages `lead_ids` (one follower texture id per entry), with counts."""
+    def _map(self, lead_ids: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Member pages under lead pages `lead_ids` (one follower texture id per entry), each with the
+        index of the lead page it came from."""
         sp = self.space
         lead, lv, x, y = sp.coords(lead_ids)
         wl, hl, tl = self.width[lead], self.height[lead], self.tile[lead]
@@ -244,12 +272,13 @@ class SetTable:
         nx, ny = np.maximum(x1 - x0 + 1, 1), np.maximum(y1 - y0 + 1, 1)
         first = sp.level_first[member, m]
         base = first + y0 * tx + x0
+        index = np.arange(base.size)
         if int(nx.max()) == 1 and int(ny.max()) == 1:
-            return base, counts
-        ids, cs = [], []
+            return base, index
+        ids, at = [], []
         for dy in range(int(ny.max())):
             for dx in range(int(nx.max())):
                 ok = (dx < nx) & (dy < ny)
                 ids.append(base[ok] + dy * tx[ok] + dx)
-                cs.append(counts[ok])
-        return np.concatenate(ids), np.concatenate(cs)
+                at.append(index[ok])
+        return np.concatenate(ids), np.concatenate(at)
