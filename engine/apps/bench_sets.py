@@ -79,11 +79,11 @@ def pan(sc: Scale) -> list[tuple[float, float]]:
     """The screen's top-left corner in lead texels, frame by frame: left to right and back, a row
     lower each pass, a fifth of the screen per frame (new pages every frame, prefetch or not)."""
     w, h = sc.screen[0] / ZOOM, sc.screen[1] / ZOOM
-    step = w / 5
+    step = max(w / 5, 256.0)  # at least two level-0 tiles: nothing prefetched covers it all
     xs = np.arange(0, sc.lead - w, step)
     out, row = [], 0
     while len(out) < sc.frames:
-        y = (row * h / 2) % max(1.0, sc.lead - h)
+        y = (row * max(h / 2, 256.0)) % max(1.0, sc.lead - h)
         out += [(float(x), float(y)) for x in (xs if row % 2 == 0 else xs[::-1])]
         row += 1
     return out[: sc.frames]
@@ -97,7 +97,7 @@ def view_pages(sc: Scale, corner: tuple[float, float], frame: int, h: PackHeader
     py, px = np.mgrid[phase // STRIDE : hh : STRIDE, phase % STRIDE : w : STRIDE]
     s = h.width / sc.lead
     tx, ty = (corner[0] + px.ravel() / ZOOM) * s, (corner[1] + py.ravel() / ZOOM) * s
-    level = min(h.level_count - 1, max(0, int(np.floor(np.log2(1.0 / (ZOOM * s)) + 1e-9))))
+    level = min(h.level_count - 1, max(0, int(np.floor(np.log2(s / ZOOM) + 1e-9))))  # texels a pixel spans
     t = h.tile_size << level
     grid = h.level_table[level]
     x = np.clip((tx // t).astype(np.int64), 0, int(grid["tiles_x"]) - 1)
