@@ -234,19 +234,32 @@ class SetTable:
         if self.follow.shape[1] == 0 or not len(wanted):
             return wanted
         # Column by column: each column lists member pages in the order of the lead pages (ascending
-        # within one lead), so the concatenation is a few sorted runs that a stable (merging) sort joins fast.
-        rows = self.follow[wanted.ids].T.ravel()
-        hit = rows >= 0
-        if not hit.any():
-            return wanted
-        ids = np.concatenate([wanted.ids, rows[hit]])
-        counts = np.concatenate([wanted.counts, np.tile(wanted.counts, self.follow.shape[1])[hit]])
-        order = np.argsort(ids, kind="stable")
-        ids, counts = ids[order], counts[order]
-        same = ids[1:] == ids[:-1]  # member pages under several lead pages (a smaller member)
-        if not same.any():
+        # within one lead; columns in member id order), so the concatenation is sorted already when the
+        # lead's ids come first, else a few sorted runs that a stable (merging) sort joins fast. Rows
+        # are full (no -1) when every lead page has its pages in every follower.
+        rows = self.follow[wanted.ids]
+        k = rows.shape[1]
+        if int(rows.min()) >= 0:
+            ids = np.concatenate([wanted.ids, rows.T.ravel()])
+            counts = np.tile(wanted.counts, k + 1)
+        else:
+            cols = rows.T.ravel()
+            hit = cols >= 0
+            if not hit.any():
+                return wanted
+            ids = np.concatenate([wanted.ids, cols[hit]])
+            counts = np.concatenate([wanted.counts, np.tile(wanted.counts, k)[hit]])
+        step = np.diff(ids)
+        if ids.size > 1 and int(step.min()) < 0:  # sorted already when the lead's range comes first
+            order = np.argsort(ids, kind="stable")
+            ids, counts = ids[order], counts[order]
+            step = np.diff(ids)
+        if ids.size < 2 or int(step.min()) > 0:
             return Wanted(ids, counts)
-        starts = np.flatnonzero(np.concatenate([[True], ~same]))
+        first = np.empty(ids.size, bool)  # the first of equal ids (a smaller member's page under several)
+        first[0] = True
+        np.not_equal(step, 0, out=first[1:])
+        starts = np.flatnonzero(first)
         return Wanted(ids[starts], np.add.reduceat(counts, starts))
 
     def _map(self, lead_ids: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
