@@ -1,7 +1,8 @@
 """texstream: stream huge block-compressed textures into a moderngl program inside a VRAM budget.
 
 The public API is what this module exports (``import texstream as ts``): the `Streamer` and its
-`VirtualTexture` (with its texture-coordinate `Origin`), the configurations, the errors, the shader
+`VirtualTexture` (with its texture-coordinate `Origin`) and `TextureSet` (one material's textures
+streamed as one), the configurations, the errors, the shader
 loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
 `register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
 (`FrameStats`, `StreamerStats`, `StreamTotals`, `Completeness`), `FrameThrottle` for headless loops,
@@ -37,7 +38,7 @@ _EXPORTS = {
     ".runtime.frame_stats": ("FeedbackInfo", "FrameStats", "StreamerStats", "StreamTotals"),
     ".runtime.origin": ("Origin",),
     ".runtime.residency": ("Completeness",),
-    ".runtime.streamer": ("IOStatus", "Streamer", "VirtualTexture"),
+    ".runtime.streamer": ("IOStatus", "Streamer", "TextureSet", "VirtualTexture"),
     ".telemetry": ("FrameRecord", "Overlay", "Telemetry"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from .runtime.frame_stats import FeedbackInfo, FrameStats, StreamerStats, StreamTotals
     from .runtime.origin import Origin
     from .runtime.residency import Completeness
-    from .runtime.streamer import IOStatus, Streamer, VirtualTexture
+    from .runtime.streamer import IOStatus, Streamer, TextureSet, VirtualTexture
     from .telemetry import FrameRecord, Overlay, Telemetry
 
 
@@ -116,6 +117,7 @@ __all__ = [
     "Supercompression",
     "Telemetry",
     "TexelFormat",
+    "TextureSet",
     "TileCorruptError",
     "VirtualTexture",
     "__version__",

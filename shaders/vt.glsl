@@ -42,9 +42,11 @@ struct VTInfo {
 };
 
 // VTInfo.meta.z bits (engine/runtime/origin.py): wrap past the edges (else clamp); v = 0 is the
-// image's top row (else its bottom row).
+// image's top row (else its bottom row); writes no feedback (a texture set's member other than its
+// lead: the lead's feedback stands for the whole set, engine/runtime/texture_sets.py).
 #define VT_META_WRAP 1
 #define VT_META_TOP_LEFT 2
+#define VT_META_NO_FEEDBACK 4
 
 // Level-0 texel coordinate of uv, rows counted from the image's top as the pack stores them: v is
 // flipped unless the texture's origin is top-left.
@@ -153,10 +155,11 @@ vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 u
     float f = lod - float(l0);
 
     // Feedback: one fragment per stride cell records the finest page it wants; the CPU applies the
-    // budget's mip bias when it reduces the entries.
+    // budget's mip bias when it reduces the entries. Members of a texture set other than its lead skip
+    // it (a uniform branch): the CPU maps the lead's pages onto them.
     int stride = int(max(vt_fb_stride, 1u));
     ivec2 cell = ivec2(gl_FragCoord.xy) % stride;
-    if (cell.x + cell.y * stride == int(vt_fb_phase)) {
+    if ((vt.meta.z & VT_META_NO_FEEDBACK) == 0 && cell.x + cell.y * stride == int(vt_fb_phase)) {
         uint i = atomicAdd(vt_fb_count, 1u);
         if (i < vt_fb_capacity) vt_fb_entries[i] = vt_page_index(vt, t, clamp(l0, 0, levels - 1));
     }

@@ -210,6 +210,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
         run_stream_bench(quick=args.quick, json_path=args.json)
         return 0
+    if args.what == "sets":
+        from .bench_sets import run_sets_bench
+
+        run_sets_bench(quick=args.quick, json_path=args.json)
+        return 0
     if args.what == "soak":
         from .bench_soak import run_soak_bench
 

@@ -538,8 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
         "what",
         nargs="?",
         default="bake",
-        choices=["bake", "stream", "scene", "soak"],
-        help="bake, stream, scene or soak (leaks and invariants over a long run; default bake)",
+        choices=["bake", "stream", "scene", "soak", "sets"],
+        help="bake, stream, scene, soak (leaks and invariants over a long run) or sets (a texture set's "
+        "render-thread cost against one texture); default bake",
     )
     s.add_argument("--minutes", type=_positive_float, default=None, help="bench soak: run this long")
     s.add_argument(

@@ -19,7 +19,9 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
   `within_budget` (which of a frame's upload calls fit ``StreamerConfig.upload_time_budget_ms``);
 - ``upload_plan.py``: a frame's upload calls (`upload_runs`: runs of consecutive layers at one cell;
   `PoolUploads`; `keep_within_budget`);
-- ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared).
+- ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared);
+- ``texture_sets.py``: texture sets (`SetTable`: a set's lead pages mapped onto its members by mip
+  offset, one gather a frame) and priorities (`Priorities`, the priority share of the mip bias).
 
 Movers (the only modules that hold GL objects or threads; they carry out the deciders' orders and
 report results as records, and change no residency state of their own accord):
@@ -36,8 +38,9 @@ report results as records, and change no residency state of their own accord):
   does not import the streamer).
 
 The facade: ``streamer.py`` (`Streamer`: the frame script and the public methods) with its read-only
-views in ``views.py`` and ``frame_stats.py`` (`FrameStats`, `StreamerStats`, `IOStatus`,
-`FeedbackInfo`) and ``residency.Completeness``. Telemetry and the memory report read these views,
+views and hooks in ``views.py``, its texture-set verbs and the `TextureSet` handle in ``sets.py``,
+``frame_stats.py`` (`FrameStats`, `StreamerStats`, `IOStatus`, `FeedbackInfo`) and
+``residency.Completeness``. Telemetry and the memory report read these views,
 never a streamer's private attributes.
 
 Threading contract

@@ -20,10 +20,11 @@ import enum
 
 from ..pack.format import AddressMode
 
-__all__ = ["META_TOP_LEFT", "META_WRAP", "Origin", "meta_flags"]
+__all__ = ["META_NO_FEEDBACK", "META_TOP_LEFT", "META_WRAP", "Origin", "meta_flags"]
 
 META_WRAP = 1  # VTInfo.meta.z bit: wrap (else clamp); shaders/vt.glsl VT_META_WRAP
 META_TOP_LEFT = 2  # VTInfo.meta.z bit: v = 0 is the image's top row; shaders/vt.glsl VT_META_TOP_LEFT
+META_NO_FEEDBACK = 4  # VTInfo.meta.z bit: a texture set's member that is not its lead writes no feedback
 
 
 class Origin(enum.Enum):
@@ -44,7 +45,8 @@ class Origin(enum.Enum):
             raise ValueError(f"origin must be an Origin or one of {choices}, got {value!r}") from None
 
 
-def meta_flags(address_mode: AddressMode, origin: Origin) -> int:
-    """``VTInfo.meta.z`` for a texture: its wrap bit and its origin bit."""
+def meta_flags(address_mode: AddressMode, origin: Origin, *, feedback: bool = True) -> int:
+    """``VTInfo.meta.z`` for a texture: its wrap bit, its origin bit and (for a texture set's member
+    whose lead writes the set's feedback) the no-feedback bit."""
     wrap = META_WRAP if address_mode == AddressMode.WRAP else 0
-    return wrap | (META_TOP_LEFT if origin is Origin.TOP_LEFT else 0)
+    return wrap | (META_TOP_LEFT if origin is Origin.TOP_LEFT else 0) | (0 if feedback else META_NO_FEEDBACK)

@@ -11,8 +11,8 @@ Policy:
   requested again before its back-off ends (``retry_frames``, doubling per failure).
 - Missing chains: a wanted page whose nearest resident ancestor is ``d`` levels up asks for the
   ``d`` tiles between them. Each tile of a chain weighs the sum, over the wanted pages under it, of
-  ``coverage * (resident level - wanted level)``, so a parent always weighs at least as much as its
-  children.
+  ``coverage * (resident level - wanted level) * priority`` (the texture's, `texture_sets`), so a
+  parent always weighs at least as much as its children.
 - Order: this frame's demand, then this frame's prefetch, each by weight descending, coarser level
   first; then tiles queued in earlier frames and not wanted in this one, coarser level first (their
   weights are stale); ties by id. A parent ranks ahead of its children, so a frame's cut (a prefix
@@ -41,7 +41,7 @@ import numpy as np
 from ..config import StreamerConfig
 from .feedback_reduce import Wanted, unique_sums
 from .page_table import PageTables
-from .tiles import MAX_LEVELS, TileSpace
+from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
 __all__ = ["RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
 
@@ -105,12 +105,20 @@ class RequestScheduler:
         The page tables (residency).
     loading
         Mask of the given tile ids that have a load in flight (the uploader's answer).
+    priority
+        Priority per texture id (read, never written: `texture_sets.Priorities` owns it); default 1.
     """
 
     def __init__(
-        self, config: StreamerConfig, space: TileSpace, tables: PageTables, loading: Callable[[np.ndarray], np.ndarray]
+        self,
+        config: StreamerConfig,
+        space: TileSpace,
+        tables: PageTables,
+        loading: Callable[[np.ndarray], np.ndarray],
+        priority: np.ndarray | None = None,
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
+        self.priority = np.ones(MAX_TEXTURES) if priority is None else priority
         self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
@@ -182,7 +190,7 @@ class RequestScheduler:
         level = sp.level[m_ids].astype(np.int64)
         top = sp.level_count[sp.tex[m_ids].astype(np.int64)]
         ceiling = np.where(anc >= 0, sp.level[np.maximum(anc, 0)], top)
-        weight = np.maximum(wanted.counts[miss], 1) * (ceiling - level)
+        weight = self._weigh(np.maximum(wanted.counts[miss], 1) * (ceiling - level), m_ids)
         keys, weights = [m_ids], [weight]
         cur, w, stop = m_ids, weight, ceiling - level - 1  # ancestors still to add per chain
         while cur.size:
@@ -215,10 +223,18 @@ class RequestScheduler:
             c = counts[fine]
             wparts += [c, c[right], c[down], c[right & down]]
         pk, pw = unique_sums(np.concatenate(parts), np.maximum(np.concatenate(wparts), 1))
+        pw = self._weigh(pw, pk)
         keep = ~self.tables.is_resident(pk)
         pk, pw = pk[keep], pw[keep]
         keep = self.tables.is_resident(np.maximum(sp.parent[pk].astype(np.int64), 0)) & (sp.parent[pk] >= 0)
         return pk[keep], pw[keep]
+
+    def _weigh(self, weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """`weights` of tiles `ids` times their texture's priority (rounded up; unchanged at 1)."""
+        p = self.priority[self.space.tex[ids].astype(np.int64)]
+        if ids.size == 0 or (p == 1.0).all():
+            return weights
+        return np.minimum(np.ceil(weights * p), _SCORE_LIMIT).astype(np.int64)
 
     def _merge(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
         """Queue `ids` (unique) with this frame's weights; returns how many were queued."""

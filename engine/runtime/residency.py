@@ -2,13 +2,14 @@
 
 `Residency` owns every piece of state that decides residency: the tile id space (`tiles.TileSpace`),
 the page tables as arrays (`page_table.PageTables`), one `slots.SlotLedger` per cache pool, the
-request scheduler, the feedback reducer, the budget's mip-bias steps and the latency and totals
-counters. Nothing else changes them. The movers (cache texture arrays, staging ring, I/O threads,
-uploader, feedback buffers) carry out its decisions and hand back records (`records`); the streamer
-moves those between them. Its verbs, in the order of a frame:
+request scheduler, the feedback reducer, the texture sets and priorities (`texture_sets`), the
+budget's mip-bias steps and the latency and totals counters. Nothing else changes them. The movers
+(cache texture arrays, staging ring, I/O threads, uploader, feedback buffers) carry out its decisions
+and hand back records (`records`); the streamer moves those between them. Its verbs, in the order of a frame:
 
 - `begin_frame` advances the frame counter;
-- `observe(feedback)` reduces the newest feedback to wanted pages (the budget's bias applied), steps
+- `observe(feedback)` reduces the newest feedback to wanted pages (each texture set's lead pages
+  mapped onto its members; the budget's bias applied, weighed by priority), steps
   the bias controller and records a use of every slot the newest wanted pages sample;
 - `apply(drained=...)` and `apply(uploaded=...)` fold the I/O results and the issued uploads in:
   failed loads back off and free their slots; uploaded tiles become resident in ledger and tables;
@@ -40,6 +41,7 @@ from .page_table import PageTables, TexturePages
 from .records import Drained, LoadRecords, Uploaded
 from .requests import RequestScheduler
 from .slots import MAX_POOLS, RUN_DTYPE, PoolDemand, ResizeResult, SlotGeometry, SlotLedger, plan_capacities
+from .texture_sets import Priorities, SetTable, bias_levels, coarsen_by
 from .tiles import MAX_TEXTURES, TileRange, TileSpace
 
 __all__ = ["Completeness", "Orders", "POOL_RUN_DTYPE", "Residency", "StreamTotals"]
@@ -143,9 +145,13 @@ class Residency:
         self.space = TileSpace()
         self.tables = PageTables(self.space)
         self.reducer = FeedbackReducer(self.space)
+        self.sets = SetTable(self.space)
+        self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
-        self.scheduler = RequestScheduler(config, self.space, self.tables, lambda ids: self._loading(ids))
+        self.scheduler = RequestScheduler(
+            config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values
+        )
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS
         self.pool_of = np.full(MAX_TEXTURES, -1, np.int64)  # pool index of each texture id
@@ -186,6 +192,7 @@ class Residency:
         if self.ledgers[pool] is None:
             self.ledgers[pool], self.geometry[pool] = ledger, geometry
         assert self.ledgers[pool] is ledger, "one ledger per pool"
+        ledger.weigh_by(self.priority.values)
         self.pool_of[tex] = pool
         self.headers[tex] = h
         self.tables.add_texture(tex, self.config.pinned_levels)
@@ -212,6 +219,8 @@ class Residency:
         ledger.release_texture(tex, self.frame)
         rng = self.space.ranges[tex]
         self.scheduler.forget(rng.start, rng.stop)
+        self.sets.forget_texture(tex)
+        self.priority.reset(tex)
         self.tables.remove_texture(tex)
         self.space.unregister(tex)
         self.pool_of[tex] = -1
@@ -325,14 +334,22 @@ class Residency:
         wanted = Wanted.empty()
         if feedback and self.headers:
             result = self.reducer.reduce(np.concatenate(feedback) if len(feedback) > 1 else feedback[0])
-            self.sampled = result.wanted
-            bias_levels = self.budget.bias_levels
-            wanted = self.reducer.coarsen(result.wanted, bias_levels)
-            self._step_bias(wanted, lambda: self.reducer.coarsen(self.sampled, bias_levels - 1))
+            self.sampled = self.sets.expand(result.wanted)
+            bias = self.budget.bias
+            wanted = self.coarsen(self.sampled, bias)
+            self._step_bias(wanted, lambda: self.coarsen(self.sampled, bias - 1, pressure=bias > 0))
             self.needed = wanted
             self._feedback_frames.append(self.frame)
         self.wanted = wanted
         self._touch(self.needed)
+        return wanted
+
+    def coarsen(self, wanted: Wanted, bias: float, *, pressure: bool | None = None) -> Wanted:
+        """`wanted` coarsened by the mip `bias`, each texture by its priority's share of it
+        (`texture_sets.bias_levels`); `pressure` (default: bias > 0) says whether a bias is in force."""
+        if (bias > 0 if pressure is None else pressure) and len(wanted):
+            levels = bias_levels(self.space, self.priority.values, wanted.ids, bias)
+            return coarsen_by(self.space, wanted, levels)
         return wanted
 
     def apply(self, *, drained: Drained | None = None, uploaded: Uploaded | None = None) -> LoadRecords:
@@ -488,10 +505,10 @@ class Residency:
             return max(self.pressure(w).values(), key=lambda nc: nc[0] / nc[1], default=(0, 1))
 
         bm, cfg = self.budget, self.config.budget
-        pools = [p for p, ledger in enumerate(self.ledgers) if ledger is not None]
-        smallest = min((self.stream_capacity(p) for p in pools), default=1)
-        if bm.bias == 0 and 2 * len(wanted) < cfg.low_water * smallest:
-            return  # pages plus parents cannot fill any pool: no pressure to measure
+        if bm.bias == 0:
+            pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
+            if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in np.flatnonzero(pages).tolist()):
+                return  # no pool's pages plus parents can fill it: no pressure to measure
         need, cap = worst(wanted)
         b = bm.bias_levels
         if b > 0 and need <= cfg.high_water * cap and bm.bias - cfg.bias_step < b:

@@ -27,7 +27,9 @@ Slot lifecycle (`CacheSlotState`)::
       +------ free -------+-------- release_texture --+
 
 A RESIDENT slot is evicted only when unpinned and unused (per feedback) for ``frames_in_flight``
-frames. Independently, a slot whose tile left it at frame E is not overwritten before frame
+frames. Victims are the longest idle, idle time divided by their texture's priority (`weigh_by`:
+priority-weighted least recently used; a priority-2 tile idle 8 frames goes after a priority-1 tile
+idle 5). Independently, a slot whose tile left it at frame E is not overwritten before frame
 ``E + frames_in_flight`` (`writable_at`): draws issued before E may still be in flight and sample
 it through their page tables, and waiting avoids an implicit GPU sync on the upload.
 
@@ -259,6 +261,7 @@ class SlotLedger:
         self.pinned = np.zeros(0, bool)
         self.writable_at = np.zeros(0, np.int64)  # frame from which the slot may be overwritten
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
+        self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
         self.grow(capacity)
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -343,17 +346,28 @@ class SlotLedger:
         e = np.zeros(0, np.int64)
         return Allocation(e, tiles, victims, last, np.zeros(0, RUN_DTYPE))
 
+    def weigh_by(self, priority: np.ndarray) -> None:
+        """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns
+        and may change; every entry > 0)."""
+        self._priority = priority
+
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
         candidates = np.flatnonzero(self.evictable_mask(frame))
         if candidates.size == 0:
             return candidates
-        # Oldest first; among equally old, finer levels first (coarser ones back more pages); then
-        # lowest slot, so the choice is deterministic.
-        order_key = (self.last_used[candidates] * 64 + self.level[candidates]) * self.capacity + candidates
+        # Longest idle first (in 1/16 frames, divided by the texture's priority); among equals, finer
+        # levels first (coarser ones back more pages); then lowest slot, so the choice is deterministic.
+        idle = (frame - self.last_used[candidates]).astype(np.float64)
+        if self._priority is not None:
+            idle /= self._priority[self.tex[candidates].astype(np.int64)]
+        key = np.minimum(np.floor(idle * 16), 1 << 40).astype(np.int64) * -64 + self.level[candidates]
         if candidates.size > count:
-            part = np.argpartition(order_key, count - 1)[:count]
-            candidates, order_key = candidates[part], order_key[part]
-        return candidates[np.argsort(order_key, kind="stable")]
+            kth = np.partition(key, count - 1)[count - 1]
+            below = np.flatnonzero(key < kth)
+            ties = np.flatnonzero(key == kth)[: count - below.size]  # lowest slots among the ties
+            pick = np.concatenate([below, ties])
+            candidates, key = candidates[pick], key[pick]
+        return candidates[np.lexsort((candidates, key))]
 
     # ---- state changes --------------------------------------------------------------------------
     def _slots(self, slots: np.ndarray | int, states: tuple[int, ...], what: str) -> np.ndarray:

@@ -37,19 +37,21 @@ from .page_buffer import PageTableBuffer
 from .pool_set import PoolSet
 from .pools import CachePool, PoolKey
 from .residency import Residency
+from .sets import SetVerbs, TextureSet
 from .sharing import OpenPacks, pack_identity
 from .texture import VT_PAGES_BINDING, VirtualTexture, check_bindings
+from .texture_sets import check_priority
 from .tiles import HEADER, MAX_LEVELS, MAX_TEXTURES
 from .update_watch import UpdateWatch
 from .uploader import Uploader
 from .views import StreamerViews
 
-__all__ = ["FrameStats", "IOStatus", "Streamer", "VirtualTexture"]
+__all__ = ["FrameStats", "IOStatus", "Streamer", "TextureSet", "VirtualTexture"]
 
 log = logging.getLogger(__name__)
 
 
-class Streamer(RenderThreadOwned, StreamerViews):
+class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
     """Streams tiles of any number of packs into one VRAM budget.
 
     Every method belongs to the thread that made the streamer (the one its GL context is current on);
@@ -101,6 +103,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._pages = PageTableBuffer(ctx, self.budget)
         self._pool_set = PoolSet(self.gl, self.budget, config)
         self._packs: OpenPacks[VirtualTexture] = OpenPacks()
+        self._sets: list[TextureSet] = []  # open texture sets (SetVerbs)
         self._uploader: Uploader | None = None
         self._uploader_parts = {"ctx": ctx, "gl": self.gl, "space": self._core.space, "config": config}
         # read_hook (not documented API): fault injection for tests, called on an I/O thread with each batch
@@ -120,6 +123,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         *,
         origin: Origin | str = Origin.BOTTOM_LEFT,
         progress: ProgressCallback | None = None,
+        priority: float = 1.0,
     ) -> VirtualTexture:
         """Open a pack for streaming; its coarsest `StreamerConfig.pinned_levels` levels load now.
         A pack that is already open is not loaded again: the new handle shares its residency.
@@ -136,6 +140,8 @@ class Streamer(RenderThreadOwned, StreamerViews):
             `Origin.TOP_LEFT` (glTF, DirectX); per handle, also of a shared pack. `VirtualTexture.origin`.
         progress : callable, optional
             Called with an `ImagePackProgress` while an image is hashed and baked (first open only).
+        priority : float, optional
+            `VirtualTexture.priority`: > 1 stays sharper under pressure, < 1 gives way first.
 
         Returns
         -------
@@ -154,12 +160,14 @@ class Streamer(RenderThreadOwned, StreamerViews):
             Too many textures open, or the streamer is released.
         """
         self._check_open()
-        origin = Origin.parse(origin)
+        origin, priority = Origin.parse(origin), check_priority(priority)
         reader = open_pack_reader(path, self.config.remote, progress=progress)  # a cached pack: leased while open
         shared = self._packs.find(pack_identity(reader))
         if shared is not None:
             reader.close()
-            return self._packs.add(self._handle(shared.id, shared.reader, shared.pool, origin))
+            vt = self._packs.add(self._handle(shared.id, shared.reader, shared.pool, origin, priority))
+            self._on_priority(vt.id)
+            return vt
         vt: VirtualTexture | None = None
         core = self._core
         try:
@@ -180,7 +188,8 @@ class Streamer(RenderThreadOwned, StreamerViews):
                 core.unregister(tex_id)
                 raise
             core.attach(tex_id, h, pool.index, pool.ledger, pool.geometry)
-            vt = self._packs.add(self._handle(tex_id, reader, pool, origin), pack_identity(reader))
+            vt = self._packs.add(self._handle(tex_id, reader, pool, origin, priority), pack_identity(reader))
+            self._on_priority(tex_id)
             assert self._uploader is not None
             self._uploader.add_source(tex_id, reader)
             self._plan_pools()
@@ -198,25 +207,32 @@ class Streamer(RenderThreadOwned, StreamerViews):
         log.info("opened %s as texture %d (%s)", path, tex_id, pool.name)
         return vt
 
-    def _handle(self, tex_id: int, reader: PackReader, pool: CachePool, origin: Origin) -> VirtualTexture:
+    def _handle(
+        self, tex_id: int, reader: PackReader, pool: CachePool, origin: Origin, priority: float
+    ) -> VirtualTexture:
         core = self._core
         failures = lambda t: (core.corrupt_tiles(t), int(core.failed_loads[t]))  # noqa: E731
         parts = (tex_id, reader, pool, core.space.ranges[tex_id], core.table_view(tex_id))
-        return VirtualTexture(*parts, on_bind=self._on_bind, on_close=self.close, failures=failures, origin=origin)
+        hooks = {"on_bind": self._on_bind, "on_close": self.close, "on_priority": self._on_priority}
+        return VirtualTexture(*parts, failures=failures, origin=origin, priority=priority, **hooks)
 
-    def close(self, vt: VirtualTexture) -> None:
-        """Close a texture handle. When it is the pack's last handle, its loads are cancelled and its
-        cache slots freed once the frames in flight no longer sample them. Closing twice does nothing.
+    def close(self, vt: VirtualTexture | TextureSet) -> None:
+        """Close a texture handle (or every member of a set). When it is the pack's last handle, its
+        loads are cancelled and its cache slots freed once the frames in flight no longer sample them.
+        Closing twice does nothing.
 
         Parameters
         ----------
-        vt : VirtualTexture
-            A texture this streamer opened.
+        vt : VirtualTexture or TextureSet
+            A texture or texture set this streamer opened.
         """
         self._check_thread()
+        if isinstance(vt, TextureSet):
+            return vt.close()
         if not self._packs.remove(vt):
             return
         vt.closed = True
+        self._member_closed(vt)
         if self._packs.handles(vt.id):
             return  # another handle on the same pack keeps the residency
         assert self._uploader is not None
@@ -390,30 +406,6 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._pages.bind(VT_PAGES_BINDING)
         self._feedback.bind()
 
-    def make_all_resident(self, vt: VirtualTexture) -> None:
-        """Load every tile of `vt` now (blocking) and pin it: the all-resident reference image.
-
-        Raises
-        ------
-        BudgetError
-            The whole texture does not fit the budget (nothing changes).
-        TileCorruptError
-            A tile is damaged (nothing stays loaded or pinned).
-        """
-        self._check_open()
-        core, up = self._core, self._uploader
-        assert up is not None
-        ids, newly = core.all_resident_plan(vt.id)
-        core.free_loads(up.cancel(ids))
-        core.check_room(vt.id, ids, str(vt.path))
-        ledger = vt.pool.ledger
-        ledger.pin(newly)  # so that making room evicts none of this texture's tiles
-        try:
-            self._load_now(vt, ids, what="all-resident")
-        except BaseException:
-            ledger.unpin(newly)
-            raise
-
     # ---- lifetime -----------------------------------------------------------------------------
     def release(self) -> None:
         """Stop the I/O threads and free every GL object the engine made; calling it again does
@@ -442,6 +434,8 @@ class Streamer(RenderThreadOwned, StreamerViews):
             self.budget.release("staging-ring")
         for vt in self._packs.close_all():
             vt.reader.close()
+        for tset in self._sets:
+            tset.closed = True
         self._pool_set.release()
         self._pages.release()
         self._feedback.release()

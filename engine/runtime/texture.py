@@ -28,6 +28,7 @@ from .origin import Origin, meta_flags
 from .page_table import TexturePages
 from .pools import CachePool
 from .slots import MAX_POOLS  # units FIRST_UNIT .. FIRST_UNIT + MAX_POOLS - 1
+from .texture_sets import check_priority
 from .tiles import TileRange
 
 __all__ = ["FIRST_UNIT", "MAX_POOLS", "VT_FEEDBACK_BINDING", "VT_PAGES_BINDING", "VirtualTexture", "check_bindings"]
@@ -80,6 +81,13 @@ class VirtualTexture:
         Which image row v = 0 names: `Origin.BOTTOM_LEFT` (default, the GL convention) or
         `Origin.TOP_LEFT` (glTF, DirectX). Set by ``Streamer.open(path, origin=...)``; may be
         changed at any time (the next `bind` uses it).
+    priority : float
+        How much this texture's sharpness counts under pressure (default 1; > 1 stays sharper, < 1
+        gives way first: docs/priorities.md). Handles on one pack stream it at the highest priority
+        any of them has. Settable at any time.
+    writes_feedback : bool
+        False for a member of a `TextureSet` other than its lead (the lead's feedback stands for the
+        set; ``VTInfo.meta`` carries the bit, so the shader needs no change). Owned by the set.
     closed : bool
         True once this handle or its streamer is closed.
     """
@@ -96,14 +104,27 @@ class VirtualTexture:
         on_close: Callable[[VirtualTexture], None],
         failures: Callable[[int], tuple[int, int]],
         origin: Origin = Origin.BOTTOM_LEFT,
+        priority: float = 1.0,
+        on_priority: Callable[[int], None] = lambda _tex: None,
     ) -> None:
         self.id, self.reader, self.pool, self.tiles, self.table = tex_id, reader, pool, tiles, table
         self.header: PackHeader = reader.header
         self.path = reader.path
         self.lod_bias = 0.0
         self.origin = origin
+        self.writes_feedback = True
         self.closed = False
         self._on_bind, self._on_close, self._failures = on_bind, on_close, failures
+        self._priority, self._on_priority = check_priority(priority), on_priority
+
+    @property
+    def priority(self) -> float:
+        return self._priority
+
+    @priority.setter
+    def priority(self, value: float) -> None:
+        self._priority = check_priority(value)
+        self._on_priority(self.id)  # the streamer streams the pack at its handles' highest priority
 
     @property
     def origin(self) -> Origin:
@@ -118,7 +139,8 @@ class VirtualTexture:
         """``VTInfo.meta`` of this texture (level count, page-table base, flags, max anisotropy), for
         programs that pass a texture's description per instance instead of through `bind`."""
         h = self.header
-        return (h.level_count, self.tiles.start, meta_flags(h.address_mode, self.origin), max_anisotropy(h.border))
+        flags = meta_flags(h.address_mode, self.origin, feedback=self.writes_feedback)
+        return (h.level_count, self.tiles.start, flags, max_anisotropy(h.border))
 
     @property
     def corrupt_tiles(self) -> int:

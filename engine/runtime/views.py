@@ -2,7 +2,8 @@
 
 Each view is built from the part that owns the figures: the residency core (`residency.Residency`),
 the budget, the uploader's and the feedback ring's own status records. None of them changes state
-except the two hooks named as such (`inject_feedback`, and `validate`'s GPU readback).
+except the hooks named as such (`inject_feedback`, `make_all_resident`: the all-resident reference,
+and `validate`'s GPU readback).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class StreamerViews:
     _feedback: FeedbackRing
     _pages: PageTableBuffer
     _check_open: Callable[[], None]
+    _load_now: Callable[..., None]
 
     _packs: OpenPacks[VirtualTexture]
     _pool_set: PoolSet
@@ -165,6 +167,30 @@ class StreamerViews:
         """The newest feedback's pages before the mip bias (what the draws sample); a new object each
         time new feedback arrives."""
         return self._core.sampled
+
+    def make_all_resident(self, vt: VirtualTexture) -> None:
+        """Load every tile of `vt` now (blocking) and pin it: the all-resident reference image.
+
+        Raises
+        ------
+        BudgetError
+            The whole texture does not fit the budget (nothing changes).
+        TileCorruptError
+            A tile is damaged (nothing stays loaded or pinned).
+        """
+        self._check_open()
+        core, up = self._core, self._uploader
+        assert up is not None
+        ids, newly = core.all_resident_plan(vt.id)
+        core.free_loads(up.cancel(ids))
+        core.check_room(vt.id, ids, str(vt.path))
+        ledger = vt.pool.ledger
+        ledger.pin(newly)  # so that making room evicts none of this texture's tiles
+        try:
+            self._load_now(vt, ids, what="all-resident")
+        except BaseException:
+            ledger.unpin(newly)
+            raise
 
     def inject_feedback(self, tile_ids: np.ndarray) -> bool:
         """Add page ids to this frame's feedback as if the coming draw had written them (drive the

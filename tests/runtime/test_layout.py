@@ -19,6 +19,7 @@ ROOT = Path(texstream.__file__).parent
 DECIDERS = [
     "runtime.slots",
     "runtime.residency",
+    "runtime.texture_sets",
     "runtime.records",
     "runtime.sharing",
     "runtime.budget_advice",
@@ -93,3 +94,12 @@ def test_the_check_sees_gl_where_there_is_some() -> None:
 def test_frame_stats_and_the_memory_report_do_not_import_the_streamer() -> None:
     for module in ("texstream.runtime.frame_stats", "texstream.telemetry.memory", "texstream.runtime.texture"):
         assert "texstream.runtime.streamer" not in closure(module), module
+
+
+def test_the_facade_and_every_module_stay_small() -> None:
+    """The streamer is the frame script (its parts live in their own modules): 450 lines at most; no
+    engine module past 650 (split it by the nouns it owns)."""
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert sizes["runtime/streamer.py"] <= 450, sizes["runtime/streamer.py"]
+    big = {name: n for name, n in sizes.items() if n > 650}
+    assert not big, big
