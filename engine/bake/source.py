@@ -1,5 +1,5 @@
 """Image sources for the baker: anything that yields full-width RGBA8 row strips, top to bottom
-(or float32 linear RGBA strips: `FloatImageSource`, for HDR files, ``texel_dtype`` float32).
+(or float32 linear RGBA strips: `float_source.FloatImageSource`, for HDR files, ``texel_dtype`` float32).
 
 Every source presents its pixels as 8-bit RGBA whatever it stores; ``channels`` says what they mean
 (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA) so the baker knows whether alpha carries information.
@@ -269,56 +269,6 @@ class ArraySource:
 
     def describe(self) -> dict:
         return {"source_kind": "array", "source_dtype": str(self._array.dtype)}
-
-
-class FloatImageSource:
-    """A decoded high dynamic range image: (H, W, 3) float32 linear RGB, read as RGBA float32 strips
-    (alpha 1.0) by slicing. Opaque, three channels; NaN and negative values are kept (the encoder
-    clips them)."""
-
-    forkable = True
-    texel_dtype = np.dtype(np.float32)
-    channels = 3
-    url: str | None = None  # as `PillowSource`'s
-    url_version: str | None = None
-
-    def __init__(self, rgb: np.ndarray, name: str, kind: str) -> None:
-        if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.float32 or not rgb.shape[0] or not rgb.shape[1]:
-            raise ValueError(f"expected an (H, W, 3) float32 array, got {rgb.shape} {rgb.dtype}")
-        self._rgb, self.name, self.kind = rgb, name, kind
-        self.height, self.width = int(rgb.shape[0]), int(rgb.shape[1])
-
-    def read_rows(self, y0: int, y1: int) -> np.ndarray:
-        _check_range(self, y0, y1)
-        out = np.empty((y1 - y0, self.width, 4), np.float32)
-        for c in range(3):
-            out[..., c] = self._rgb[y0:y1, :, c]
-        out[..., 3] = 1.0
-        return out
-
-    def has_alpha(self) -> bool:
-        return False
-
-    def peak(self) -> float:
-        """The largest finite texel value (0.0 for an all-black or all-NaN image)."""
-        finite = self._rgb[np.isfinite(self._rgb)]
-        return float(finite.max()) if finite.size else 0.0
-
-    def describe(self) -> dict:
-        return {"source_kind": self.kind, "source_dtype": "float32"}
-
-
-def open_float_image(path: Path, head: bytes) -> FloatImageSource | None:
-    """An OpenEXR or Radiance HDR file (told by `head`, its first bytes) as a `FloatImageSource`;
-    None for other files."""
-    from ..assets.exr import EXR_MAGIC, read_exr
-    from ..assets.hdr import is_hdr_bytes, read_hdr
-
-    if head.startswith(EXR_MAGIC):
-        return FloatImageSource(read_exr(path), path.name, "openexr")
-    if is_hdr_bytes(head):
-        return FloatImageSource(read_hdr(path).rgb, path.name, "radiance-hdr")
-    return None
 
 
 class PillowSource:
@@ -606,6 +556,8 @@ def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRE
             head = f.read(80)
     except OSError as exc:
         raise SourceError(f"{p}: cannot open: {first_line(exc)}") from None
+    from .float_source import open_float_image  # HDR readers load only for HDR files
+
     floats = open_float_image(p, head)
     if floats is not None:
         return floats
@@ -640,14 +592,12 @@ def open_source(path: str | os.PathLike[str], *, vips_threshold: int = VIPS_THRE
 __all__ = [
     "VIPS_THRESHOLD",
     "ArraySource",
-    "FloatImageSource",
     "PillowSource",
     "Source",
     "VipsSource",
     "describe",
     "float_to_u8",
     "has_alpha",
-    "open_float_image",
     "open_source",
     "pil_to_rgba",
     "texel_dtype",

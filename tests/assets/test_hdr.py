@@ -302,7 +302,7 @@ def test_float_bands_on_workers_give_the_in_process_pack(tmp_path: Path, monkeyp
     """Small bands on two worker processes (the shared ring carrying float32 rows, wrap's deferred
     top tile rows cut from float rows): the same pack, byte for byte, as one band in this process."""
     from texstream.bake import bake, jobs
-    from texstream.bake.source import FloatImageSource
+    from texstream.bake.float_source import FloatImageSource
 
     source = FloatImageSource(sky(300, 260), "sky", "test")
     config = ts.BakeConfig(texel_format=TexelFormat.BC6H, tile_size=64, address_mode=mode, progress=False)
