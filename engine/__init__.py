@@ -19,7 +19,15 @@ from .version import __version__
 # Each public name -> the module that defines it, imported on first use (PEP 562): the command
 # line's bake imports neither GL, the streamer nor the telemetry (a third of its start-up time).
 _EXPORTS = {
-    ".config": ("BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "cache_dir"),
+    ".config": (
+        "BakeConfig",
+        "BudgetConfig",
+        "RedirectPolicy",
+        "RemoteConfig",
+        "StreamerConfig",
+        "UploadPath",
+        "cache_dir",
+    ),
     ".errors": (
         "BudgetError",
         "EngineError",
@@ -43,7 +51,7 @@ _EXPORTS = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
-    from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
+    from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, UploadPath, cache_dir
     from .errors import (
         BudgetError,
         EngineError,
@@ -117,6 +125,7 @@ __all__ = [
     "Telemetry",
     "TexelFormat",
     "TileCorruptError",
+    "UploadPath",
     "VirtualTexture",
     "__version__",
     "cache_dir",

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from ..config import UploadPath
 from ..remote import NetworkSummary
 from .budget import BudgetManager
+from .device_staging import DeviceStagingStats
 from .records import Uploaded
 from .residency import Residency, StreamTotals
 from .staging import RingStats
@@ -74,6 +76,8 @@ class IOStatus:
     pending_batches: int  # batches submitted and not yet drained
     compiled: bool  # reads and uploads run in the compiled helper (texstream.native)
     ring: RingStats | None  # None before the first texture opens
+    upload_path: UploadPath | None = None  # the path the uploads take (None before the first texture opens)
+    device_staging: DeviceStagingStats | None = None  # the device path's buffer (None on the host ring)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ slot (structure of arrays), with an explicit `LoadState`::
   slots whose overwrite gate has passed (no draw in flight samples them), one call per run of
   consecutive cache layers at one cell from consecutive ring slots (`upload_plan`: `submit` hands
   ring slots out in cache-slot order), ONE fence a frame; a time budget keeps the calls that fit.
+  On the device path (`UploadPath.DEVICE_BUFFER`, `device_staging`) the runs are first copied into a
+  device-local buffer and uploaded from there; the ring's fence then sits right behind the copies.
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -49,7 +51,7 @@ from dataclasses import dataclass
 import moderngl
 import numpy as np
 
-from ..config import StreamerConfig
+from ..config import StreamerConfig, UploadPath
 from ..errors import EngineError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike
@@ -59,18 +61,20 @@ from ..remote import RemoteStats
 from .budget import BudgetManager
 from .budget_advice import ring_bytes
 from .byte_sources import ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .device_staging import DeviceStaging
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
-from .staging import StagingRing
+from .staging import SLOT_ALIGNMENT, StagingRing
 from .tiles import TileSpace
 from .upload_budget import UploadCost
-from .upload_plan import PoolUploads, keep_within_budget, upload_runs
+from .upload_plan import PoolUploads, choose_upload_path, device_slots, keep_within_budget, upload_runs
 
 __all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
 
 log = logging.getLogger(__name__)
 
+STAGING_NAMES = ("staging-ring", "staging-device")  # the budget's names of the host ring and the device buffer
 BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over threads, large enough to amortize
 
 
@@ -118,6 +122,9 @@ class Uploader:
         Streaming configuration (I/O threads, caps, native helper).
     ring_bytes
         Staging-ring size; slot_bytes: largest tile.
+    device_bytes
+        Size of the device-local staging buffer (0: upload straight from the ring, `UploadPath.HOST_RING`);
+        needs a persistent-mapped ring.
     fence_factory
         The ring's fences (tests inject fakes).
     read_hook
@@ -134,6 +141,7 @@ class Uploader:
         slot_bytes: int,
         fence_factory: Callable[[], FenceLike] | None = None,
         read_hook: ReadHook | None = None,
+        device_bytes: int = 0,
     ) -> None:
         self.ctx, self.gl, self.space, self.config = ctx, gl, space, config
         self.native: Native | None = None
@@ -142,6 +150,16 @@ class Uploader:
 
             self.native = load()
         self.ring = StagingRing(ctx, gl, ring_bytes, slot_bytes, fence_factory=fence_factory)
+        self.device: DeviceStaging | None = None
+        if device_bytes > 0:
+            if not self.ring.persistent:
+                self.ring.release()
+                raise EngineError("the device upload path needs a persistent-mapped staging ring (buffer storage)")
+            try:
+                self.device = DeviceStaging(gl, device_bytes // self.ring.stride, self.ring.stride)
+            except BaseException:
+                self.ring.release()
+                raise
         n = self.ring.slot_count
         self.state = np.zeros(n, np.uint8)
         self.tile = np.full(n, -1, np.int64)
@@ -161,15 +179,50 @@ class Uploader:
             config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
         )
         self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
-        self.last_calls = 0  # upload calls the latest upload() issued
+        self.last_calls = 0  # upload calls the latest upload() issued (buffer copies included)
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._closed = False
 
     @staticmethod
     def ring_size(config: StreamerConfig, budget: BudgetManager, tile_bytes: int) -> int:
-        """Staging-ring bytes: `config.ring_mb`, but at most a quarter of the budget (small budgets
-        would otherwise be all ring) and at least 16 tiles."""
+        """Staging bytes (host ring and device buffer together): `config.ring_mb`, but at most a
+        quarter of the budget (small budgets would otherwise be all ring) and at least 16 tiles."""
         return ring_bytes(config.ring_mb, budget.budget, tile_bytes)
+
+    @staticmethod
+    def staging_split(config: StreamerConfig, gl: GLExt, total: int, tile_bytes: int) -> tuple[int, int]:
+        """(host ring bytes, device buffer bytes) of a `total`-byte staging share: the device buffer
+        (`upload_plan.device_slots`) only where `choose_upload_path` picks the device path."""
+        stride = -(-tile_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
+        slots = max(1, total // stride)
+        dev = device_slots(slots, stride, config)
+        path = choose_upload_path(
+            config.upload_path,
+            buffer_storage=gl.has_buffer_storage,
+            video_memory=gl.reports_video_memory,
+            device_slots=dev,
+        )
+        if config.upload_path is UploadPath.DEVICE_BUFFER and path is not UploadPath.DEVICE_BUFFER:
+            log.warning("upload_path=device-buffer needs buffer storage, which this context lacks: host ring")
+        if path is UploadPath.HOST_RING or slots < 2:
+            return total, 0
+        return total - dev * stride, dev * stride
+
+    @staticmethod
+    def staging_reserved(budget: BudgetManager) -> int:
+        """Bytes the budget holds for staging (the host ring and the device buffer)."""
+        return sum(budget.reserved(name) for name in STAGING_NAMES)
+
+    @staticmethod
+    def release_staging(budget: BudgetManager) -> None:
+        """Give the staging bytes back to the budget (after `release`)."""
+        for name in STAGING_NAMES:
+            budget.release(name)
+
+    @property
+    def upload_path(self) -> UploadPath:
+        """The path the upload calls take (never AUTO)."""
+        return UploadPath.DEVICE_BUFFER if self.device is not None else UploadPath.HOST_RING
 
     @classmethod
     def fitting(
@@ -196,13 +249,15 @@ class Uploader:
             for tex, _ in sources:
                 current.remove_source(tex)
             current.release()
-            budget.release("staging-ring")
-        size = cls.ring_size(config, budget, tile_bytes)
-        budget.reserve("staging-ring", size)
+            cls.release_staging(budget)
+        host, device = cls.staging_split(config, gl, cls.ring_size(config, budget, tile_bytes), tile_bytes)
+        budget.reserve("staging-ring", host)
         try:
-            up = cls(ctx, gl, space, config, size, tile_bytes, read_hook=read_hook)
+            if device:
+                budget.reserve("staging-device", device)
+            up = cls(ctx, gl, space, config, host, tile_bytes, read_hook=read_hook, device_bytes=device)
         except BaseException:
-            budget.release("staging-ring")
+            cls.release_staging(budget)
             raise
         for tex, reader in sources:
             up.add_source(tex, reader)
@@ -486,6 +541,8 @@ class Uploader:
         cfg = self.config
         max_tiles = cfg.upload_tiles_per_frame if max_tiles is None else max_tiles
         max_bytes = cfg.upload_bytes_per_frame if max_bytes is None else max_bytes
+        if self.device is not None:  # a frame's batch fits the device buffer in one piece
+            max_tiles = min(max_tiles, self.device.slot_count)
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
         ready = np.flatnonzero(self.state == LoadState.READY)
@@ -533,13 +590,26 @@ class Uploader:
 
     def _issue(self, slots: np.ndarray, plan: list[PoolUploads], pools: Sequence[CachePool | None]) -> int:
         """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
-        layers at one cell read from consecutive ring slots), then fence them all at once."""
+        layers at one cell read from consecutive ring slots), then fence them all at once. On the
+        device path the runs are copied into the device buffer first and the fence goes right
+        behind the copies (the ring slots are free once copied); the uploads read the device buffer."""
         ring = self.ring
         ring.stage(slots, self.nbytes[slots])
         total = 0
         self.last_calls = 0
+        firsts = [u.ring_slots[u.runs["start"]] for u in plan]  # each run's first ring slot
+        pbo, source = ring.glo, firsts
+        if self.device is not None:
+            try:
+                counts = np.concatenate([u.runs["count"] for u in plan])
+                device_first, copies = self.device.copy_in(ring.glo, np.concatenate(firsts), counts, self.native)
+            finally:  # issued copies read the ring: fence whatever went out
+                ring.submit(slots, int(self.nbytes[slots].sum()))
+            pbo, at = self.device.glo, np.cumsum([0] + [f.size for f in firsts])
+            source = [device_first[at[i] : at[i + 1]] for i in range(len(plan))]
+            self.last_calls += copies
         try:
-            for uploads in plan:
+            for uploads, first in zip(plan, source, strict=True):
                 s, runs = uploads.ring_slots, uploads.runs
                 pool = pools[uploads.pool]
                 assert pool is not None and pool.texture is not None
@@ -551,15 +621,16 @@ class Uploader:
                     cx * g.slot_size,
                     cy * g.slot_size,
                     runs["count"],
-                    ring.offsets(s[runs["start"]]),
+                    first * ring.stride,
                     g.slot_size,
-                    ring.glo,
+                    pbo,
                     ring.stride,
                     self.native,
                 )
                 self.last_calls += int(runs.size)
         finally:
-            ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
+            if self.device is None:
+                ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
         return total
 
     def reclaim(self) -> int:
@@ -644,6 +715,8 @@ class Uploader:
                 src.tile.close()
         self.sources.clear()
         self._retired.clear()
+        if self.device is not None:
+            self.device.release()
         if stopped:
             self.ring.release()
         else:
