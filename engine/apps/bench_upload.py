@@ -1,6 +1,7 @@
-"""`bench stream` (a): the engine's upload ceiling (tiles/s and GB/s through the best upload path,
-and the per-tile path for comparison, fenced and finished) and the host-to-device copy bandwidth
-(`copy_bandwidth`: one glCopyBufferSubData of the whole ring), the physical limit."""
+"""`bench stream` (a): the engine's upload ceiling (tiles/s and GB/s through each upload path: runs
+from the host ring, runs through the device-local staging buffer, and the per-tile path for
+comparison, fenced and finished) and the host-to-device copy bandwidth (`copy_bandwidth`: one
+glCopyBufferSubData of the whole ring), the physical limit."""
 
 from __future__ import annotations
 
@@ -18,17 +19,26 @@ TILE = 128  # the default tile: 136-texel slots
 
 
 def upload_ceiling(
-    ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True, runs: bool = False, max_run: int = 0
+    ctx: moderngl.Context,
+    tiles: int,
+    batch: int = 256,
+    compiled: bool = True,
+    runs: bool = False,
+    max_run: int = 0,
+    device: bool = False,
 ) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
 
     ``runs=False``: one sub-image call per tile at scattered cells (each batch's tiles at
     neighbouring cells of one layer, the old slot order); ``runs=True``: what the uploader does now,
     each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
-    run (`Uploader`'s `upload_runs`)."""
+    run (`Uploader`'s `upload_runs`); with ``device=True`` too, each batch is first copied into a
+    device-local buffer of two batches (`DeviceStaging.copy_in`), the ring fenced behind the copy,
+    and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`)."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
+    from ..runtime.device_staging import DeviceStaging
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
     from ..runtime.upload_plan import upload_runs
@@ -45,6 +55,7 @@ def upload_ceiling(
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
+    staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs else None
     calls = 0
     try:
         rng = np.random.default_rng(1)
@@ -63,10 +74,14 @@ def upload_ceiling(
                 slots = (np.arange(cell, cell + got.size) % n_slots).astype(np.int64)
                 r = upload_runs(slots, got, layers, max_run)
                 lay, cx, cy = geo.locate(slots[r["start"]], layers)
+                first, pbo = got[r["start"]], ring.glo
+                if staging is not None:  # copy in, fence the ring behind the copy, upload from the copy
+                    first, copies = staging.copy_in(ring.glo, first, r["count"], native)
+                    ring.submit(got, got.size * tile_bytes)
+                    pbo, calls = staging.glo, calls + copies
                 gl.upload_runs(
-                    tex, lay, cx * slot, cy * slot, r["count"], ring.offsets(got[r["start"]]), slot, ring.glo,
-                    ring.stride, native,
-                )  # fmt: skip
+                    tex, lay, cx * slot, cy * slot, r["count"], first * ring.stride, slot, pbo, ring.stride, native
+                )
                 calls += int(r.size)
             else:  # the old order: neighbouring cells of one layer, one call each
                 k = np.arange(cell, cell + got.size) % n_slots
@@ -74,7 +89,8 @@ def upload_ceiling(
                 cx, cy = c % geo.cells_x, c // geo.cells_x
                 gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
                 calls += int(got.size)
-            ring.submit(got, got.size * tile_bytes)
+            if staging is None:
+                ring.submit(got, got.size * tile_bytes)
             cell += got.size
             done += got.size
         cpu = time.thread_time() - c0
@@ -82,6 +98,8 @@ def upload_ceiling(
         seconds = time.perf_counter() - t0
         ring.reclaim()
     finally:
+        if staging is not None:
+            staging.release()
         tex.release()
         ring.release()
     return {
@@ -96,7 +114,7 @@ def upload_ceiling(
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
-        "path": "runs" if runs else "per-tile",
+        "path": ("device-buffer" if staging is not None else "host-ring") if runs else "per-tile",
         "loop": "compiled" if native is not None else "python",
     }
 

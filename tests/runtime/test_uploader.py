@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from texstream.bake.pipeline import bake_procedural
-from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig, UploadPath
 from texstream.gl.gl_ext import GLExt
 from texstream.gl.loader import Feature
 from texstream.gl.objects import FenceLike
@@ -686,3 +686,79 @@ def test_padded_ring_slots_upload_in_runs_or_fall_back_to_one_call_a_tile(
         rig.assert_uploaded(tiles, cache)
     finally:
         rig.release()
+
+
+# ---- the upload path ------------------------------------------------------------------------------
+class NoBufferStorage(GLExt):
+    """A context without GL_ARB_buffer_storage (GL 4.3 drivers): no persistent mapping."""
+
+    def has(self, feature: Feature) -> bool:
+        return feature is not Feature.BUFFER_STORAGE and super().has(feature)
+
+
+class VideoMemory(GLExt):
+    """llvmpipe claiming dedicated video memory, as a discrete GPU's driver reports it."""
+
+    @property
+    def reports_video_memory(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("layer", "asked", "runs"),
+    [
+        (GLExt, UploadPath.AUTO, UploadPath.HOST_RING),
+        (GLExt, UploadPath.DEVICE_BUFFER, UploadPath.DEVICE_BUFFER),
+        (VideoMemory, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
+        (VideoMemory, UploadPath.HOST_RING, UploadPath.HOST_RING),
+        (NoBufferStorage, UploadPath.DEVICE_BUFFER, UploadPath.HOST_RING),
+        (NoBufferStorage, UploadPath.AUTO, UploadPath.HOST_RING),
+    ],
+    ids=["auto-shared-memory", "device", "auto-video-memory", "host", "device-without-storage", "auto-without-storage"],
+)
+def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_counts_its_buffers(
+    gl_context: moderngl.Context, packs: Packs, layer: type[GLExt], asked: UploadPath, runs: UploadPath
+) -> None:
+    """The staging share (ring_mb, at most a quarter of the budget) is split between the host ring
+    and the device buffer, both reserved in the budget; without buffer storage the device path falls
+    back to the host ring (an orphaned buffer then); and tiles land exactly either way."""
+    gl = layer(gl_context)
+    space = TileSpace()
+    budget = BudgetManager(BudgetConfig(budget_mb=64))
+    config = StreamerConfig(upload_path=asked, ring_mb=16, io_threads=2)
+    with PackReader(packs.zstd) as reader:
+        space.register(0, reader.header)
+        raw = reader.header.tile_raw_size
+        up = Uploader.fitting(
+            None, raw, [(0, reader)], ctx=gl_context, gl=gl, space=space, config=config, budget=budget, read_hook=None
+        )
+    g = SlotGeometry(reader.header.slot_size, raw, 1, 1)
+    pool = CachePool(gl, budget, (reader.header.texel_format, True, reader.header.slot_size), 0, g, 16, 2, 0)
+    try:
+        assert up.upload_path is runs and up.ring.persistent is gl.has_buffer_storage
+        assert Uploader.staging_reserved(budget) == Uploader.ring_size(config, budget, raw) == 16 << 20
+        if runs is UploadPath.DEVICE_BUFFER:
+            assert up.device is not None and budget.reserved("staging-device") == up.device.nbytes
+            assert up.device.slot_count == 1024  # two frames of 512 tiles
+        else:
+            assert up.device is None and budget.reserved("staging-device") == 0
+        assert budget.reserved("staging-ring") >= up.ring.nbytes
+        tiles = space.tile_ids(0)[:6]
+        cache = pool.ledger.allocate(1, tiles, space.tex[tiles], space.level[tiles]).slots
+        assert up.submit(1, tiles, np.zeros(6, np.int64), cache) == 6
+        deadline = time.monotonic() + 60.0  # a hang guard, not a speed check
+        while up.io.pending:
+            assert time.monotonic() < deadline
+            up.drain()
+            time.sleep(0.001)
+        assert len(up.upload(2, [pool]).loads) == 6
+        gl_context.finish()
+        with PackReader(packs.zstd) as reader:
+            for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
+                tex, lv, x, y = (int(v[0]) for v in space.coords(np.array([t])))
+                assert gl.read_layer(pool.texture, s) == reader.read_tile(lv, x, y)
+    finally:
+        up.release()
+        Uploader.release_staging(budget)
+        pool.release()
+    assert Uploader.staging_reserved(budget) == 0
