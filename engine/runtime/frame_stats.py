@@ -142,6 +142,9 @@ class StreamerStats:
         The remote-pack disk cache: blocks found / fetched, bytes held, bound.
     cache_hit_rate : float
         ``cache_hits / (cache_hits + cache_misses)`` (0 before any).
+    upload_path : str
+        The path the uploads take (`UploadPath` value: ``host-ring`` or ``device-buffer``; empty
+        before the first texture opens).
     """
 
     frame: int
@@ -187,6 +190,7 @@ class StreamerStats:
     cache_hit_rate: float
     cache_bytes: int
     cache_capacity_bytes: int
+    upload_path: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (``totals`` a nested dict) for JSON export."""
@@ -201,6 +205,7 @@ def streamer_stats(
     net: NetworkSummary,
     feedback: FeedbackInfo,
     corrupt_tiles: int,
+    upload_path: str = "",
 ) -> StreamerStats:
     """The latest update() plus running totals, from the parts that own them."""
     p50, p95, p99 = core.latency_percentiles()
@@ -245,4 +250,5 @@ def streamer_stats(
         cache_hit_rate=net.cache_hit_rate,
         cache_bytes=net.cache_bytes,
         cache_capacity_bytes=net.cache_capacity_bytes,
+        upload_path=upload_path,
     )

@@ -77,6 +77,7 @@ class StreamerViews:
             self.network(),
             self.feedback_info(),
             sum(vt.corrupt_tiles for vt in self.textures),
+            up.upload_path.value if up is not None else "",
         )
 
     def completeness(self) -> Completeness:
