@@ -386,14 +386,12 @@ class Uploader:
     def _queue(self, tex: int, tiles: np.ndarray, slots: np.ndarray) -> None:
         src = self.sources[int(tex)]
         entry = tiles - src.first_tile
-        offsets = src.offsets[entry]
-        order = np.argsort(offsets, kind="stable")
+        order = np.argsort(src.offsets[entry], kind="stable")
+        e = entry[order]  # every array in file order once; the batches are slices (views) of them
+        t, s, off, stored, checksums = tiles[order], slots[order], src.offsets[e], src.stored[e], src.checksums[e]
         for start in range(0, order.size, BATCH_TILES):
-            o = order[start : start + BATCH_TILES]
-            e = entry[o]
-            batch = ReadBatch(
-                self._next_batch, src.tile, tiles[o], slots[o], offsets[o], src.stored[e], src.checksums[e]
-            )
+            b = slice(start, start + BATCH_TILES)
+            batch = ReadBatch(self._next_batch, src.tile, t[b], s[b], off[b], stored[b], checksums[b])
             self._next_batch += 1
             src.batches += 1
             self.io.submit(batch)
@@ -452,7 +450,7 @@ class Uploader:
         failed_rec = self._records(slots[failed])
         reasons = []
         at = 0
-        for r in results:
+        for r in results if failed.any() else ():
             n = len(r.batch)
             for k in np.flatnonzero(failed[at : at + n]).tolist():
                 _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
@@ -545,7 +543,7 @@ class Uploader:
             max_tiles = min(max_tiles, self.device.slot_count)
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
-        ready = np.flatnonzero(self.state == LoadState.READY)
+        ready = np.flatnonzero(self.state == _READY)
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         ready = ready[np.argsort(self.seq[ready], kind="stable")]
