@@ -757,8 +757,10 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
             for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
                 tex, lv, x, y = (int(v[0]) for v in space.coords(np.array([t])))
                 assert gl.read_layer(pool.texture, s) == reader.read_tile(lv, x, y)
+        names = [up.ring.glo] + ([up.device.glo] if up.device is not None else [])
     finally:
         up.release()
         Uploader.release_staging(budget)
         pool.release()
     assert Uploader.staging_reserved(budget) == 0
+    assert not any(gl.is_buffer(n) for n in names)  # the ring and the device buffer are deleted
