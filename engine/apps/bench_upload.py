@@ -26,6 +26,7 @@ def upload_ceiling(
     runs: bool = False,
     max_run: int = 0,
     device: bool = False,
+    staging_texture: bool = False,
 ) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
 
@@ -34,7 +35,9 @@ def upload_ceiling(
     each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
     run (`Uploader`'s `upload_runs`); with ``device=True`` too, each batch is first copied into a
     device-local buffer of two batches (`DeviceStaging.copy_in`), the ring fenced behind the copy,
-    and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`)."""
+    and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`); with ``staging_texture=True``
+    instead, the candidate path of `bench_staging_texture`: the batch fills an RG32UI staging array
+    (one call per ring span) and each run is copied into the cache with glCopyImageSubData."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
@@ -42,6 +45,7 @@ def upload_ceiling(
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
     from ..runtime.upload_plan import upload_runs
+    from .bench_staging_texture import StagingTexture
 
     native = load() if compiled else None
     gl = GLExt(ctx)
@@ -55,7 +59,8 @@ def upload_ceiling(
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
-    staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs else None
+    staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs and not staging_texture else None
+    texture_staging = StagingTexture(gl, slot, 2 * batch) if staging_texture and runs else None
     calls = 0
     try:
         rng = np.random.default_rng(1)
@@ -81,10 +86,13 @@ def upload_ceiling(
                     first, copies = staging.copy_in(ring.glo, first, r["count"], native)
                     ring.submit(got, got.size * tile_bytes)
                     pbo, calls = staging.glo, calls + copies
-                gl.upload_runs(
-                    tex, lay, cx * slot, cy * slot, r["count"], first * ring.stride, slot, pbo, ring.stride, native
-                )
-                calls += int(r.size)
+                if texture_staging is not None:
+                    texture_staging.upload(ring.glo, first, r["count"], ring.stride, tex, lay, cx * slot, cy * slot)
+                else:
+                    gl.upload_runs(
+                        tex, lay, cx * slot, cy * slot, r["count"], first * ring.stride, slot, pbo, ring.stride, native
+                    )
+                    calls += int(r.size)
             else:  # the old order: neighbouring cells of one layer, one call each
                 k = np.arange(cell, cell + got.size) % n_slots
                 lay, c = k // geo.cells, k % geo.cells
@@ -103,6 +111,9 @@ def upload_ceiling(
     finally:
         if staging is not None:
             staging.release()
+        if texture_staging is not None:
+            calls += texture_staging.calls
+            texture_staging.release()
         tex.release()
         ring.release()
     return {
@@ -119,7 +130,15 @@ def upload_ceiling(
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
-        "path": ("device-buffer" if staging is not None else "host-ring") if runs else "per-tile",
+        "path": (
+            "staging-texture"
+            if texture_staging is not None
+            else "device-buffer"
+            if staging is not None
+            else "host-ring"
+        )
+        if runs
+        else "per-tile",
         "loop": "compiled" if native is not None else "python",
     }
 

@@ -14,6 +14,7 @@ import moderngl
 import numpy as np
 import pytest
 
+from texstream.apps.bench_staging_texture import StagingTexture
 from texstream.gl.enums import gl_format
 from texstream.gl.gl_ext import GLExt
 from texstream.native import load as load_native
@@ -284,4 +285,40 @@ def test_runs_through_the_device_buffer_upload_the_copied_bytes(
         tex.release()
         device.release()
         device.release()  # idempotent
+        ring.release()
+
+
+def test_the_staging_texture_candidate_lands_bc1_runs_exactly(gl_context: moderngl.Context, gl: GLExt) -> None:
+    """`bench stream`'s candidate path (an RG32UI staging array filled in one call, then one
+    glCopyImageSubData a run into the BC1 cache) moves the same bytes as a direct upload, so what the
+    bench measures for it is a path that would be correct."""
+    f = gl_format(TexelFormat.BC1, True)
+    n = f.layer_bytes(SLOT)
+    ring = StagingRing(gl_context, gl, size_bytes=8 * n, slot_bytes=n)
+    staging = StagingTexture(gl, SLOT, 8)
+    tex = gl.create_texture_array(f, 2 * SLOT, 6)
+    tiles = [encode(TexelFormat.BC1, make_image(SLOT, seed)) for seed in range(6)]
+    sentinel = bytes([0x5A]) * tex.layer_bytes
+    try:
+        for layer in range(6):
+            gl.write_layer(tex, layer, sentinel)
+        slots = ring.acquire(6)
+        for slot, data in zip(slots.tolist(), tiles, strict=True):
+            ring.view(slot)[:n] = data
+        # runs: layers 1..4 at cell (1, 0) from slots 0..3; layers 0..1 at cell (0, 1) from 4..5
+        staging.upload(
+            ring.glo, np.array([0, 4]), np.array([4, 2]), ring.stride, tex, np.array([1, 0]),
+            np.array([SLOT, 0]), np.array([0, SLOT]),
+        )  # fmt: skip
+        ring.submit(slots, 6 * n)
+        assert staging.calls == 3  # one fill (the ring span is contiguous) and one copy per run
+        for k in range(4):
+            assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 1 + k), 2 * SLOT, SLOT, 0, SLOT) == tiles[k]
+        for k in range(2):
+            assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, k), 2 * SLOT, 0, SLOT, SLOT) == tiles[4 + k]
+        assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 5), 2 * SLOT, SLOT, 0, SLOT) == sentinel[:n]
+        assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 1), 2 * SLOT, 0, 0, SLOT) == sentinel[:n]
+    finally:
+        tex.release()
+        staging.release()
         ring.release()
