@@ -52,7 +52,7 @@ import moderngl
 import numpy as np
 
 from ..config import StreamerConfig, UploadPath
-from ..errors import EngineError
+from ..errors import EngineError, GLError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike
 from ..native import Native
@@ -255,7 +255,15 @@ class Uploader:
         try:
             if device:
                 budget.reserve("staging-device", device)
-            up = cls(ctx, gl, space, config, host, tile_bytes, read_hook=read_hook, device_bytes=device)
+            try:
+                up = cls(ctx, gl, space, config, host, tile_bytes, read_hook=read_hook, device_bytes=device)
+            except GLError as exc:  # no device-local buffer (out of memory): the host ring still works
+                if not device:
+                    raise
+                log.warning("no device-local staging buffer (%s): uploads read the host ring", exc)
+                budget.release("staging-device")
+                budget.reserve("staging-ring", host + device)  # the whole share is the ring's again
+                up = cls(ctx, gl, space, config, host + device, tile_bytes, read_hook=read_hook)
         except BaseException:
             cls.release_staging(budget)
             raise

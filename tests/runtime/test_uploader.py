@@ -22,9 +22,10 @@ import pytest
 
 from texstream.bake.pipeline import bake_procedural
 from texstream.config import BakeConfig, BudgetConfig, StreamerConfig, UploadPath
+from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt
 from texstream.gl.loader import Feature
-from texstream.gl.objects import FenceLike
+from texstream.gl.objects import DeviceBuffer, FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
@@ -704,6 +705,13 @@ class VideoMemory(GLExt):
         return True
 
 
+class NoVideoMemoryLeft(VideoMemory):
+    """A driver that refuses the device-local buffer (GL_OUT_OF_MEMORY)."""
+
+    def create_device_buffer(self, size: int) -> DeviceBuffer:
+        raise GLError(f"creating a {size}-byte device-local buffer failed: GL_OUT_OF_MEMORY")
+
+
 @pytest.mark.parametrize(
     ("layer", "asked", "runs"),
     [
@@ -713,8 +721,17 @@ class VideoMemory(GLExt):
         (VideoMemory, UploadPath.HOST_RING, UploadPath.HOST_RING),
         (NoBufferStorage, UploadPath.DEVICE_BUFFER, UploadPath.HOST_RING),
         (NoBufferStorage, UploadPath.AUTO, UploadPath.HOST_RING),
+        (NoVideoMemoryLeft, UploadPath.AUTO, UploadPath.HOST_RING),
     ],
-    ids=["auto-shared-memory", "device", "auto-video-memory", "host", "device-without-storage", "auto-without-storage"],
+    ids=[
+        "auto-shared-memory",
+        "device",
+        "auto-video-memory",
+        "host",
+        "device-without-storage",
+        "auto-without-storage",
+        "device-buffer-refused",
+    ],
 )
 def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_counts_its_buffers(
     gl_context: moderngl.Context, packs: Packs, layer: type[GLExt], asked: UploadPath, runs: UploadPath
