@@ -20,7 +20,15 @@ from .version import __version__
 # Each public name -> the module that defines it, imported on first use (PEP 562): the command
 # line's bake imports neither GL, the streamer nor the telemetry (a third of its start-up time).
 _EXPORTS = {
-    ".config": ("BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "cache_dir"),
+    ".config": (
+        "BakeConfig",
+        "BudgetConfig",
+        "RedirectPolicy",
+        "RemoteConfig",
+        "StreamerConfig",
+        "UploadPath",
+        "cache_dir",
+    ),
     ".errors": (
         "BudgetError",
         "EngineError",
@@ -44,7 +52,7 @@ _EXPORTS = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
-    from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, cache_dir
+    from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, UploadPath, cache_dir
     from .errors import (
         BudgetError,
         EngineError,
@@ -119,6 +127,7 @@ __all__ = [
     "TexelFormat",
     "TextureSet",
     "TileCorruptError",
+    "UploadPath",
     "VirtualTexture",
     "__version__",
     "cache_dir",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
-__all__ = ["BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "cache_dir"]
+__all__ = ["BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "UploadPath", "cache_dir"]
 
 
 def cache_dir() -> Path:
@@ -189,6 +189,17 @@ class BudgetConfig:
             raise ValueError(f"need 0 < low_water < high_water <= 1, got {self.low_water!r}, {self.high_water!r}")
 
 
+class UploadPath(enum.Enum):
+    """Where a frame's upload calls read tiles from (`StreamerConfig.upload_path`).
+
+    I/O threads always write tiles into the persistent-mapped staging ring in host memory.
+    """
+
+    AUTO = "auto"  # DEVICE_BUFFER where the driver reports dedicated video memory, else HOST_RING
+    HOST_RING = "host-ring"  # upload straight from the host ring (the driver reads host memory per call)
+    DEVICE_BUFFER = "device-buffer"  # copy ring spans into a device-local buffer, upload from there
+
+
 class RedirectPolicy(enum.Enum):
     """Which HTTP redirects a remote pack's requests follow (each hop is checked before it is sent).
 
@@ -330,6 +341,10 @@ class StreamerConfig:
     upload_max_run : int
         most layers one upload call writes (0: no limit; 1: one call per tile). A frame's loads go up
         in runs of consecutive cache layers, one call each; some drivers copy long runs slower
+    upload_path : UploadPath | str
+        where the upload calls read from: ``auto`` (default), ``host-ring`` or ``device-buffer``
+        (`UploadPath`); the device path needs buffer storage and falls back to the host ring without
+        it. `Streamer.io_status().upload_path` says which one runs
     upload_time_budget_ms : float | None
         render-thread time per update() for upload calls, predicted from their measured cost on this
         driver (seconds per call and per byte); the calls that do not fit wait for the next frame
@@ -367,6 +382,7 @@ class StreamerConfig:
     upload_bytes_per_frame: int = 32 << 20
     upload_tiles_per_frame: int = 512
     upload_max_run: int = 0
+    upload_path: UploadPath = UploadPath.AUTO
     upload_time_budget_ms: float | None = None
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
@@ -401,6 +417,12 @@ class StreamerConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
+        if not isinstance(self.upload_path, UploadPath):
+            try:  # a name ("device-buffer") is accepted; the field then holds the member
+                object.__setattr__(self, "upload_path", UploadPath(self.upload_path))
+            except ValueError:
+                names = ", ".join(m.value for m in UploadPath)
+                raise ValueError(f"upload_path must be one of {names}, got {self.upload_path!r}") from None
         if not isinstance(self.remote, RemoteConfig):
             raise TypeError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
         if not isinstance(self.budget, BudgetConfig):

@@ -3,11 +3,14 @@
 On one headless context, in one run:
 
 (a) upload ceiling: tiles/s of the engine's best upload path (`GLExt.upload_runs`: one call per run
-    of consecutive layers at one cell, the compiled loop when built) from the persistent-mapped
-    staging ring into a cache array, in batches fenced like the uploader's, timed until glFinish: no
-    disk, no decode, no bookkeeping. Also: the same with the pure-Python loop (what the compiled loop
-    buys), the old one-call-per-tile path (`upload_cell_batch`), and the host -> device copy
-    bandwidth (glCopyBufferSubData of the whole ring into video memory: the bus, the physical limit);
+    of consecutive layers at one cell, the compiled loop when built), in batches fenced like the
+    uploader's, timed until glFinish: no disk, no decode, no bookkeeping. Both paths are measured:
+    runs straight from the persistent-mapped host ring, and runs through the device-local staging
+    buffer (one glCopyBufferSubData per batch, `UploadPath.DEVICE_BUFFER`); the faster is the
+    ceiling, and the path the streamer's AUTO picks on this context is reported. Also: the host-ring
+    runs with the pure-Python loop (what the compiled loop buys), the old one-call-per-tile path
+    (`upload_cell_batch`), and the host -> device copy bandwidth (glCopyBufferSubData of the whole
+    ring into video memory: the bus, the physical limit);
 (b) end to end: tiles/s the streamer delivers (feedback, scheduler, batched reads with checksum and
     zstd on the I/O threads, uploads, page tables) while a plane drawn at 1:1 pans a whole frame per
     frame over a pack in the page cache, with caps that never bind; once with the compiled I/O and
@@ -38,7 +41,7 @@ from pathlib import Path
 import moderngl
 import numpy as np
 
-from ..config import BakeConfig, BudgetConfig, StreamerConfig
+from ..config import BakeConfig, BudgetConfig, StreamerConfig, UploadPath
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 from ..units import MIB
@@ -123,7 +126,7 @@ def _serpentine(xs: np.ndarray, ys: np.ndarray, max_frames: int) -> list[tuple[f
     return [(x, y) for j, y in enumerate(ys) for x in (xs if j % 2 == 0 else xs[::-1])][:max_frames]
 
 
-def pan_config(pack: Path, native: bool = True) -> StreamerConfig:
+def pan_config(pack: Path, native: bool = True, upload_path: UploadPath = UploadPath.AUTO) -> StreamerConfig:
     """Budget for the whole pack, a 64 MiB ring, an I/O thread a core, caps that never bind."""
     return StreamerConfig(
         budget=BudgetConfig(budget_mb=_budget_mb([pack])),
@@ -131,6 +134,7 @@ def pan_config(pack: Path, native: bool = True) -> StreamerConfig:
         io_threads=max(2, os.cpu_count() or 2),
         upload_tiles_per_frame=8192,
         upload_bytes_per_frame=1 << 30,
+        upload_path=upload_path,
         native=native,
     )
 
@@ -146,6 +150,7 @@ def end_to_end(
     size: tuple[int, int],
     max_frames: int,
     native: bool,
+    upload_path: UploadPath = UploadPath.AUTO,
 ) -> dict:
     """The streamer's tiles/s on a boustrophedon pan at 1:1 moving a whole frame per frame (each frame
     shows only tiles never seen before: demand stays above what can be delivered)."""
@@ -158,7 +163,7 @@ def end_to_end(
         tex_w, tex_h = r.header.width, r.header.height
     w, h = size
     path = _serpentine(np.arange(w / 2, tex_w - w / 2 + 1, w), np.arange(h / 2, tex_h - h / 2 + 1, h), max_frames)
-    cfg = pan_config(pack, native)
+    cfg = pan_config(pack, native, upload_path)
     renderer = PlaneRenderer(ctx, size)
     latencies: list[np.ndarray] = []
     update_ms, cpu_ms, up_ms, backlog = [], [], [], []
@@ -188,6 +193,7 @@ def end_to_end(
             tiles = s.stats().totals.uploads - start.uploads
             nbytes = s.stats().totals.upload_bytes - start.upload_bytes
             native_used = s.io_status().compiled
+            path_used = s.io_status().upload_path
             throttle.release()
     finally:
         renderer.release()
@@ -202,6 +208,7 @@ def end_to_end(
         "mib_per_s": nbytes / seconds / MIB,
         "fps": len(path) / seconds,
         "compiled": native_used,
+        "upload_path": path_used.value if path_used is not None else None,
         "io_threads": cfg.io_threads,
         "update_ms_p50": percentile(update_ms, 50),
         "update_cpu_ms_p50": percentile(cpu_ms, 50),
@@ -451,7 +458,9 @@ def camera_cuts(
 # ---- the run ---------------------------------------------------------------------------------------
 def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
     """Run (a)-(e) on a fresh headless context; print a table; write JSON to `json_path` if given."""
+    from ..errors import GLError
     from ..gl.context import headless_context
+    from ..gl.gl_ext import GLExt
 
     t_start = time.perf_counter()
     ctx = headless_context()
@@ -466,7 +475,23 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "cpu_count": os.cpu_count(),
         }
         n = 16384 if quick else 131072
-        result["upload_ceiling"] = upload_ceiling(ctx, n, runs=True)
+        device = GLExt(ctx).has_buffer_storage  # the device path copies from a persistent-mapped ring
+        upload_ceiling(ctx, n // 8, runs=True, device=device)  # warm-up: the first pass runs slower, whichever
+        tries: dict[bool, list[dict]] = {False: [], True: []}
+        for _ in range(2):  # interleaved, best of two each
+            for dev in (False, True) if device else (False,):
+                tries[dev].append(upload_ceiling(ctx, n, runs=True, device=dev))
+        host = result["upload_ceiling_host_ring"] = max(tries[False], key=lambda r: r["tiles_per_s"])
+        paths = [host]
+        if device:
+            paths.append(max(tries[True], key=lambda r: r["tiles_per_s"]))
+            result["upload_ceiling_device"] = paths[-1]
+        result["upload_ceiling_tries"] = {"host-ring": tries[False], "device-buffer": tries[True]}
+        try:  # a candidate path, not the engine's: measured so the choice rests on numbers
+            result["upload_staging_texture"] = upload_ceiling(ctx, n, runs=True, staging_texture=True)
+        except GLError as exc:
+            result["upload_staging_texture"] = {"error": str(exc)}
+        result["upload_ceiling"] = max(paths, key=lambda r: r["tiles_per_s"])
         result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False, runs=True)
         result["upload_per_tile"] = upload_ceiling(ctx, n)
         result["copy_bandwidth"] = copy_bandwidth(ctx, 16 if quick else 64)
@@ -478,7 +503,19 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             pan = (768, 768) if quick else (2048, 2048)
             frames = 60 if quick else 200
             result["streamer_bound"] = streamer_bound(ctx, terrain, 2048 if quick else 4096, 16 if quick else 48)
-            result["end_to_end"] = end_to_end(ctx, terrain, pan, frames, native=True)
+            first = end_to_end(ctx, terrain, pan, frames, native=True)
+            result["upload_path_auto"] = auto = first["upload_path"]
+            other = UploadPath.HOST_RING if auto == UploadPath.DEVICE_BUFFER.value else UploadPath.DEVICE_BUFFER
+            pans: dict[str, list[dict]] = {auto: [first], other.value: []}
+            for _ in range(2 if device else 1):  # AUTO's path and the other one interleaved, best of two each
+                if device:
+                    pans[other.value].append(end_to_end(ctx, terrain, pan, frames, True, other))
+                if len(pans[auto]) < 2:
+                    pans[auto].append(end_to_end(ctx, terrain, pan, frames, native=True))
+            result["end_to_end"] = max(pans[auto], key=lambda r: r["tiles_per_s"])
+            if pans[other.value]:
+                result["end_to_end_other_path"] = max(pans[other.value], key=lambda r: r["tiles_per_s"])
+            result["end_to_end_tries"] = pans
             result["end_to_end_python"] = end_to_end(ctx, terrain, pan, frames, native=False)
             size = (960, 540) if quick else (1920, 1080)
             budget = 16.0 if quick else 192.0
@@ -492,9 +529,10 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
         ceiling = result["upload_ceiling"]["tiles_per_s"]
         result["ratios"] = {
             "end_to_end_vs_ceiling": result["end_to_end"]["tiles_per_s"] / ceiling,
+            "device_vs_host_ring": result.get("upload_ceiling_device", host)["tiles_per_s"] / host["tiles_per_s"],
             "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
-            "compiled_vs_python_upload_loop": ceiling / result["upload_ceiling_python"]["tiles_per_s"],
+            "compiled_vs_python_upload_loop": host["tiles_per_s"] / result["upload_ceiling_python"]["tiles_per_s"],
             "runs_vs_per_tile": ceiling / result["upload_per_tile"]["tiles_per_s"],
             "ceiling_vs_copy": ceiling / result["copy_bandwidth"]["bc1_tiles_per_s"],
         }
@@ -519,13 +557,44 @@ def print_stream(r: dict) -> None:
     print(f"texstream bench stream{quick} on {r['gl_renderer']} ({r['gl_version']}), {r['cpu_count']} CPUs")
     fw, fh = e2e["frame_size"]
     sw, sh = sc["frame_size"]
+    host, dev = r["upload_ceiling_host_ring"], r.get("upload_ceiling_device")
+    stx = r.get("upload_staging_texture", {})
     rows = [
         (
             "(a) upload ceiling",
             f"{up['tiles_per_s']:,.0f} tiles/s",
-            f"{up['gb_per_s']:.2f} GB/s, runs of layers ({up['tiles'] / max(1, up['calls']):.0f} tiles a call), "
-            f"{up['loop']} loop, batches of {up['batch']}, fenced + finished; CPU {up['cpu_us_per_tile']:.2f} us a "
-            f"tile; Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+            f"{up['gb_per_s']:.2f} GB/s, {up['path']} path, runs of layers ({up['tiles'] / max(1, up['calls']):.0f} "
+            f"tiles a call, copies counted), {up['loop']} loop, batches of {up['batch']}, fenced + finished, best of "
+            f"two; the streamer's AUTO picks {r['upload_path_auto']}",
+        ),
+        (
+            "    host ring",
+            f"{host['tiles_per_s']:,.0f} tiles/s",
+            f"{host['gb_per_s']:.2f} GB/s, runs straight from the persistent-mapped ring; CPU issuing "
+            f"{host['issue_cpu_us_per_tile']:.2f} us a tile ({host['cpu_us_per_tile']:.2f} with polls, "
+            f"{host['gpu_waits']} polls found the GPU behind); Python loop {upy['tiles_per_s']:,.0f} tiles/s",
+        ),
+        (
+            "    device buffer",
+            f"{dev['tiles_per_s']:,.0f} tiles/s" if dev else "n/a",
+            (
+                f"{dev['gb_per_s']:.2f} GB/s, one buffer copy a batch into video memory, runs from there; "
+                f"{ratio['device_vs_host_ring']:.2f} x the host ring; CPU issuing "
+                f"{dev['issue_cpu_us_per_tile']:.2f} us a tile ({dev['cpu_us_per_tile']:.2f} with polls, "
+                f"{dev['gpu_waits']} polls found the GPU behind)"
+            )
+            if dev
+            else "no buffer storage on this context",
+        ),
+        (
+            "    staging texture",
+            f"{stx['tiles_per_s']:,.0f} tiles/s" if "tiles_per_s" in stx else "failed",
+            (
+                f"{stx['gb_per_s']:.2f} GB/s, a candidate (not an engine path): one RG32UI fill a ring span, one "
+                f"glCopyImageSubData a run; {stx['tiles_per_s'] / host['tiles_per_s']:.2f} x the host ring"
+            )
+            if "tiles_per_s" in stx
+            else stx.get("error", "not measured"),
         ),
         (
             "    per tile (old path)",
@@ -542,10 +611,24 @@ def print_stream(r: dict) -> None:
         (
             "(b) end to end, drawn",
             f"{e2e['tiles_per_s']:,.0f} tiles/s",
-            f"{ratio['end_to_end_vs_ceiling']:.3f} x (a); {e2e['tiles']} tiles in {e2e['frames']} frames at {fw}x{fh} "
+            f"{ratio['end_to_end_vs_ceiling']:.3f} x (a), {e2e['upload_path']} path; {e2e['tiles']} tiles in "
+            f"{e2e['frames']} frames at {fw}x{fh} "
             f"({e2e['fps']:.0f} fps), compiled I/O {e2e['compiled']}, {e2e['io_threads']} I/O threads; "
             f"render-thread CPU {e2e['update_cpu_us_per_tile']:.1f} us per uploaded tile (upload step "
             f"{e2e['upload_cpu_us_per_tile']:.1f})",
+        ),
+        *(
+            [
+                (
+                    f"    {r['end_to_end_other_path']['upload_path']}",
+                    f"{r['end_to_end_other_path']['tiles_per_s']:,.0f} tiles/s",
+                    f"{r['end_to_end_other_path']['tiles_per_s'] / up['tiles_per_s']:.3f} x (a): the same pan on the "
+                    f"path AUTO did not pick; CPU {r['end_to_end_other_path']['update_cpu_us_per_tile']:.1f} us "
+                    "per uploaded tile",
+                )
+            ]
+            if "end_to_end_other_path" in r
+            else []
         ),
         (
             "    pure Python I/O",

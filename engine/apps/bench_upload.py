@@ -1,6 +1,7 @@
-"""`bench stream` (a): the engine's upload ceiling (tiles/s and GB/s through the best upload path,
-and the per-tile path for comparison, fenced and finished) and the host-to-device copy bandwidth
-(`copy_bandwidth`: one glCopyBufferSubData of the whole ring), the physical limit."""
+"""`bench stream` (a): the engine's upload ceiling (tiles/s and GB/s through each upload path: runs
+from the host ring, runs through the device-local staging buffer, and the per-tile path for
+comparison, fenced and finished) and the host-to-device copy bandwidth (`copy_bandwidth`: one
+glCopyBufferSubData of the whole ring), the physical limit."""
 
 from __future__ import annotations
 
@@ -18,20 +19,33 @@ TILE = 128  # the default tile: 136-texel slots
 
 
 def upload_ceiling(
-    ctx: moderngl.Context, tiles: int, batch: int = 256, compiled: bool = True, runs: bool = False, max_run: int = 0
+    ctx: moderngl.Context,
+    tiles: int,
+    batch: int = 256,
+    compiled: bool = True,
+    runs: bool = False,
+    max_run: int = 0,
+    device: bool = False,
+    staging_texture: bool = False,
 ) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
 
     ``runs=False``: one sub-image call per tile at scattered cells (each batch's tiles at
     neighbouring cells of one layer, the old slot order); ``runs=True``: what the uploader does now,
     each batch's tiles at consecutive layers of one cell from consecutive ring slots, one call per
-    run (`Uploader`'s `upload_runs`)."""
+    run (`Uploader`'s `upload_runs`); with ``device=True`` too, each batch is first copied into a
+    device-local buffer of two batches (`DeviceStaging.copy_in`), the ring fenced behind the copy,
+    and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`); with ``staging_texture=True``
+    instead, the candidate path of `bench_staging_texture`: the batch fills an RG32UI staging array
+    (one call per ring span) and each run is copied into the cache with glCopyImageSubData."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
+    from ..runtime.device_staging import DeviceStaging
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
     from ..runtime.upload_plan import upload_runs
+    from .bench_staging_texture import StagingTexture
 
     native = load() if compiled else None
     gl = GLExt(ctx)
@@ -45,36 +59,49 @@ def upload_ceiling(
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
+    staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs and not staging_texture else None
+    texture_staging = StagingTexture(gl, slot, 2 * batch) if staging_texture and runs else None
     calls = 0
     try:
         rng = np.random.default_rng(1)
         ring.memory[:] = rng.integers(0, 256, ring.memory.size, np.uint8)  # any bytes are BC1 blocks
         ctx.finish()
-        done, cell = 0, 0
+        done, cell, polls, issue = 0, 0, 0, 0.0
         t0 = time.perf_counter()
         c0 = time.thread_time()
         while done < tiles:
             ring.reclaim()
             got = ring.acquire(min(batch, tiles - done))
             if not got.size:
+                polls += 1
                 continue  # every slot waits on the GPU: poll again
+            i0 = time.thread_time()
             n_slots = layers * geo.cells
             if runs:  # cell-major slots: consecutive numbers are consecutive layers of one cell
                 slots = (np.arange(cell, cell + got.size) % n_slots).astype(np.int64)
                 r = upload_runs(slots, got, layers, max_run)
                 lay, cx, cy = geo.locate(slots[r["start"]], layers)
-                gl.upload_runs(
-                    tex, lay, cx * slot, cy * slot, r["count"], ring.offsets(got[r["start"]]), slot, ring.glo,
-                    ring.stride, native,
-                )  # fmt: skip
-                calls += int(r.size)
+                first, pbo = got[r["start"]], ring.glo
+                if staging is not None:  # copy in, fence the ring behind the copy, upload from the copy
+                    first, copies = staging.copy_in(ring.glo, first, r["count"], native)
+                    ring.submit(got, got.size * tile_bytes)
+                    pbo, calls = staging.glo, calls + copies
+                if texture_staging is not None:
+                    texture_staging.upload(ring.glo, first, r["count"], ring.stride, tex, lay, cx * slot, cy * slot)
+                else:
+                    gl.upload_runs(
+                        tex, lay, cx * slot, cy * slot, r["count"], first * ring.stride, slot, pbo, ring.stride, native
+                    )
+                    calls += int(r.size)
             else:  # the old order: neighbouring cells of one layer, one call each
                 k = np.arange(cell, cell + got.size) % n_slots
                 lay, c = k // geo.cells, k % geo.cells
                 cx, cy = c % geo.cells_x, c // geo.cells_x
                 gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
                 calls += int(got.size)
-            ring.submit(got, got.size * tile_bytes)
+            if staging is None:
+                ring.submit(got, got.size * tile_bytes)
+            issue += time.thread_time() - i0
             cell += got.size
             done += got.size
         cpu = time.thread_time() - c0
@@ -82,6 +109,11 @@ def upload_ceiling(
         seconds = time.perf_counter() - t0
         ring.reclaim()
     finally:
+        if staging is not None:
+            staging.release()
+        if texture_staging is not None:
+            calls += texture_staging.calls
+            texture_staging.release()
         tex.release()
         ring.release()
     return {
@@ -91,12 +123,22 @@ def upload_ceiling(
         "mib_per_s": done * tile_bytes / seconds / MIB,
         "gb_per_s": done * tile_bytes / seconds / 1e9,
         "calls": calls,
-        "cpu_us_per_tile": cpu / max(1, done) * 1e6,
+        "cpu_us_per_tile": cpu / max(1, done) * 1e6,  # the whole loop's, polling for free ring slots included
+        "issue_cpu_us_per_tile": issue / max(1, done) * 1e6,  # planning, copy and upload calls, fence
+        "gpu_waits": polls,  # polls that found every ring slot still in flight (the GPU is the limit)
         "tile_bytes": tile_bytes,
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
-        "path": "runs" if runs else "per-tile",
+        "path": (
+            "staging-texture"
+            if texture_staging is not None
+            else "device-buffer"
+            if staging is not None
+            else "host-ring"
+        )
+        if runs
+        else "per-tile",
         "loop": "compiled" if native is not None else "python",
     }
 

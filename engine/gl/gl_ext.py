@@ -81,7 +81,16 @@ from .loader import (
     feature_available,
     proc_address_lookup,
 )
-from .objects import Fence, FrameThrottle, GpuMemoryInfo, GpuTimer, LiveObjects, MappedBuffer, TextureArray
+from .objects import (
+    DeviceBuffer,
+    Fence,
+    FrameThrottle,
+    GpuMemoryInfo,
+    GpuTimer,
+    LiveObjects,
+    MappedBuffer,
+    TextureArray,
+)
 from .transfers import TextureTransfers
 
 __all__ = [
@@ -137,6 +146,12 @@ class GLExt(TextureTransfers):
     @property
     def has_buffer_storage(self) -> bool:
         return self.has(Feature.BUFFER_STORAGE)
+
+    @property
+    def reports_video_memory(self) -> bool:
+        """True when the driver reports dedicated video memory (GL_NVX_gpu_memory_info or
+        GL_ATI_meminfo): a discrete GPU, where GPU-only buffers live apart from host memory."""
+        return self.has(Feature.NVX_MEMORY) or self.has(Feature.ATI_MEMORY)
 
     def supports_format(self, fmt: GLFormat) -> bool:
         return fmt.feature is None or self.has(fmt.feature)
@@ -356,6 +371,27 @@ class GLExt(TextureTransfers):
             )
         return MappedBuffer(self, name, size, int(address))
 
+    def create_device_buffer(self, size: int) -> DeviceBuffer:
+        """An immutable buffer of `size` bytes with no mapping flags (needs buffer storage): GPU-only
+        memory, in video memory on discrete GPUs, filled by buffer copies."""
+        if size < 1:
+            raise ValueError(f"buffer size must be positive, got {size!r}")
+        if not self.has(Feature.BUFFER_STORAGE):
+            raise GLError(f"device-local buffers need {Feature.BUFFER_STORAGE.requirement}, which this context lacks")
+        f = self.functions
+        self._clear_stale("creating a device-local buffer")
+        (name,) = f.gen_names(f.glGenBuffers, 1)
+        f.glBindBuffer(GL_COPY_WRITE_BUFFER, name)
+        try:
+            f.glBufferStorage(GL_COPY_WRITE_BUFFER, size, None, 0)
+        finally:
+            f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
+        errors = _drain(self._raw_get_error)
+        if errors:
+            self._delete_buffers(name)
+            raise GLError(f"creating a {size}-byte device-local buffer failed: {', '.join(errors)}")
+        return DeviceBuffer(self, name, size)
+
     def copy_buffer(self, src: int, dst: int, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """GPU-side glCopyBufferSubData between two buffer names (e.g. an SSBO into a readback buffer)."""
         f = self.functions
@@ -448,6 +484,10 @@ class GLExt(TextureTransfers):
     def delete_textures(self, *names: int) -> None:
         """Delete texture names (the owner of a `TextureArray` calls this from its ``release()``)."""
         self.functions.delete_names(self.functions.glDeleteTextures, *names)
+
+    def delete_buffers(self, *names: int) -> None:
+        """Delete buffer names (the owner of a `DeviceBuffer` calls this from its ``release()``)."""
+        self._delete_buffers(*names)
 
     def _delete_buffers(self, *names: int) -> None:
         self.functions.delete_names(self.functions.glDeleteBuffers, *names)

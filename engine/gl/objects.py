@@ -34,6 +34,7 @@ __all__ = [
     "FrameThrottle",
     "GpuMemoryInfo",
     "GpuTimer",
+    "DeviceBuffer",
     "LiveObjects",
     "MappedBuffer",
     "ObjectOwner",
@@ -57,6 +58,8 @@ class ObjectOwner(Protocol):
     def bind_texture_array(self, texture: TextureArray, unit: int) -> None: ...
 
     def delete_textures(self, *names: int) -> None: ...
+
+    def delete_buffers(self, *names: int) -> None: ...
 
     def unmap_and_delete_buffer(self, name: int) -> None: ...
 
@@ -254,6 +257,35 @@ class TextureArray:
 
     def __repr__(self) -> str:
         return f"TextureArray(glo={self._glo}, {self.format.name}, {self.size}x{self.size}x{self.layers})"
+
+
+class DeviceBuffer:
+    """An immutable GL buffer (glBufferStorage) with no mapping flags: GPU-only memory, which drivers
+    of discrete GPUs place in video memory. Filled and read by GL commands only (buffer copies,
+    uploads with it bound as the pixel-unpack buffer)."""
+
+    def __init__(self, gl: ObjectOwner, glo: int, size: int) -> None:
+        self._gl = gl
+        self._glo = glo
+        self.size = size
+
+    @property
+    def glo(self) -> int:
+        """The GL buffer name (0 after release)."""
+        return self._glo
+
+    @property
+    def released(self) -> bool:
+        return self._glo == 0
+
+    def release(self) -> None:
+        """Delete the buffer (idempotent). GL keeps it alive until the commands using it ended."""
+        if self._glo:
+            self._gl.delete_buffers(self._glo)
+            self._glo = 0
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(glo={self._glo}, size={self.size})"
 
 
 class MappedBuffer:

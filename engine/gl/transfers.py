@@ -16,6 +16,8 @@ import numpy as np
 
 from ..errors import GLError
 from .enums import (
+    GL_COPY_READ_BUFFER,
+    GL_COPY_WRITE_BUFFER,
     GL_PIXEL_PACK_BUFFER,
     GL_PIXEL_UNPACK_BUFFER,
     GL_RGBA,
@@ -233,6 +235,47 @@ class TextureTransfers:
             f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
             self._unbind_scratch()
         return int(depth.sum()) * nbytes
+
+    def copy_buffer_spans(
+        self,
+        src: int,
+        dst: int,
+        src_offset: np.ndarray,
+        dst_offset: np.ndarray,
+        size: np.ndarray,
+        native: Any = None,
+    ) -> int:
+        """GPU-side copies of byte spans from buffer `src` into buffer `dst` (glCopyBufferSubData,
+        both buffers bound once): span i is `size[i]` bytes from `src_offset[i]` to `dst_offset[i]`
+        (int64 arrays). GL orders the copies before every later command that reads `dst`. `native`
+        runs the loop in C; else a Python loop does. Returns the bytes copied."""
+        n = int(np.size(size))
+        if n == 0:
+            return 0
+        if not (src and dst):
+            raise ValueError("buffer copies need two buffer names")
+        f = self.functions
+        f.glBindBuffer(GL_COPY_READ_BUFFER, src)
+        f.glBindBuffer(GL_COPY_WRITE_BUFFER, dst)
+        try:
+            if native is not None and getattr(native, "copy_spans", None) is not None and not self.debug:
+                arrays = [np.ascontiguousarray(a, np.int64) for a in (src_offset, dst_offset, size)]
+                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
+                native.copy_spans(self.addresses["glCopyBufferSubData"], n, *ptrs)
+            else:
+                call = f.glCopyBufferSubData
+                spans = zip(
+                    np.asarray(src_offset).tolist(),
+                    np.asarray(dst_offset).tolist(),
+                    np.asarray(size).tolist(),
+                    strict=True,
+                )
+                for so, do, nb in spans:
+                    call(GL_COPY_READ_BUFFER, GL_COPY_WRITE_BUFFER, so, do, nb)
+        finally:
+            f.glBindBuffer(GL_COPY_READ_BUFFER, 0)
+            f.glBindBuffer(GL_COPY_WRITE_BUFFER, 0)
+        return int(np.sum(size))
 
     def copy_cells(
         self,

@@ -53,6 +53,7 @@ class Native:
     decode_batch: ctypes._CFuncPtr  # releases the GIL for the call
     upload_cells: ctypes._CFuncPtr  # keeps the GIL (render thread, GL)
     upload_runs: ctypes._CFuncPtr | None  # the same, one call per run of layers (None: an older build)
+    copy_spans: ctypes._CFuncPtr | None  # buffer-to-buffer copies, keeps the GIL (None: an older build)
     codecs: Codecs
     create_dctx: ctypes._CFuncPtr
     free_dctx: ctypes._CFuncPtr
@@ -128,6 +129,7 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
         decode_batch = gil_free.ts_decode_batch
         upload_cells = gil_held.ts_upload_cells
         upload_runs = getattr(gil_held, "ts_upload_runs", None)
+        copy_spans = getattr(gil_held, "ts_copy_spans", None)
     except (OSError, AttributeError) as exc:
         log.warning("texstream's compiled helper %s does not load (%s): pure Python I/O", Path(path).name, exc)
         return None
@@ -199,13 +201,16 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
             ctypes.c_int,
             _i64p,
         )
+    if copy_spans is not None:
+        copy_spans.restype = None
+        copy_spans.argtypes = (ctypes.c_void_p, ctypes.c_int64, _i64p, _i64p, _i64p)
     codecs = Codecs(
         *(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress", "xxh3"))
     )
     create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
     free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
     libs = tuple(lib for lib, _ in found.values())
-    native = Native(path, read_batch, decode_batch, upload_cells, upload_runs, codecs, create, free, libs)
+    native = Native(path, read_batch, decode_batch, upload_cells, upload_runs, copy_spans, codecs, create, free, libs)
     log.debug("texstream's compiled helper: %s", path)
     return native
 

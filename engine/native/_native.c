@@ -7,7 +7,8 @@
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
- *                   the bound pixel-unpack buffer; ts_upload_runs one per run of consecutive layers.
+ *                   the bound pixel-unpack buffer; ts_upload_runs one per run of consecutive layers;
+ *                   ts_copy_spans one glCopyBufferSubData per span (staging ring -> device buffer).
  *                   Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
  *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
@@ -239,6 +240,19 @@ void ts_upload_runs(void *compressed_fn, void *plain_fn, int compressed, int64_t
             f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, (int)depth[i], GL_RGBA,
               GL_UNSIGNED_BYTE, (const void *)(intptr_t)offset[i]);
     }
+}
+
+/* One glCopyBufferSubData per span from the bound GL_COPY_READ_BUFFER to the bound
+ * GL_COPY_WRITE_BUFFER: size[i] bytes from src_offset[i] to dst_offset[i]. */
+typedef void (*gl_copy_buffer_fn)(unsigned, unsigned, intptr_t, intptr_t, intptr_t);
+
+void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const int64_t *dst_offset,
+                   const int64_t *size) {
+    const unsigned GL_COPY_READ_BUFFER = 0x8F36, GL_COPY_WRITE_BUFFER = 0x8F37;
+    gl_copy_buffer_fn f = (gl_copy_buffer_fn)copy_fn;
+    for (int64_t i = 0; i < n; i++)
+        f(GL_COPY_READ_BUFFER, GL_COPY_WRITE_BUFFER, (intptr_t)src_offset[i], (intptr_t)dst_offset[i],
+          (intptr_t)size[i]);
 }
 
 /* A Python module only so that pip builds and installs this file; texstream loads it with ctypes. */

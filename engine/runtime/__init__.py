@@ -18,7 +18,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
 - ``upload_budget.py``: `UploadCost` (seconds per upload call and per byte, measured) and
   `within_budget` (which of a frame's upload calls fit ``StreamerConfig.upload_time_budget_ms``);
 - ``upload_plan.py``: a frame's upload calls (`upload_runs`: runs of consecutive layers at one cell;
-  `PoolUploads`; `keep_within_budget`);
+  `PoolUploads`; `keep_within_budget`) and the device path's choice, size and copies
+  (`choose_upload_path`, `device_slots`, `copy_spans`);
 - ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared);
 - ``texture_sets.py``: texture sets (`SetTable`: a set's lead pages mapped onto its members by mip
   offset, one gather a frame) and priorities (`Priorities`, the priority share of the mip bias).
@@ -29,8 +30,12 @@ report results as records, and change no residency state of their own accord):
 - ``pools.py``: `CachePool`, one GL texture array plus its ledger, carrying out its move plans;
   ``pool_set.py``: which pools exist; ``page_buffer.py``: the page tables' GPU buffer;
 - ``staging.py``: the persistent-mapped staging ring (slots handed out in ring order);
+  ``device_staging.py``: the device path's device-local buffer (`UploadPath.DEVICE_BUFFER`: a
+  frame's runs copied into it, one buffer copy per contiguous ring span, and uploaded from it);
+  ``staging_share.py``: the staging share of the budget and its split between ring and device buffer;
   ``uploader.py``: a load's whole life and the upload calls (one per run of consecutive cache
-  layers at one cell, read from consecutive ring slots); ``io_workers.py``: the I/O thread pool;
+  layers at one cell, read from consecutive ring slots); ``blocking_load.py``: its blocking path
+  (pinned levels at open, all-resident references); ``io_workers.py``: the I/O thread pool;
   ``byte_sources.py``: where a tile's bytes come from (local pread, remote ranges) and how they
   are decoded;
 - ``feedback.py``: the feedback buffers and their asynchronous readback;

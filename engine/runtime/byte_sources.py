@@ -26,7 +26,7 @@ from ..pack import codec
 from ..pack.format import Supercompression
 from ..remote import RemoteFile
 
-__all__ = ["MAX_GAP", "RUN_BYTES", "ReadBatch", "ReadResult", "ReadStatus", "TileSource", "read_batch"]
+__all__ = ["MAX_GAP", "RUN_BYTES", "ReadBatch", "ReadResult", "ReadStatus", "SourceIndex", "TileSource", "read_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -371,3 +371,16 @@ def read_batch(
         errnum.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
     )
     return status, errnum
+
+
+@dataclass
+class SourceIndex:
+    """One open pack as the uploader reads it: its descriptor and the index arrays of its tiles."""
+
+    tile: TileSource  # its fd is the uploader's own duplicate of the pack's, closed by the uploader
+    offsets: np.ndarray
+    stored: np.ndarray
+    checksums: np.ndarray
+    first_tile: int  # tile id of the pack's first index entry
+    batches: int = 0  # batches with the I/O threads
+    closing: bool = False

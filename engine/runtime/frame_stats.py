@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from ..config import UploadPath
 from ..remote import NetworkSummary
 from .budget import BudgetManager
+from .device_staging import DeviceStagingStats
 from .records import Uploaded
 from .residency import Residency, StreamTotals
 from .staging import RingStats
@@ -74,6 +76,8 @@ class IOStatus:
     pending_batches: int  # batches submitted and not yet drained
     compiled: bool  # reads and uploads run in the compiled helper (texstream.native)
     ring: RingStats | None  # None before the first texture opens
+    upload_path: UploadPath | None = None  # the path the uploads take (None before the first texture opens)
+    device_staging: DeviceStagingStats | None = None  # the device path's buffer (None on the host ring)
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,9 @@ class StreamerStats:
         The remote-pack disk cache: blocks found / fetched, bytes held, bound.
     cache_hit_rate : float
         ``cache_hits / (cache_hits + cache_misses)`` (0 before any).
+    upload_path : str
+        The path the uploads take (`UploadPath` value: ``host-ring`` or ``device-buffer``; empty
+        before the first texture opens).
     """
 
     frame: int
@@ -183,6 +190,7 @@ class StreamerStats:
     cache_hit_rate: float
     cache_bytes: int
     cache_capacity_bytes: int
+    upload_path: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (``totals`` a nested dict) for JSON export."""
@@ -197,6 +205,7 @@ def streamer_stats(
     net: NetworkSummary,
     feedback: FeedbackInfo,
     corrupt_tiles: int,
+    upload_path: str = "",
 ) -> StreamerStats:
     """The latest update() plus running totals, from the parts that own them."""
     p50, p95, p99 = core.latency_percentiles()
@@ -241,4 +250,5 @@ def streamer_stats(
         cache_hit_rate=net.cache_hit_rate,
         cache_bytes=net.cache_bytes,
         cache_capacity_bytes=net.cache_capacity_bytes,
+        upload_path=upload_path,
     )

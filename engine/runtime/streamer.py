@@ -258,7 +258,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
         if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
             ring = Uploader.ring_size(self.config, self.budget, h.tile_raw_size)
-            extra += max(0, ring - self.budget.reserved("staging-ring"))
+            extra += max(0, ring - Uploader.staging_reserved(self.budget))
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
 
@@ -431,7 +431,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         self._closed = True
         if self._uploader is not None:
             self._uploader.release()
-            self.budget.release("staging-ring")
+            Uploader.release_staging(self.budget)
         for vt in self._packs.close_all():
             vt.reader.close()
         for tset in self._sets:

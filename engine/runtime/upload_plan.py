@@ -4,8 +4,12 @@ A call can write `count` consecutive layers at one cell of a cache pool from con
 (cell-major slot numbers: slot ``s`` is layer ``s % layers`` of cell ``s // layers``), so a frame's
 loads, sorted by cache slot, split into maximal runs (`upload_runs`); `PoolUploads` is one pool's
 share of a frame (its loads' ring slots and its runs) and `keep_within_budget` drops the least urgent
-calls that do not fit ``StreamerConfig.upload_time_budget_ms``. Plain numpy; no GL, no thread
-(`uploader.Uploader` plans with this and issues the calls).
+calls that do not fit ``StreamerConfig.upload_time_budget_ms``.
+
+The device path (`UploadPath.DEVICE_BUFFER`, chosen by `choose_upload_path`) first copies the runs'
+ring spans into a device-local buffer of `device_slots` slots, one copy per span of ring memory that
+stays contiguous there too (`copy_spans`), and uploads the runs from it. Plain numpy; no GL, no
+thread (`uploader.Uploader` plans with this and issues the calls).
 """
 
 from __future__ import annotations
@@ -14,9 +18,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import StreamerConfig, UploadPath
 from .upload_budget import UploadCost, within_budget
 
-__all__ = ["UPLOAD_RUN_DTYPE", "PoolUploads", "keep_within_budget", "upload_runs"]
+__all__ = [
+    "DEVICE_MIN_SLOTS",
+    "UPLOAD_RUN_DTYPE",
+    "PoolUploads",
+    "choose_upload_path",
+    "copy_spans",
+    "device_slots",
+    "keep_within_budget",
+    "upload_runs",
+]
+
+#: AUTO keeps the host ring when the device buffer would hold fewer tiles than this (tiny budgets):
+#: a frame's uploads are capped at the device buffer's size, which would then bind.
+DEVICE_MIN_SLOTS = 64
 
 #: One upload call: the first load of the run (an index into `PoolUploads.ring_slots`) and how many follow.
 UPLOAD_RUN_DTYPE = np.dtype([("start", np.int64), ("count", np.int64)])
@@ -73,3 +91,49 @@ def keep_within_budget(
         kept["start"] = np.cumsum(kept["count"]) - kept["count"]
         out.append(PoolUploads(u.pool, u.ring_slots[np.repeat(k, u.runs["count"])], kept))
     return out
+
+
+def device_slots(staging_slots: int, stride: int, config: StreamerConfig) -> int:
+    """Slots of the device-local buffer carved out of `staging_slots` staging slots of `stride`
+    bytes (the rest stay the host ring): two frames of uploads at the per-frame caps (tiles, and
+    bytes: the first load always goes), so consecutive frames copy into different regions, but at
+    most a quarter of the staging share (the host ring keeps the reads in flight), at least one."""
+    per_frame = min(config.upload_tiles_per_frame, max(1, config.upload_bytes_per_frame // max(1, stride)))
+    return max(1, min(2 * per_frame, staging_slots // 4))
+
+
+def choose_upload_path(
+    requested: UploadPath, *, buffer_storage: bool, video_memory: bool, device_slots: int
+) -> UploadPath:
+    """The path that runs: HOST_RING when asked, or without buffer storage (the device copy reads a
+    persistent-mapped ring); DEVICE_BUFFER when asked; AUTO takes DEVICE_BUFFER only where it wins:
+    the driver reports dedicated video memory (on shared memory, llvmpipe included, the copy is one
+    more pass over the same memory) and the device buffer holds at least `DEVICE_MIN_SLOTS` tiles."""
+    if requested is UploadPath.HOST_RING or not buffer_storage:
+        return UploadPath.HOST_RING
+    if requested is UploadPath.DEVICE_BUFFER:
+        return UploadPath.DEVICE_BUFFER
+    return UploadPath.DEVICE_BUFFER if video_memory and device_slots >= DEVICE_MIN_SLOTS else UploadPath.HOST_RING
+
+
+def copy_spans(ring_first: np.ndarray, device_first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The buffer copies that bring runs into the device buffer: run i is `counts[i]` slots from
+    ring slot `ring_first[i]` to device slot `device_first[i]`; consecutive runs contiguous in both
+    buffers share one copy. Returns UPLOAD_RUN_DTYPE-like rows (``ring``, ``device``, ``count``)."""
+    r = np.asarray(ring_first, np.int64)
+    d = np.asarray(device_first, np.int64)
+    c = np.asarray(counts, np.int64)
+    out = np.empty(0, COPY_SPAN_DTYPE)
+    if r.size == 0:
+        return out
+    joins = (r[:-1] + c[:-1] == r[1:]) & (d[:-1] + c[:-1] == d[1:])
+    starts = np.flatnonzero(np.concatenate([[True], ~joins]))
+    out = np.empty(starts.size, COPY_SPAN_DTYPE)
+    out["ring"] = r[starts]
+    out["device"] = d[starts]
+    out["count"] = np.add.reduceat(c, starts)
+    return out
+
+
+#: One buffer copy: from ring slot ``ring`` to device slot ``device``, ``count`` slots.
+COPY_SPAN_DTYPE = np.dtype([("ring", np.int64), ("device", np.int64), ("count", np.int64)])

@@ -26,6 +26,8 @@ slot (structure of arrays), with an explicit `LoadState`::
   slots whose overwrite gate has passed (no draw in flight samples them), one call per run of
   consecutive cache layers at one cell from consecutive ring slots (`upload_plan`: `submit` hands
   ring slots out in cache-slot order), ONE fence a frame; a time budget keeps the calls that fit.
+  On the device path (`UploadPath.DEVICE_BUFFER`, `device_staging`) the runs are first copied into a
+  device-local buffer and uploaded from there; the ring's fence then sits right behind the copies.
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -44,21 +46,21 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import moderngl
 import numpy as np
 
-from ..config import StreamerConfig
-from ..errors import EngineError
+from ..config import StreamerConfig, UploadPath
+from ..errors import EngineError, GLError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike
 from ..native import Native
 from ..pack.reader import PackReader
 from ..remote import RemoteStats
+from . import blocking_load, staging_share
 from .budget import BudgetManager
-from .budget_advice import ring_bytes
-from .byte_sources import ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch
+from .device_staging import DeviceStaging
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
@@ -95,17 +97,6 @@ _UPLOADING = int(LoadState.UPLOADING)
 _ABANDONED = int(LoadState.ABANDONED)
 
 
-@dataclass
-class _Source:
-    tile: TileSource  # its fd is the uploader's own duplicate of the pack's, closed by the uploader
-    offsets: np.ndarray
-    stored: np.ndarray
-    checksums: np.ndarray
-    first_tile: int  # tile id of the pack's first index entry
-    batches: int = 0  # batches with the I/O threads
-    closing: bool = False
-
-
 class Uploader:
     """Tile loads from pack to cache slot (see the module docstring). Render thread only.
 
@@ -118,6 +109,9 @@ class Uploader:
         Streaming configuration (I/O threads, caps, native helper).
     ring_bytes
         Staging-ring size; slot_bytes: largest tile.
+    device_bytes
+        Size of the device-local staging buffer (0: upload straight from the ring, `UploadPath.HOST_RING`);
+        needs a persistent-mapped ring.
     fence_factory
         The ring's fences (tests inject fakes).
     read_hook
@@ -134,6 +128,7 @@ class Uploader:
         slot_bytes: int,
         fence_factory: Callable[[], FenceLike] | None = None,
         read_hook: ReadHook | None = None,
+        device_bytes: int = 0,
     ) -> None:
         self.ctx, self.gl, self.space, self.config = ctx, gl, space, config
         self.native: Native | None = None
@@ -142,6 +137,16 @@ class Uploader:
 
             self.native = load()
         self.ring = StagingRing(ctx, gl, ring_bytes, slot_bytes, fence_factory=fence_factory)
+        self.device: DeviceStaging | None = None
+        if device_bytes > 0:
+            if not self.ring.persistent:
+                self.ring.release()
+                raise EngineError("the device upload path needs a persistent-mapped staging ring (buffer storage)")
+            try:
+                self.device = DeviceStaging(gl, device_bytes // self.ring.stride, self.ring.stride)
+            except BaseException:
+                self.ring.release()
+                raise
         n = self.ring.slot_count
         self.state = np.zeros(n, np.uint8)
         self.tile = np.full(n, -1, np.int64)
@@ -154,22 +159,25 @@ class Uploader:
         self._next_seq = 0
         self.load_of = np.full(space.capacity, -1, np.int32)  # tile id -> ring slot of its load
         space.add_listener(self._grow)
-        self.sources: dict[int, _Source] = {}
-        self._retired: list[_Source] = []  # closed textures whose files wait for their batches
+        self.sources: dict[int, SourceIndex] = {}
+        self._retired: list[SourceIndex] = []  # closed textures whose files wait for their batches
         self._next_batch = 0
         self.io = IOWorkers(
             config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
         )
-        self._scratch = _Scratch(self.native)  # the render thread's, for the blocking path
-        self.last_calls = 0  # upload calls the latest upload() issued
+        self.blocking_scratch = _Scratch(self.native)  # the render thread's, for the blocking path
+        self.last_calls = 0  # upload calls the latest upload() issued (buffer copies included)
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._closed = False
 
-    @staticmethod
-    def ring_size(config: StreamerConfig, budget: BudgetManager, tile_bytes: int) -> int:
-        """Staging-ring bytes: `config.ring_mb`, but at most a quarter of the budget (small budgets
-        would otherwise be all ring) and at least 16 tiles."""
-        return ring_bytes(config.ring_mb, budget.budget, tile_bytes)
+    ring_size = staticmethod(staging_share.staging_bytes)
+    staging_reserved = staticmethod(staging_share.staging_reserved)
+    release_staging = staticmethod(staging_share.release_staging)
+
+    @property
+    def upload_path(self) -> UploadPath:
+        """The path the upload calls take (never AUTO)."""
+        return UploadPath.DEVICE_BUFFER if self.device is not None else UploadPath.HOST_RING
 
     @classmethod
     def fitting(
@@ -196,13 +204,18 @@ class Uploader:
             for tex, _ in sources:
                 current.remove_source(tex)
             current.release()
-            budget.release("staging-ring")
-        size = cls.ring_size(config, budget, tile_bytes)
-        budget.reserve("staging-ring", size)
+            cls.release_staging(budget)
+        host, device = staging_share.reserve_staging(config, gl, budget, tile_bytes)
         try:
-            up = cls(ctx, gl, space, config, size, tile_bytes, read_hook=read_hook)
+            try:
+                up = cls(ctx, gl, space, config, host, tile_bytes, read_hook=read_hook, device_bytes=device)
+            except GLError as exc:  # no device-local buffer (out of memory): the host ring still works
+                if not device:
+                    raise
+                log.warning("no device-local staging buffer (%s): uploads read the host ring", exc)
+                up = cls(ctx, gl, space, config, staging_share.all_to_ring(budget), tile_bytes, read_hook=read_hook)
         except BaseException:
-            budget.release("staging-ring")
+            cls.release_staging(budget)
             raise
         for tex, reader in sources:
             up.add_source(tex, reader)
@@ -223,7 +236,7 @@ class Uploader:
             tile = TileSource(-1, h.supercompression, h.tile_raw_size, largest, reader.name, reader.remote.share())
         else:
             tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, largest, reader.name)
-        self.sources[tex] = _Source(
+        self.sources[tex] = SourceIndex(
             tile,
             idx["offset"].astype(np.int64),
             stored,
@@ -331,14 +344,12 @@ class Uploader:
     def _queue(self, tex: int, tiles: np.ndarray, slots: np.ndarray) -> None:
         src = self.sources[int(tex)]
         entry = tiles - src.first_tile
-        offsets = src.offsets[entry]
-        order = np.argsort(offsets, kind="stable")
+        order = np.argsort(src.offsets[entry], kind="stable")
+        e = entry[order]  # every array in file order once; the batches are slices (views) of them
+        t, s, off, stored, checksums = tiles[order], slots[order], src.offsets[e], src.stored[e], src.checksums[e]
         for start in range(0, order.size, BATCH_TILES):
-            o = order[start : start + BATCH_TILES]
-            e = entry[o]
-            batch = ReadBatch(
-                self._next_batch, src.tile, tiles[o], slots[o], offsets[o], src.stored[e], src.checksums[e]
-            )
+            b = slice(start, start + BATCH_TILES)
+            batch = ReadBatch(self._next_batch, src.tile, t[b], s[b], off[b], stored[b], checksums[b])
             self._next_batch += 1
             src.batches += 1
             self.io.submit(batch)
@@ -397,7 +408,7 @@ class Uploader:
         failed_rec = self._records(slots[failed])
         reasons = []
         at = 0
-        for r in results:
+        for r in results if failed.any() else ():
             n = len(r.batch)
             for k in np.flatnonzero(failed[at : at + n]).tolist():
                 _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
@@ -486,9 +497,11 @@ class Uploader:
         cfg = self.config
         max_tiles = cfg.upload_tiles_per_frame if max_tiles is None else max_tiles
         max_bytes = cfg.upload_bytes_per_frame if max_bytes is None else max_bytes
+        if self.device is not None:  # a frame's batch fits the device buffer in one piece
+            max_tiles = min(max_tiles, self.device.slot_count)
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
-        ready = np.flatnonzero(self.state == LoadState.READY)
+        ready = np.flatnonzero(self.state == _READY)
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         ready = ready[np.argsort(self.seq[ready], kind="stable")]
@@ -533,13 +546,26 @@ class Uploader:
 
     def _issue(self, slots: np.ndarray, plan: list[PoolUploads], pools: Sequence[CachePool | None]) -> int:
         """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache
-        layers at one cell read from consecutive ring slots), then fence them all at once."""
+        layers at one cell read from consecutive ring slots), then fence them all at once. On the
+        device path the runs are copied into the device buffer first and the fence goes right
+        behind the copies (the ring slots are free once copied); the uploads read the device buffer."""
         ring = self.ring
         ring.stage(slots, self.nbytes[slots])
         total = 0
         self.last_calls = 0
+        firsts = [u.ring_slots[u.runs["start"]] for u in plan]  # each run's first ring slot
+        pbo, source = ring.glo, firsts
+        if self.device is not None:
+            try:
+                counts = np.concatenate([u.runs["count"] for u in plan])
+                device_first, copies = self.device.copy_in(ring.glo, np.concatenate(firsts), counts, self.native)
+            finally:  # issued copies read the ring: fence whatever went out
+                ring.submit(slots, int(self.nbytes[slots].sum()))
+            pbo, at = self.device.glo, np.cumsum([0] + [f.size for f in firsts])
+            source = [device_first[at[i] : at[i + 1]] for i in range(len(plan))]
+            self.last_calls += copies
         try:
-            for uploads in plan:
+            for uploads, first in zip(plan, source, strict=True):
                 s, runs = uploads.ring_slots, uploads.runs
                 pool = pools[uploads.pool]
                 assert pool is not None and pool.texture is not None
@@ -551,15 +577,16 @@ class Uploader:
                     cx * g.slot_size,
                     cy * g.slot_size,
                     runs["count"],
-                    ring.offsets(s[runs["start"]]),
+                    first * ring.stride,
                     g.slot_size,
-                    ring.glo,
+                    pbo,
                     ring.stride,
                     self.native,
                 )
                 self.last_calls += int(runs.size)
         finally:
-            ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
+            if self.device is None:
+                ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
         return total
 
     def reclaim(self) -> int:
@@ -578,58 +605,20 @@ class Uploader:
         references; never per frame). The same read and upload functions as the streaming path, from
         client memory in chunks (no ring slot is taken, so streaming loads are not disturbed).
         Returns (ok mask, a reason per failed tile); failed tiles' cache slots are the caller's."""
-        tiles = np.asarray(tiles, np.int64)
-        cache_slots = np.asarray(cache_slots, np.int64)
-        ok = np.zeros(tiles.size, bool)
-        reasons: list[str] = []
-        if tiles.size == 0:
-            return ok, reasons
-        if np.any(cache_slots < 0):
-            raise ValueError("every tile needs a cache slot")
-        if np.any(pool.ledger.writable_at[cache_slots] > frame):
-            self.ctx.finish()  # slots a draw in flight may sample: let those draws end first
-        stride = self.ring.stride
-        chunk = 256
-        memory = np.zeros(min(chunk, tiles.size) * stride, np.uint8)
-        nothing_cancelled = np.zeros(chunk, np.uint8)
-        g = pool.geometry
-        assert pool.texture is not None
-        for start in range(0, tiles.size, chunk):
-            part = slice(start, start + chunk)
-            t = tiles[part]
-            tex = self.space.tex[t].astype(np.int64)
-            status = np.zeros(t.size, np.int32)
-            for tx in np.unique(tex).tolist():
-                m = np.flatnonzero(tex == tx)
-                src = self.sources[tx]
-                entry = t[m] - src.first_tile
-                order = np.argsort(src.offsets[entry], kind="stable")
-                e, rows = entry[order], m[order]
-                batch = ReadBatch(
-                    -1, src.tile, t[rows], rows.astype(np.int64), src.offsets[e], src.stored[e], src.checksums[e]
-                )
-                st, err = read_batch(batch, memory, stride, nothing_cancelled, _CANCELLED, self._scratch)
-                status[rows] = st
-                for k in np.flatnonzero(st != ReadStatus.OK).tolist():
-                    _, lv, x, y = (int(v[0]) for v in self.space.coords(t[rows[k : k + 1]]))
-                    reasons.append(
-                        f"{src.tile.name}: tile ({lv}, {x}, {y}) {ReadStatus(int(st[k])).describe(int(err[k]))}"
-                    )
-            good = np.flatnonzero(status == ReadStatus.OK)
-            ok[start + good] = True
-            if good.size:
-                layer, cx, cy = g.locate(cache_slots[part][good], pool.layers)
-                self.gl.upload_cell_batch(
-                    pool.texture,
-                    layer,
-                    cx * g.slot_size,
-                    cy * g.slot_size,
-                    memory.ctypes.data + good * stride,
-                    g.slot_size,
-                    0,
-                    self.native,
-                )
-        return ok, reasons
+        return blocking_load.load_now(
+            frame,
+            tiles,
+            pool,
+            cache_slots,
+            ctx=self.ctx,
+            gl=self.gl,
+            native=self.native,
+            space=self.space,
+            sources=self.sources,
+            stride=self.ring.stride,
+            scratch=self.blocking_scratch,
+            cancelled_state=_CANCELLED,
+        )
 
     # ---- lifetime -------------------------------------------------------------------------------
     def release(self) -> None:
@@ -638,12 +627,14 @@ class Uploader:
             return
         self._closed = True
         stopped = self.io.shutdown(self.config.shutdown_wait_s)
-        self._scratch.close()
+        self.blocking_scratch.close()
         for src in list(self.sources.values()) + self._retired:
             if stopped:  # else a stuck thread may still read it
                 src.tile.close()
         self.sources.clear()
         self._retired.clear()
+        if self.device is not None:
+            self.device.release()
         if stopped:
             self.ring.release()
         else:

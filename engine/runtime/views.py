@@ -79,6 +79,7 @@ class StreamerViews:
             self.network(),
             self.feedback_info(),
             sum(vt.corrupt_tiles for vt in self.textures),
+            up.upload_path.value if up is not None else "",
         )
 
     def completeness(self) -> Completeness:
@@ -97,7 +98,11 @@ class StreamerViews:
         up = self._uploader
         if up is None:
             return IOStatus(self.config.io_threads, 0, 0, self.config.native, None)
-        return IOStatus(up.io.thread_count, up.io.stuck_count, up.io.pending, up.native is not None, up.ring.stats())
+        device = up.device.stats() if up.device is not None else None
+        io = up.io
+        return IOStatus(
+            io.thread_count, io.stuck_count, io.pending, up.native is not None, up.ring.stats(), up.upload_path, device
+        )
 
     def feedback_info(self) -> FeedbackInfo:
         """The feedback buffers now (`FeedbackInfo`)."""

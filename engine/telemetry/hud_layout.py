@@ -433,7 +433,7 @@ class HudLayout:
                 continue
             if name.startswith("page-table"):
                 sums["page tables"] += nbytes
-            elif name == "staging-ring":
+            elif name.startswith("staging-"):  # the host ring and the device buffer
                 sums["ring"] += nbytes
             elif name == "feedback":
                 sums["feedback"] += nbytes

@@ -126,6 +126,13 @@ def memory_stats(streamer: MemorySource) -> dict[str, Any]:
             "bytes": breakdown["feedback"],
             "detail": f"{fb.depth} buffers x {fb.nbytes_each} B (screen / {fb.stride})",
         }
+    device = streamer.io_status().device_staging
+    if "staging-device" in breakdown and device is not None:
+        claimed.add("staging-device")
+        other["staging-device"] = {
+            "bytes": breakdown["staging-device"],
+            "detail": f"{device.slot_count} slots, device-local: uploads read it after one copy a frame",
+        }
     for name, nbytes in breakdown.items():
         if name not in claimed:
             other[name] = {"bytes": nbytes, "detail": ""}

@@ -92,13 +92,15 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("ring_occupancy", "number", "fraction", "Staging-ring slots not free (0..1)."),
     _f("ring_stalls", "integer", "count", "Staging-ring acquires that found no free slot so far."),
     _f("ring_stalls_frame", "integer", "count", "Staging-ring stalls this frame."),
+    _f("upload_path", "string", "", "Where the uploads read from: `host-ring` or `device-buffer` "
+       "(`StreamerConfig.upload_path`; empty before the first texture opens)."),
     _f("vram_bytes", "integer", "bytes", "Engine GPU memory held (every allocation registered with the budget)."),
     _f("vram_peak_bytes", "integer", "bytes", "Highest engine GPU memory held so far."),
     _f("budget_bytes", "integer", "bytes", "The VRAM budget."),
     _f("headroom_bytes", "integer", "bytes", "Budget left: `budget_bytes - vram_bytes`."),
     _f("budget_source", "string", "", "Where the budget came from: config, driver, fallback or runtime."),
     _f("vram_breakdown", "object", "bytes", "Bytes per allocation name (`pool/...`, `page-table/N`, "
-       "`staging-ring`, `feedback`), largest first."),
+       "`staging-ring`, `staging-device`, `feedback`), largest first."),
     _f("mip_bias", "number", "levels", "Feedback mip bias the budget controller applies (0 = full detail)."),
     _f("total_uploads", "integer", "tiles", "Tiles uploaded since the streamer started."),
     _f("total_upload_bytes", "integer", "bytes", "Bytes uploaded since the streamer started."),

@@ -328,6 +328,7 @@ class Telemetry:
             "ring_occupancy": float(s.ring_occupancy),
             "ring_stalls": stalls,
             "ring_stalls_frame": int(stalls_frame),
+            "upload_path": str(s.upload_path),
             "vram_bytes": vram,
             "vram_peak_bytes": int(s.vram_peak_bytes),
             "budget_bytes": budget,

@@ -367,6 +367,8 @@ def test_missing_optional_features_fail_only_when_used(gl_context: moderngl.Cont
     assert gl.has(Feature.BPTC) and gl.supports_format(gl_format(TexelFormat.BC7))
     with pytest.raises(GLError, match="GL_ARB_buffer_storage"):
         gl.create_mapped_buffer(256)
+    with pytest.raises(GLError, match="device-local buffers need OpenGL 4.4 or GL_ARB_buffer_storage"):
+        gl.create_device_buffer(256)
     with pytest.raises(GLError, match="glBufferStorage needs OpenGL 4.4 or GL_ARB_buffer_storage"):
         gl.functions.glBufferStorage(0, 0, None, 0)
     assert not gl.supports_format(gl_format(TexelFormat.BC1))

@@ -14,10 +14,12 @@ import moderngl
 import numpy as np
 import pytest
 
+from texstream.apps.bench_staging_texture import StagingTexture
 from texstream.gl.enums import gl_format
 from texstream.gl.gl_ext import GLExt
 from texstream.native import load as load_native
 from texstream.pack.format import TexelFormat
+from texstream.runtime.device_staging import DeviceStaging
 from texstream.runtime.staging import StagingRing
 
 from ..require import skip_unless_native
@@ -228,3 +230,95 @@ def test_strides_that_split_rows_are_refused(gl_context: moderngl.Context, gl: G
             gl.upload_runs(tex, one, one, one, one + 2, one + 16, SLOT, 1, n + 16)
     finally:
         tex.release()
+
+
+@pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
+@pytest.mark.parametrize("fmt", RUN_CASES, ids=[f.name.lower() for f in RUN_CASES])
+def test_runs_through_the_device_buffer_upload_the_copied_bytes(
+    gl_context: moderngl.Context, gl: GLExt, fmt: TexelFormat, use_native: bool
+) -> None:
+    """The device path: runs copied from the ring into the device-local buffer (one copy for ring
+    slots contiguous in both) and uploaded from there land exactly, also when the ring's bytes
+    change after the copy (the uploads read the device buffer, not the ring); the cells around them
+    keep their bytes."""
+    native = load_native() if use_native else None
+    if use_native and native is None:
+        skip_unless_native("texstream's compiled helper is not built here")
+    f = gl_format(fmt, False)
+    n = f.layer_bytes(SLOT)
+    ring = StagingRing(gl_context, gl, size_bytes=8 * n, slot_bytes=n)
+    device = DeviceStaging(gl, 8, ring.stride)
+    tex = gl.create_texture_array(f, 2 * SLOT, 6)
+    tiles = [encode(fmt, make_image(SLOT, seed)) for seed in range(6)]
+    sentinel = bytes([0x5A]) * tex.layer_bytes
+    try:
+        for layer in range(6):
+            gl.write_layer(tex, layer, sentinel)
+        device.copy_in(ring.glo, np.array([0]), np.array([1]), native)  # a first batch moves the cursor
+        slots = ring.acquire(6)
+        for slot, data in zip(slots.tolist(), tiles, strict=True):
+            ring.view(slot)[:n] = data
+        # runs: layers 0..3 at cell (1, 1) from slots 0..3; layers 4..5 at cell (0, 0) from 4..5
+        first, copies = device.copy_in(ring.glo, np.array([0, 4]), np.array([4, 2]), native)
+        assert copies == 1 and first.tolist() == [1, 5]  # after the first batch, in one span
+        ring.submit(slots, 6 * n)
+        gl_context.finish()
+        assert ring.reclaim().size == 6  # the fence behind the copy freed the ring slots
+        ring.memory[:] = 0xC3  # an I/O thread refills them before the uploads run
+        sent = gl.upload_runs(
+            tex, np.array([0, 4]), np.array([SLOT, 0]), np.array([SLOT, 0]), np.array([4, 2]),
+            first * ring.stride, SLOT, device.glo, ring.stride, native,
+        )  # fmt: skip
+        assert sent == 6 * n
+        for k in range(4):
+            assert cell_bytes(fmt, gl.read_layer(tex, k), 2 * SLOT, SLOT, SLOT, SLOT) == tiles[k], f"layer {k}"
+        for k in range(2):
+            assert cell_bytes(fmt, gl.read_layer(tex, 4 + k), 2 * SLOT, 0, 0, SLOT) == tiles[4 + k]
+        assert cell_bytes(fmt, gl.read_layer(tex, 0), 2 * SLOT, 0, 0, SLOT) == sentinel[:n]
+        assert cell_bytes(fmt, gl.read_layer(tex, 4), 2 * SLOT, SLOT, SLOT, SLOT) == sentinel[:n]
+        assert device.stats().copies == 2 and device.stats().bytes_copied == 7 * ring.stride
+        wrapped, _ = device.copy_in(ring.glo, np.array([0]), np.array([2]), native)
+        assert wrapped.tolist() == [0]  # slots 7..8 do not fit before the end: the batch starts over
+        with pytest.raises(ValueError, match="does not fit the 8-slot device buffer"):
+            device.copy_in(ring.glo, np.array([0]), np.array([9]), native)
+    finally:
+        tex.release()
+        device.release()
+        device.release()  # idempotent
+        ring.release()
+
+
+def test_the_staging_texture_candidate_lands_bc1_runs_exactly(gl_context: moderngl.Context, gl: GLExt) -> None:
+    """`bench stream`'s candidate path (an RG32UI staging array filled in one call, then one
+    glCopyImageSubData a run into the BC1 cache) moves the same bytes as a direct upload, so what the
+    bench measures for it is a path that would be correct."""
+    f = gl_format(TexelFormat.BC1, True)
+    n = f.layer_bytes(SLOT)
+    ring = StagingRing(gl_context, gl, size_bytes=8 * n, slot_bytes=n)
+    staging = StagingTexture(gl, SLOT, 8)
+    tex = gl.create_texture_array(f, 2 * SLOT, 6)
+    tiles = [encode(TexelFormat.BC1, make_image(SLOT, seed)) for seed in range(6)]
+    sentinel = bytes([0x5A]) * tex.layer_bytes
+    try:
+        for layer in range(6):
+            gl.write_layer(tex, layer, sentinel)
+        slots = ring.acquire(6)
+        for slot, data in zip(slots.tolist(), tiles, strict=True):
+            ring.view(slot)[:n] = data
+        # runs: layers 1..4 at cell (1, 0) from slots 0..3; layers 0..1 at cell (0, 1) from 4..5
+        staging.upload(
+            ring.glo, np.array([0, 4]), np.array([4, 2]), ring.stride, tex, np.array([1, 0]),
+            np.array([SLOT, 0]), np.array([0, SLOT]),
+        )  # fmt: skip
+        ring.submit(slots, 6 * n)
+        assert staging.calls == 3  # one fill (the ring span is contiguous) and one copy per run
+        for k in range(4):
+            assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 1 + k), 2 * SLOT, SLOT, 0, SLOT) == tiles[k]
+        for k in range(2):
+            assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, k), 2 * SLOT, 0, SLOT, SLOT) == tiles[4 + k]
+        assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 5), 2 * SLOT, SLOT, 0, SLOT) == sentinel[:n]
+        assert cell_bytes(TexelFormat.BC1, gl.read_layer(tex, 1), 2 * SLOT, 0, 0, SLOT) == sentinel[:n]
+    finally:
+        tex.release()
+        staging.release()
+        ring.release()

@@ -24,7 +24,7 @@ from PIL import Image
 from texstream.apps.render import PlaneRenderer, render
 from texstream.bake.pipeline import bake, bake_procedural
 from texstream.bake.source import ArraySource
-from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig, UploadPath
 from texstream.errors import EngineError
 from texstream.pack.extract import extract_level
 from texstream.pack.format import TexelFormat
@@ -113,6 +113,22 @@ def last_frame(streamer: Streamer, renderer: PlaneRenderer, vt, view: View, fram
         pass
     assert frame is not None
     return frame
+
+
+#: Both upload paths, chosen explicitly (AUTO takes the host ring on llvmpipe, which reports no video memory).
+PATHS = pytest.mark.parametrize("upload_path", [UploadPath.HOST_RING, UploadPath.DEVICE_BUFFER], ids=lambda p: p.value)
+
+
+def check_path(s: Streamer, upload_path: UploadPath) -> None:
+    """The streamer runs `upload_path`, and the budget counts its staging (the device buffer too)."""
+    io = s.io_status()
+    assert io.upload_path is upload_path
+    staging = s.budget.breakdown()
+    if upload_path is UploadPath.DEVICE_BUFFER:
+        assert io.device_staging is not None and staging["staging-device"] == io.device_staging.nbytes > 0
+    else:
+        assert io.device_staging is None and "staging-device" not in staging
+    assert io.ring is not None and staging["staging-ring"] >= io.ring.slot_count * io.ring.slot_bytes
 
 
 # ---- image quality ---------------------------------------------------------------------------
@@ -209,12 +225,16 @@ def test_two_formats_share_one_budget(gl_context: moderngl.Context, packs: Packs
     assert psnr(b, ref_n) >= CONVERGED_DB
 
 
-def test_budget_shrink_at_run_time(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+@PATHS
+def test_budget_shrink_at_run_time(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, upload_path: UploadPath
+) -> None:
     path = [View(0.2 + 0.1 * i, 0.3 + 0.05 * i, 0.6) for i in range(7)]
     final = View(0.8, 0.6, 1.0)
     ref = reference(gl_context, packs.colour, final)
-    with Streamer(gl_context, config(24.0, ring_mb=1)) as s:
+    with Streamer(gl_context, config(24.0, ring_mb=1, upload_path=upload_path)) as s:
         vt = s.open(packs.colour)
+        check_path(s, upload_path)
         for view in path:  # fill the cache well beyond what the last view needs
             for _ in run(s, renderer, vt, view, 4):
                 pass
@@ -238,17 +258,19 @@ def test_budget_shrink_at_run_time(gl_context: moderngl.Context, packs: Packs, r
             assert psnr(frame, ref) >= CONVERGED_DB
 
 
+@PATHS
 def test_a_tiny_upload_time_budget_still_converges(
-    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, upload_path: UploadPath
 ) -> None:
-    """A time budget far below one call's cost lets one upload call (one run of layers) out per
-    frame: the view still converges to the all-resident reference, never black, within the budget;
-    without the time budget the same frames take more calls at once."""
+    """A time budget far below one call's cost lets one upload call (one run of layers, plus its
+    buffer copy on the device path) out per frame: the view still converges to the all-resident
+    reference, never black, within the budget; without the time budget the same frames take more
+    calls at once."""
     view = VIEWS["minified"]
     ref = reference(gl_context, packs.colour, view)
     calls: dict[bool, list[int]] = {}
     for timed in (True, False):
-        cfg = config(upload_time_budget_ms=1e-6 if timed else None, prefetch=False)
+        cfg = config(upload_time_budget_ms=1e-6 if timed else None, prefetch=False, upload_path=upload_path)
         with Streamer(gl_context, cfg) as s:
             vt = s.open(packs.colour)
             calls[timed] = []
@@ -260,8 +282,9 @@ def test_a_tiny_upload_time_budget_still_converges(
                 scores.append(psnr(frame, ref))
             assert scores[-1] >= CONVERGED_DB, f"timed={timed}: {scores}"
             assert s.last.missing_pages == 0
-    assert max(calls[True]) == 1 and sum(calls[True]) > 1
-    assert max(calls[False]) > 1  # the budget is what held the calls back
+    one = 2 if upload_path is UploadPath.DEVICE_BUFFER else 1  # the device path adds a copy a frame
+    assert max(calls[True]) == one and sum(calls[True]) > one
+    assert max(calls[False]) > one  # the budget is what held the calls back
 
 
 def test_close_while_streaming_returns_every_staging_slot(gl_context: moderngl.Context, packs: Packs) -> None:
@@ -296,7 +319,10 @@ def test_close_while_streaming_returns_every_staging_slot(gl_context: moderngl.C
 
 
 # ---- bad data --------------------------------------------------------------------------------
-def test_corrupt_tile_keeps_fallback(gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer) -> None:
+@PATHS
+def test_corrupt_tile_keeps_fallback(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, upload_path: UploadPath
+) -> None:
     bad = packs.root / "corrupt.tpk"
     shutil.copyfile(packs.colour, bad)
     tx, ty = 16, 16  # level-0 tile under pixels 128..191 of the 1:1 view centred on the texture
@@ -311,8 +337,9 @@ def test_corrupt_tile_keeps_fallback(gl_context: moderngl.Context, packs: Packs,
     ref = reference(gl_context, packs.colour, view)
     region = np.zeros(ref.shape[:2], bool)
     region[128 - 8 : 192 + 8, 128 - 8 : 192 + 8] = True  # the tile, plus a bilinear margin
-    with Streamer(gl_context, config(retry_frames=4)) as s:
+    with Streamer(gl_context, config(retry_frames=4, upload_path=upload_path)) as s:
         vt = s.open(bad)
+        check_path(s, upload_path)
         for frame, _st in run(s, renderer, vt, view, FRAMES):
             assert not black(frame).any()
             assert psnr(frame, ref) >= FLOOR_DB
@@ -327,7 +354,10 @@ def test_corrupt_tile_keeps_fallback(gl_context: moderngl.Context, packs: Packs,
 
 
 # ---- eviction delay and fence-gated ring reuse -------------------------------------------------
-def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_context: moderngl.Context, packs: Packs) -> None:
+@PATHS
+def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
+    gl_context: moderngl.Context, packs: Packs, upload_path: UploadPath
+) -> None:
     """Exhaustive feedback (every fragment, read right after each draw) names exactly the slots a
     draw sampled through its page table. Under budget pressure, with the camera jumping back to a
     view whose tiles went cold (the engine learns that draw N sampled them only at N + 2), no slot
@@ -335,7 +365,9 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_context: mode
     tile's last known use is at least frames_in_flight updates old."""
     size = (192, 192)
     fif = 3
-    cfg = config(256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif, upload_tiles_per_frame=8)
+    cfg = config(
+        256.0, ring_mb=1, feedback_divisor=1, frames_in_flight=fif, upload_tiles_per_frame=8, upload_path=upload_path
+    )
     renderer = PlaneRenderer(gl_context, size)
     early: list[tuple[int, int, int]] = []  # (update, slot, last draw that sampled it)
     ages: list[int] = []
@@ -347,6 +379,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(gl_context: mode
             s.set_feedback_size(size)
             s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
             vt = s.open(packs.big)
+            check_path(s, upload_path)
             pool = vt.pool
             sampled = np.full(pool.capacity, -(1 << 30), np.int64)  # slot -> last draw sampling it
             for view in [b] * 12 + ([a] * 4 + [b] * 2) * 10:
@@ -386,11 +419,15 @@ class HeldFence:
         self.inner.release()
 
 
+@PATHS
 def test_ring_slots_reused_only_after_their_fence(
-    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, upload_path: UploadPath
 ) -> None:
-    with Streamer(gl_context, config(ring_mb=1)) as s:
+    """With every fence held (a GPU far behind), no ring slot is handed out again: on the device path
+    the fence sits behind the buffer copies, and the ring still waits for it."""
+    with Streamer(gl_context, config(ring_mb=1, upload_path=upload_path)) as s:
         vt = s.open(packs.colour)
+        check_path(s, upload_path)
         ring = s.staging_ring
         assert ring is not None
         HeldFence.held = True

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from texstream.bake.pipeline import bake_procedural
-from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig, UploadPath
+from texstream.errors import GLError
 from texstream.gl.gl_ext import GLExt
 from texstream.gl.loader import Feature
-from texstream.gl.objects import FenceLike
+from texstream.gl.objects import DeviceBuffer, FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
@@ -102,6 +103,12 @@ def native(request: pytest.FixtureRequest) -> bool:
     return request.param
 
 
+@pytest.fixture(params=[0, 24], ids=["host-ring", "device-buffer"])
+def device_slots(request: pytest.FixtureRequest) -> int:
+    """The upload path: straight from the host ring, or through a device-local buffer of 24 slots."""
+    return request.param
+
+
 # ---- fences ---------------------------------------------------------------------------------------
 class CountingFences:
     """Wraps a fence factory and counts the fences it makes."""
@@ -167,6 +174,7 @@ class Rig:
         upload_max_run: int = 0,
         ring_slot_bytes: int | None = None,
         fence_factory: Callable[[], FenceLike] | None = None,
+        device_slots: int = 0,
     ) -> None:
         self.ctx, self.gl = ctx, gl
         self.space = TileSpace()
@@ -176,7 +184,16 @@ class Rig:
         slot_bytes = ring_slot_bytes or self.raw
         stride = -(-slot_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
         config = StreamerConfig(io_threads=io_threads, native=native, upload_max_run=upload_max_run)
-        self.up = Uploader(ctx, gl, self.space, config, RING_SLOTS * stride, slot_bytes, fence_factory)
+        self.up = Uploader(
+            ctx,
+            gl,
+            self.space,
+            config,
+            RING_SLOTS * stride,
+            slot_bytes,
+            fence_factory,
+            device_bytes=device_slots * stride,
+        )
         assert self.up.ring.slot_count == RING_SLOTS
         for tex, r in enumerate(self.readers):
             self.space.register(tex, r.header)
@@ -267,9 +284,9 @@ def rigs(gl_context: moderngl.Context, gl: GLExt) -> Iterator[Callable[..., Rig]
 
 # ---- the cycle ------------------------------------------------------------------------------------
 def test_loads_go_reading_ready_uploading_free_and_land_in_their_cache_slots(
-    rigs: Callable[..., Rig], packs: Packs, native: bool
+    rigs: Callable[..., Rig], packs: Packs, native: bool, device_slots: int
 ) -> None:
-    rig = rigs([packs.zstd], native=native)
+    rig = rigs([packs.zstd], native=native, device_slots=device_slots)
     up = rig.up
     assert (up.native is not None) is native
     assert up.states() == rig.states() and not up.busy
@@ -309,10 +326,10 @@ def test_the_reader_may_close_once_its_source_is_added(rigs: Callable[..., Rig],
 
 
 def test_reclaim_frees_ring_slots_only_after_the_uploads_fence(
-    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context
+    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context, device_slots: int
 ) -> None:
     fences = FakeFences()
-    rig = rigs([packs.none], fence_factory=fences)
+    rig = rigs([packs.none], fence_factory=fences, device_slots=device_slots)
     up = rig.up
     tiles = rig.ids(0, (0, 0, 0), (0, 1, 0), (1, 0, 0))
     rig.submit(1, tiles)
@@ -372,9 +389,9 @@ def test_a_cache_slot_is_not_written_before_its_writable_frame(rigs: Callable[..
 
 
 def test_one_fence_per_upload_call_across_pools_and_packs(
-    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context
+    rigs: Callable[..., Rig], packs: Packs, gl_context: moderngl.Context, device_slots: int
 ) -> None:
-    rig = rigs([packs.zstd, packs.lz4], pools=2)
+    rig = rigs([packs.zstd, packs.lz4], pools=2, device_slots=device_slots)
     up = rig.up
     fences = up.ring.fence_factory = CountingFences(up.ring.fence_factory)
     a = rig.ids(0, (0, 0, 0), (0, 3, 4), (2, 1, 1))
@@ -400,11 +417,11 @@ def test_one_fence_per_upload_call_across_pools_and_packs(
 
 # ---- failures -------------------------------------------------------------------------------------
 def test_failed_loads_come_back_with_a_reason_naming_the_pack_and_the_tile(
-    rigs: Callable[..., Rig], packs: Packs, native: bool, tmp_path: Path
+    rigs: Callable[..., Rig], packs: Packs, native: bool, tmp_path: Path, device_slots: int
 ) -> None:
     cut_copy = tmp_path / "cut.pack"
     shutil.copy(packs.lz4, cut_copy)
-    rig = rigs([packs.zstd_corrupt, packs.none_corrupt, cut_copy], native=native)
+    rig = rigs([packs.zstd_corrupt, packs.none_corrupt, cut_copy], native=native, device_slots=device_slots)
     up = rig.up
     idx = rig.readers[2].index
     last = rig.readers[2].tile_position(int(np.argmax(idx["offset"])))  # last in the file
@@ -566,11 +583,12 @@ def test_release_is_idempotent_and_closes_every_descriptor(rigs: Callable[..., R
 
 # ---- runs of layers -------------------------------------------------------------------------------
 def test_a_frame_of_loads_uploads_one_call_per_run_and_cancelled_loads_split_runs(
-    rigs: Callable[..., Rig], packs: Packs, native: bool
+    rigs: Callable[..., Rig], packs: Packs, native: bool, device_slots: int
 ) -> None:
     """Loads into consecutive cache layers get consecutive ring slots (whatever order they come in),
-    so they go up with one call per run; cancelled loads cut a run into parts, each still exact."""
-    rig = rigs([packs.zstd], native=native, cells_x=2)  # 4 cells x 16 layers
+    so they go up with one call per run; cancelled loads cut a run into parts, each still exact. On
+    the device path each part is also one buffer copy (the cancelled loads' ring slots are gaps)."""
+    rig = rigs([packs.zstd], native=native, cells_x=2, device_slots=device_slots)  # 4 cells x 16 layers
     up = rig.up
     tiles = rig.space.tile_ids(0)[:12]
     cache = rig.allocate(1, tiles)
@@ -588,7 +606,8 @@ def test_a_frame_of_loads_uploads_one_call_per_run_and_cancelled_loads_split_run
     cancelled = up.cancel(tiles[[3, 7]])
     rig.pools[0].ledger.free(cancelled.cache_slot)
     done = rig.upload(2)
-    assert len(done.loads) == 10 and up.last_calls == 3  # layers 0-2, 4-6, 8-11
+    copies = 3 if device_slots else 0
+    assert len(done.loads) == 10 and up.last_calls == 3 + copies  # layers 0-2, 4-6, 8-11
     keep = np.setdiff1d(np.arange(12), [3, 7])
     rig.assert_uploaded(tiles[keep], cache[keep])
     assert rig.slot_bytes(3) == sentinel[: rig.raw] and rig.slot_bytes(7) == sentinel[: rig.raw]
@@ -605,12 +624,12 @@ def test_runs_stop_at_cell_boundaries_and_at_the_run_limit(rigs: Callable[..., R
 
 
 def test_loads_follow_their_cache_slots_across_a_pool_resize(
-    rigs: Callable[..., Rig], packs: Packs, native: bool
+    rigs: Callable[..., Rig], packs: Packs, native: bool, device_slots: int
 ) -> None:
     """Growing a pool of several cells renames its slots; loads already read follow the renames
     and upload, in runs, into the same cells and layers of the new array; resident tiles keep their
     bytes through the GPU copy."""
-    rig = rigs([packs.zstd], native=native, cells_x=2, capacity=16)  # 4 cells x 4 layers
+    rig = rigs([packs.zstd], native=native, cells_x=2, capacity=16, device_slots=device_slots)  # 4 cells x 4 layers
     up, pool = rig.up, rig.pools[0]
     first = rig.space.tile_ids(0)[:6]
     c1 = rig.submit(1, first)
@@ -630,7 +649,7 @@ def test_loads_follow_their_cache_slots_across_a_pool_resize(
     np.testing.assert_array_equal(pool.ledger.tile[new2], later)
     done = rig.upload(5)
     assert sorted(done.loads.cache_slot.tolist()) == sorted(new2.tolist())
-    assert up.last_calls == 3  # one run in each of cells 1, 2, 3
+    assert up.last_calls == 3 + (1 if device_slots else 0)  # a run in each of cells 1, 2, 3 (one copy)
     rig.assert_uploaded(first, new1)
     rig.assert_uploaded(later, new2)
 
@@ -668,3 +687,97 @@ def test_padded_ring_slots_upload_in_runs_or_fall_back_to_one_call_a_tile(
         rig.assert_uploaded(tiles, cache)
     finally:
         rig.release()
+
+
+# ---- the upload path ------------------------------------------------------------------------------
+class NoBufferStorage(GLExt):
+    """A context without GL_ARB_buffer_storage (GL 4.3 drivers): no persistent mapping."""
+
+    def has(self, feature: Feature) -> bool:
+        return feature is not Feature.BUFFER_STORAGE and super().has(feature)
+
+
+class VideoMemory(GLExt):
+    """llvmpipe claiming dedicated video memory, as a discrete GPU's driver reports it."""
+
+    @property
+    def reports_video_memory(self) -> bool:
+        return True
+
+
+class NoVideoMemoryLeft(VideoMemory):
+    """A driver that refuses the device-local buffer (GL_OUT_OF_MEMORY)."""
+
+    def create_device_buffer(self, size: int) -> DeviceBuffer:
+        raise GLError(f"creating a {size}-byte device-local buffer failed: GL_OUT_OF_MEMORY")
+
+
+@pytest.mark.parametrize(
+    ("layer", "asked", "runs"),
+    [
+        (GLExt, UploadPath.AUTO, UploadPath.HOST_RING),
+        (GLExt, UploadPath.DEVICE_BUFFER, UploadPath.DEVICE_BUFFER),
+        (VideoMemory, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
+        (VideoMemory, UploadPath.HOST_RING, UploadPath.HOST_RING),
+        (NoBufferStorage, UploadPath.DEVICE_BUFFER, UploadPath.HOST_RING),
+        (NoBufferStorage, UploadPath.AUTO, UploadPath.HOST_RING),
+        (NoVideoMemoryLeft, UploadPath.AUTO, UploadPath.HOST_RING),
+    ],
+    ids=[
+        "auto-shared-memory",
+        "device",
+        "auto-video-memory",
+        "host",
+        "device-without-storage",
+        "auto-without-storage",
+        "device-buffer-refused",
+    ],
+)
+def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_counts_its_buffers(
+    gl_context: moderngl.Context, packs: Packs, layer: type[GLExt], asked: UploadPath, runs: UploadPath
+) -> None:
+    """The staging share (ring_mb, at most a quarter of the budget) is split between the host ring
+    and the device buffer, both reserved in the budget; without buffer storage the device path falls
+    back to the host ring (an orphaned buffer then); and tiles land exactly either way."""
+    gl = layer(gl_context)
+    space = TileSpace()
+    budget = BudgetManager(BudgetConfig(budget_mb=64))
+    config = StreamerConfig(upload_path=asked, ring_mb=16, io_threads=2)
+    with PackReader(packs.zstd) as reader:
+        space.register(0, reader.header)
+        raw = reader.header.tile_raw_size
+        up = Uploader.fitting(
+            None, raw, [(0, reader)], ctx=gl_context, gl=gl, space=space, config=config, budget=budget, read_hook=None
+        )
+    g = SlotGeometry(reader.header.slot_size, raw, 1, 1)
+    pool = CachePool(gl, budget, (reader.header.texel_format, True, reader.header.slot_size), 0, g, 16, 2, 0)
+    try:
+        assert up.upload_path is runs and up.ring.persistent is gl.has_buffer_storage
+        assert Uploader.staging_reserved(budget) == Uploader.ring_size(config, budget, raw) == 16 << 20
+        if runs is UploadPath.DEVICE_BUFFER:
+            assert up.device is not None and budget.reserved("staging-device") == up.device.nbytes
+            assert up.device.slot_count == 1024  # two frames of 512 tiles
+        else:
+            assert up.device is None and budget.reserved("staging-device") == 0
+        assert budget.reserved("staging-ring") >= up.ring.nbytes
+        tiles = space.tile_ids(0)[:6]
+        cache = pool.ledger.allocate(1, tiles, space.tex[tiles], space.level[tiles]).slots
+        assert up.submit(1, tiles, np.zeros(6, np.int64), cache) == 6
+        deadline = time.monotonic() + 60.0  # a hang guard, not a speed check
+        while up.io.pending:
+            assert time.monotonic() < deadline
+            up.drain()
+            time.sleep(0.001)
+        assert len(up.upload(2, [pool]).loads) == 6
+        gl_context.finish()
+        with PackReader(packs.zstd) as reader:
+            for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
+                tex, lv, x, y = (int(v[0]) for v in space.coords(np.array([t])))
+                assert gl.read_layer(pool.texture, s) == reader.read_tile(lv, x, y)
+        names = [up.ring.glo] + ([up.device.glo] if up.device is not None else [])
+    finally:
+        up.release()
+        Uploader.release_staging(budget)
+        pool.release()
+    assert Uploader.staging_reserved(budget) == 0
+    assert not any(gl.is_buffer(n) for n in names)  # the ring and the device buffer are deleted
