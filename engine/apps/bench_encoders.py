@@ -232,9 +232,12 @@ def _tiled_photo(photo: np.ndarray, side: int) -> np.ndarray:
     return np.ascontiguousarray(np.tile(quad, (reps, reps, 1))[:side, :side])
 
 
-def bench_bc7_presets(jobs: int, quick: bool) -> list[dict]:
-    """One row per BC7 level: dB colour on each photograph, one thread's MPixel/s on 136² slots and
-    the bake's MPixel/s on `jobs` worker processes (0: the pipeline's default, every usable core)."""
+def bench_bc7_presets(
+    jobs: int, quick: bool, side: int | None = None, levels: tuple[str, ...] = BC7_QUALITIES
+) -> list[dict]:
+    """One row per BC7 level of `levels`: dB colour on each photograph, one thread's MPixel/s on 136²
+    slots and the bake's MPixel/s of a side² image (default 1024² when `quick`, else 2048²) on `jobs`
+    worker processes (0: every usable core)."""
     from ..bake import ArraySource, bake, bcn
     from ..config import usable_cores
     from ..pack.format import TexelFormat
@@ -244,7 +247,7 @@ def bench_bc7_presets(jobs: int, quick: bool) -> list[dict]:
         return []
     photo = images.get("astronaut", next(iter(images.values())))
     workers = jobs or usable_cores()
-    side = 1024 if quick else 2048
+    side = side or (1024 if quick else 2048)
     source = ArraySource(_tiled_photo(photo, side), "bench-bc7")
     enc = ENCODERS[(TexelFormat.BC7, bcn.CHOSEN[TexelFormat.BC7])]
     rows = []
@@ -252,7 +255,7 @@ def bench_bc7_presets(jobs: int, quick: bool) -> list[dict]:
         out = Path(tmp) / "bc7.tpk"
         warm = BakeConfig(texel_format=TexelFormat.BC7, bc7_quality="fast", jobs=workers, progress=False)
         bake(ArraySource(photo, "warm-up"), out, warm)  # starts the worker processes: not measured
-        for level in BC7_QUALITIES:
+        for level in levels:
             cfg = BakeConfig(texel_format=TexelFormat.BC7, bc7_quality=level, jobs=workers, progress=False)
             report = bake(source, out, cfg)
             rows.append(

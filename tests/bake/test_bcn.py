@@ -298,3 +298,19 @@ def test_encode_surface_checks_its_input() -> None:
         encode_surface(np.zeros((8, 16, 4), np.uint8)[:, ::2], TexelFormat.BC1)
     with pytest.raises(ValueError, match="block by block"):
         encode_surface(np.zeros((8, 8, 4), np.uint8), TexelFormat.BC7)
+
+
+def test_bench_reports_each_bc7_level_it_is_asked_for(capsys: pytest.CaptureFixture) -> None:
+    from texstream.apps.bench_encoders import bench_bc7_presets, print_bc7_presets
+
+    rows = bench_bc7_presets(1, quick=True, side=128, levels=("fast", "balanced"))
+    assert [r["level"] for r in rows] == ["fast", "balanced"]
+    for r in rows:
+        assert r["bake_cores"] == 1 and r["bake_size"] == 128 and r["mpix_s_1core"] > 0 and r["bake_mpix_s"] > 0
+    fast, balanced = rows
+    assert all(balanced[f"db_{p[:-4]}"] > fast[f"db_{p[:-4]}"] for p in PHOTOS)
+    assert abs(balanced["db_astronaut"] - 43.14) < 0.3  # the whole photo, every 136² slot (docs/BENCHMARKS.md)
+    print_bc7_presets(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["level", "1", "core", "bake", "astronaut", "coffee", "chelsea"]
+    assert [line.split()[0] for line in out[2:]] == ["fast", "balanced"]
