@@ -52,7 +52,7 @@ class BakeConfig:
     bc7_quality : str
         fast | balanced | normal | slow: ispc-texcomp's ultrafast | ultrafast, then veryfast on the blocks
         one colour line fits badly | veryfast | basic profiles (alpha_* ones for slots with alpha: balanced
-        takes normal's); one core, 136² slots: 27 | 8 | 1.6 | 0.36 MPixel/s at 39.9 | 43.1 | 43.8 | 44.4 dB
+        takes normal's); one core, 136² slots: 26 | 8.2 | 1.7 | 0.47 MPixel/s at 39.9 | 43.1 | 43.8 | 44.4 dB
         PSNR on assets/astronaut.png (`texstream bench bake` measures them again)
     jobs : int
         worker processes; 0: every core

@@ -40,10 +40,11 @@ ISPC_BC7_PROFILES: dict[str, tuple[str, str]] = {
 # than `threshold` (the sum over the block's 16 texels of the squared distance, in 8-bit steps, to the
 # principal axis of their RGB) are encoded again with `profile` after the level's own profile.
 # Mode 6 alone (ultrafast) is one line with 16 steps; the partitioned modes veryfast adds cost 15x as
-# much a block and pay off where a block holds two colours or more. Measured on one core, 136² slots
-# of the astronaut / coffee / chelsea photos: threshold 200 re-encodes ~9 % of the astronaut's
-# blocks, ~8 MPixel/s at 43.1 / 42.4 / 45.3 dB, against ultrafast's 27 at 39.9 / 40.0 / 44.6 and
-# veryfast's 1.6 at 43.8 / 42.8 / 46.1 (docs/BENCHMARKS.md, "BC7 presets").
+# much a block and pay off where a block holds two colours or more. Measured on one core (CPU time),
+# 136² slots of the astronaut / coffee / chelsea photos: threshold 200 re-encodes 15 / 30 / 9 % of
+# their blocks, 8.2 MPixel/s at 43.1 / 42.4 / 45.3 dB, against ultrafast's 26 at 39.9 / 40.0 / 44.6
+# and veryfast's 1.7 at 43.8 / 42.8 / 46.1; 100: 5.0 MPixel/s at 43.4 / 42.6 / 45.7; 300: 9.0 at
+# 43.0 / 42.3 / 45.0 (`texstream bench bake` measures the levels again).
 ISPC_BC7_REFINE: dict[str, tuple[str, int]] = {"balanced": ("veryfast", 200)}
 # BC7 quality level -> etcpak's (uber level 0..4, max partitions 0..64).
 # etcpak has no second pass over picked blocks: "balanced" is its fast preset.
@@ -263,8 +264,9 @@ def off_axis_energy(blocks: np.ndarray) -> np.ndarray:
     """Per (4, 4, 4) uint8 block of an (n, 4, 4, 4) stack: the sum over its 16 texels of the squared
     distance (8-bit steps) of their RGB to the line through their mean along their principal axis:
     what no single-line BC7 mode can encode. The covariance is exact (integers) and the rest
-    element-wise float64, so the figure is the same on every machine; the axis comes from three power
-    iterations (a Rayleigh quotient: the energy is never under-estimated)."""
+    element-wise float64, so the figure is the same on every machine. The axis comes from three power
+    iterations: a Rayleigh quotient, so the energy is never under-estimated, only over where no axis
+    dominates (noise), and such a block is encoded again, never worse."""
     rgb = np.ascontiguousarray(blocks.reshape(-1, 16, 4)[..., :3].transpose(2, 0, 1)).astype(np.int32)  # (3, n, 16)
     sums = rgb.sum(axis=2)
     # 16 * covariance, exact in int32 (at most 16 * 16 * 255²): 16 * sum(x y) - sum(x) sum(y)
@@ -274,7 +276,7 @@ def off_axis_energy(blocks: np.ndarray) -> np.ndarray:
             products = np.einsum("nk,nk->n", rgb[i], rgb[j])
             c[i, j] = c[j, i] = (16 * products - sums[i] * sums[j]).astype(np.float64)
     total = c[0, 0] + c[1, 1] + c[2, 2]
-    # Start from the row of the largest variance: never orthogonal to the principal axis unless all are 0.
+    # Start from the covariance row of the largest variance: far from orthogonal to the principal axis.
     largest = np.argmax(np.stack([c[0, 0], c[1, 1], c[2, 2]]), axis=0)
     v = [np.choose(largest, [c[0, j], c[1, j], c[2, j]]) for j in range(3)]
     for _ in range(3):
