@@ -12,6 +12,9 @@ from pathlib import Path
 
 from .pack.format import MAX_BORDER, TILE_SIZES, AddressMode, Supercompression, TexelFormat
 
+# BC7 quality levels, fastest first (`BakeConfig.bc7_quality`; `bake.encoders` maps each to its encoder settings).
+BC7_QUALITIES = ("fast", "balanced", "normal", "slow")
+
 __all__ = ["BakeConfig", "BudgetConfig", "RedirectPolicy", "RemoteConfig", "StreamerConfig", "UploadPath", "cache_dir"]
 
 
@@ -47,8 +50,10 @@ class BakeConfig:
     zstd_level : int
         1..19; 3 is zstd's own default and bakes fast
     bc7_quality : str
-        fast | normal | slow: ispc-texcomp's ultrafast | veryfast | basic profiles (alpha_* ones for slots with
-        alpha); one core: 11 | 1.2 | 0.25 MPixel/s at 39.9 | 43.8 | 44.4 dB PSNR on assets/astronaut.png
+        fast | balanced | normal | slow: ispc-texcomp's ultrafast | ultrafast, then veryfast on the blocks
+        one colour line fits badly | veryfast | basic profiles (alpha_* ones for slots with alpha: balanced
+        takes normal's); one core, 136² slots: 26 | 8.2 | 1.7 | 0.47 MPixel/s at 39.9 | 43.1 | 43.8 | 44.4 dB
+        PSNR on assets/astronaut.png (`texstream bench bake` measures them again)
     jobs : int
         worker processes; 0: every core
     progress : bool
@@ -80,8 +85,8 @@ class BakeConfig:
             raise ValueError(f"tile size must be one of {', '.join(map(str, TILE_SIZES))}, got {self.tile_size!r}")
         if not (0 <= self.border <= MAX_BORDER and self.border % 4 == 0):
             raise ValueError(f"border must be a multiple of 4 in 0..{MAX_BORDER}, got {self.border!r}")
-        if self.bc7_quality not in ("fast", "normal", "slow"):
-            raise ValueError(f"bc7 quality must be fast, normal or slow, got {self.bc7_quality!r}")
+        if self.bc7_quality not in BC7_QUALITIES:
+            raise ValueError(f"bc7 quality must be one of {', '.join(BC7_QUALITIES)}, got {self.bc7_quality!r}")
         if not 1 <= self.zstd_level <= 19:
             raise ValueError(f"zstd level must be in 1..19, got {self.zstd_level!r}")
         if self.jobs < 0:

@@ -68,6 +68,7 @@ def test_verify_lists_corrupt_tiles(photo_pack: Path, tmp_path: Path, capsys: py
         (["bake", "missing.png", "out.tpk"], 1, "missing.png"),
         (["bake", "{asset}", "out.tpk", "--format", "bc9"], 2, "bc9"),
         (["bake", "{asset}", "out.tpk", "--tile", "100"], 2, "tile size"),
+        (["bake", "{asset}", "out.tpk", "--format", "bc7", "--bc7-quality", "ultra"], 2, "bc7 quality must be one of"),
         (["bake", "{asset}", "out.txt"], 2, ".tpk"),
         (["info", "missing.tpk"], 1, "does not exist"),
         (["info", "{text}"], 1, "not a texstream pack"),  # an image is baked into the pack cache instead
@@ -237,6 +238,31 @@ def test_bake_picks_the_format_and_warns_once_when_alpha_is_dropped(tmp_path: Pa
     ]
     with PackReader(tmp_path / "forced.tpk") as r:
         assert r.header.texel_format.name == "BC1" and r.metadata["format_auto"] is False and r.metadata["alpha"]
+
+
+def test_bake_takes_each_bc7_quality_level(tmp_path: Path) -> None:
+    """--bc7-quality picks the level: the pack records it and holds the bytes `bake` gives for it."""
+    from texstream.bake import ArraySource, bake
+    from texstream.config import BC7_QUALITIES, BakeConfig
+
+    rgb = np.asarray(Image.open(ASSETS / "astronaut.png").convert("RGB"))[:96, :120].copy()
+    src = tmp_path / "crop.png"
+    Image.fromarray(rgb).save(src)
+    rgba = np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)])
+    packs = {}
+    for level in ("balanced", "fast"):
+        out = tmp_path / f"{level}.tpk"
+        argv = ["bake", str(src), str(out), "--format", "bc7", "--bc7-quality", level, "--tile", "64", "--jobs", "1"]
+        assert main([*argv, "--no-progress"]) == 0
+        with PackReader(out) as r:
+            assert r.metadata["bc7_quality"] == level and r.header.texel_format.name == "BC7"
+        cfg = BakeConfig(texel_format="bc7", bc7_quality=level, tile_size=64, jobs=1, progress=False)
+        bake(ArraySource(rgba, "crop"), tmp_path / "api.tpk", cfg)
+        with PackReader(out) as a, PackReader(tmp_path / "api.tpk") as b:
+            packs[level] = a.read_tile(0, 0, 0)
+            assert packs[level] == b.read_tile(0, 0, 0)
+    assert packs["balanced"] != packs["fast"]
+    assert BakeConfig().bc7_quality == "normal" and BC7_QUALITIES == ("fast", "balanced", "normal", "slow")
 
 
 def test_version_and_module_entry() -> None:

@@ -1,6 +1,7 @@
 """`texstream bench`: throughput measured against ceilings and baselines taken in the same run.
 
-bench bake: first the block-compression encoders compared (`bench_encoders`), then bake throughput
+bench bake: first the block-compression encoders compared (`bench_encoders`), the BC7 presets' speed and
+quality (`bench_encoders.bench_bc7_presets`), then bake throughput
 in source MPixel/s per format, next to (a) the chosen encoder's own single-thread rate on slots of
 the same pixels (no mips, borders, supercompression or I/O: the encoder ceiling of one core) and (b)
 a plain libvips pyramid build of the same image (tiled pyramidal TIFF, uncompressed:
@@ -227,13 +228,17 @@ def run_bench(args: argparse.Namespace) -> int:
     size = 2048 if args.quick and args.size == 16384 else args.size
     if size < 256:
         raise ValueError(f"bench size must be >= 256, got {size}")
-    from .bench_encoders import bench_encoders, print_encoders
+    from .bench_encoders import bench_bc7_presets, bench_encoders, print_bc7_presets, print_encoders
 
     encoder_rows = bench_encoders(args.quick)
     print_encoders(encoder_rows)
     print()
+    bc7_rows = bench_bc7_presets(args.jobs, args.quick)
+    print_bc7_presets(bc7_rows)
+    print()
     results = bench_bake(size, args.jobs, args.quick)
     results["encoders"] = encoder_rows
+    results["bc7_presets"] = bc7_rows
     print_bake(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

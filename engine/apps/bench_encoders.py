@@ -8,6 +8,11 @@ the format keeps it (BC3, BC7). Speed: MPixel/s of one thread, warm, best of sev
 slot-sized inputs cut from a photograph (72², 136², 264²: tiles 64, 128, 256 with their borders)
 and on one 512² call, where per-call overhead no longer shows.
 
+BC7 presets (`bench_bc7_presets`): every `bc7_quality` level through `bcn.encode_slot` (the chosen
+encoder, as the bake calls it) on the photographs' 136² slots: dB colour on each, MPixel/s of one
+thread, and the bake's own rate on the pipeline's cores (a photo-derived image baked to BC7 at that
+level, source MPixel/s: mips and borders included).
+
 Images: the repository's photographs, uniform noise, a procedural icon (antialiased shapes with
 sharp colour edges over a transparent background: straight alpha, RGB 0 where alpha is 0) and a
 procedural normal map (BC4/BC5 only, with the photographs and the noise).
@@ -15,12 +20,14 @@ procedural normal map (BC4/BC5 only, with the photographs and the noise).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..bake.encoders import BC7_QUALITIES, ENCODERS, Encoder
+from ..config import BakeConfig
 from ..pack.format import TexelFormat
 from ..testing.images import psnr
 
@@ -214,4 +221,68 @@ def print_encoders(rows: list[dict]) -> None:
         print(
             f"{r['format']:<6} {r['encoder']:<8} {r['level']:<6} {r['image']:<10} {r['db_colour']:>7.2f} "
             f"{alpha:>6} " + " ".join(f"{r[s]:>7}" for s in sides)
+        )
+
+
+def _tiled_photo(photo: np.ndarray, side: int) -> np.ndarray:
+    """A side² image tiled from `photo`, alternate copies mirrored (no trivially repeated blocks)."""
+    pair = np.concatenate([photo, photo[:, ::-1]], 1)
+    quad = np.concatenate([pair, pair[::-1]], 0)
+    reps = -(-side // min(quad.shape[:2]))
+    return np.ascontiguousarray(np.tile(quad, (reps, reps, 1))[:side, :side])
+
+
+def bench_bc7_presets(
+    jobs: int, quick: bool, side: int | None = None, levels: tuple[str, ...] = BC7_QUALITIES
+) -> list[dict]:
+    """One row per BC7 level of `levels`: dB colour on each photograph, one thread's MPixel/s on 136²
+    slots and the bake's MPixel/s of a side² image (default 1024² when `quick`, else 2048²) on `jobs`
+    worker processes (0: every usable core)."""
+    from ..bake import ArraySource, bake, bcn
+    from ..config import usable_cores
+    from ..pack.format import TexelFormat
+
+    images = {n.removesuffix(".png"): img for n in PHOTOS if (img := _photo(n)) is not None}
+    if not images:
+        return []
+    photo = images.get("astronaut", next(iter(images.values())))
+    workers = jobs or usable_cores()
+    side = side or (1024 if quick else 2048)
+    source = ArraySource(_tiled_photo(photo, side), "bench-bc7")
+    enc = ENCODERS[(TexelFormat.BC7, bcn.CHOSEN[TexelFormat.BC7])]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="texstream-bench-bc7-") as tmp:
+        out = Path(tmp) / "bc7.tpk"
+        warm = BakeConfig(texel_format=TexelFormat.BC7, bc7_quality="fast", jobs=workers, progress=False)
+        bake(ArraySource(photo, "warm-up"), out, warm)  # starts the worker processes: not measured
+        for level in levels:
+            cfg = BakeConfig(texel_format=TexelFormat.BC7, bc7_quality=level, jobs=workers, progress=False)
+            report = bake(source, out, cfg)
+            rows.append(
+                {
+                    "level": level,
+                    "mpix_s_1core": round(speed(enc, photo, SLOT, level, 0.1 if quick else 0.4), 2),
+                    "bake_mpix_s": round(report.mpixels_per_s, 2),
+                    "bake_cores": report.jobs,
+                    "bake_size": side,
+                    **{f"db_{name}": round(quality(enc, img, level)[0], 2) for name, img in images.items()},
+                }
+            )
+    return rows
+
+
+def print_bc7_presets(rows: list[dict]) -> None:
+    if not rows:
+        print("bc7 presets: the sample photographs are missing")
+        return
+    photos = [k.removeprefix("db_") for k in rows[0] if k.startswith("db_")]
+    print(
+        f"bc7 presets: MPixel/s of one thread on {SLOT}² slots, bake MPixel/s of a {rows[0]['bake_size']}² "
+        f"photo-derived image on {rows[0]['bake_cores']} cores, dB colour on each photograph"
+    )
+    print(f"{'level':<9} {'1 core':>7} {'bake':>7} " + " ".join(f"{p:>10}" for p in photos))
+    for r in rows:
+        print(
+            f"{r['level']:<9} {r['mpix_s_1core']:>7} {r['bake_mpix_s']:>7} "
+            + " ".join(f"{r['db_' + p]:>10.2f}" for p in photos)
         )

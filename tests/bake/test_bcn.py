@@ -22,24 +22,26 @@ BLOCK_FORMATS = [f for f in TexelFormat if f is not TexelFormat.RGBA8]
 
 # (format, bc7 quality) -> PSNR floor per photograph over 6 slots: BC1/BC3/BC7 on R, G, B; BC4 on R;
 # BC5 on R, G. Measured: BC1 34.9 / 34.9 / 37.3, BC4 41.7 / 42.6 / 44.6, BC5 41.7 / 42.4 / 44.8,
-# BC7 fast 40.4 / 39.5 / 43.6, normal 44.2 / 42.7 / 45.3, slow 44.7 / 42.9 / 45.5 (etcpak, the
-# encoder before: BC1 ~2.2 dB, BC4/BC5 ~2.5 dB and BC7 normal ~1.4 dB lower).
+# BC7 fast 40.4 / 39.5 / 43.6, balanced 43.3 / 42.3 / 44.5, normal 44.2 / 42.7 / 45.3, slow 44.7 / 42.9
+# / 45.5 (etcpak, the encoder before: BC1 ~2.2 dB, BC4/BC5 ~2.5 dB and BC7 normal ~1.4 dB lower).
 PHOTO_FLOORS: dict[tuple[TexelFormat, str], tuple[float, float, float]] = {
     (TexelFormat.BC1, "normal"): (34.4, 34.4, 36.8),
     (TexelFormat.BC3, "normal"): (34.4, 34.4, 36.8),
     (TexelFormat.BC4, "normal"): (41.2, 42.0, 44.1),
     (TexelFormat.BC5, "normal"): (41.1, 41.8, 44.3),
     (TexelFormat.BC7, "fast"): (39.9, 39.0, 43.0),
+    (TexelFormat.BC7, "balanced"): (42.8, 41.8, 44.0),
     (TexelFormat.BC7, "normal"): (43.6, 42.1, 44.8),
     (TexelFormat.BC7, "slow"): (44.2, 42.4, 45.0),
 }
 # (format, bc7 quality) -> (colour where alpha > 0, alpha) on the icon's four corner slots.
-# Measured: BC1 37.2, BC3 37.2 / 46.6, BC7 fast 40.0 / 46.3, normal 48.7 / 45.5, slow 48.8 / 45.5
-# (etcpak: BC1/BC3 colour 25.4, BC7 alpha 40.3).
+# Measured: BC1 37.2, BC3 37.2 / 46.6, BC7 fast 40.0 / 46.3, balanced and normal 48.7 / 45.5 (the same
+# alpha profile), slow 48.8 / 45.5 (etcpak: BC1/BC3 colour 25.4, BC7 alpha 40.3).
 ICON_FLOORS: dict[tuple[TexelFormat, str], tuple[float, float | None]] = {
     (TexelFormat.BC1, "normal"): (36.6, None),
     (TexelFormat.BC3, "normal"): (36.6, 46.0),
     (TexelFormat.BC7, "fast"): (39.5, 45.8),
+    (TexelFormat.BC7, "balanced"): (48.2, 45.0),
     (TexelFormat.BC7, "normal"): (48.2, 45.0),
     (TexelFormat.BC7, "slow"): (48.3, 45.0),
 }
@@ -140,7 +142,50 @@ def test_bc7_levels_order_by_quality() -> None:
         p: ref.psnr(_round_trip(slots, TexelFormat.BC7, p)[..., :3], np.stack(slots)[..., :3])
         for p in encoders.BC7_QUALITIES
     }
-    assert q["fast"] < q["normal"] <= q["slow"] + 0.05
+    assert q["fast"] < q["balanced"] < q["normal"] <= q["slow"] + 0.05
+
+
+def test_balanced_bc7_is_fast_where_one_line_fits_and_normal_where_it_does_not() -> None:
+    """Block by block, the balanced level's bytes are the fast level's (ispc ultrafast) where the
+    block's colours lie near one line, and the normal level's (veryfast) where they stray from it."""
+    slots = _slots("astronaut.png", 3) + [_slots("chelsea.png", 1)[0]]
+    picked_somewhere = kept_somewhere = False
+    for slot in slots:
+        blocks = slot.reshape(S // 4, 4, S // 4, 4, 4).transpose(0, 2, 1, 3, 4).reshape(-1, 4, 4, 4)
+        picked = encoders.off_axis_energy(blocks) > encoders.ISPC_BC7_REFINE["balanced"][1]
+        got = np.frombuffer(encode_slot(slot, TexelFormat.BC7, bc7_quality="balanced"), np.uint8).reshape(-1, 16)
+        fast = np.frombuffer(encode_slot(slot, TexelFormat.BC7, bc7_quality="fast"), np.uint8).reshape(-1, 16)
+        normal = np.frombuffer(encode_slot(slot, TexelFormat.BC7, bc7_quality="normal"), np.uint8).reshape(-1, 16)
+        np.testing.assert_array_equal(got[picked], normal[picked])
+        np.testing.assert_array_equal(got[~picked], fast[~picked])
+        picked_somewhere |= bool(picked.any())
+        kept_somewhere |= bool((~picked).any())
+    assert picked_somewhere and kept_somewhere
+
+
+def test_off_axis_energy_is_what_no_single_line_can_encode() -> None:
+    rng = np.random.default_rng(5)
+    t = rng.uniform(0, 1, (200, 16, 1))
+    a, b = rng.uniform(0, 255, (2, 200, 1, 3))
+    on_line = np.round(a + t * (b - a))  # colours on one segment, rounded to 8 bits
+    off_line = rng.integers(0, 256, (200, 16, 3)).astype(np.float64)
+    for rgb in (on_line, off_line):
+        blocks = np.concatenate([rgb, np.full((200, 16, 1), 255.0)], axis=2).astype(np.uint8).reshape(200, 4, 4, 4)
+        got = encoders.off_axis_energy(blocks)
+        centred = rgb - rgb.mean(axis=1, keepdims=True)
+        eig = np.linalg.eigvalsh(np.einsum("nki,nkj->nij", centred, centred))
+        expected = eig[:, 0] + eig[:, 1]  # the variance off the principal axis
+        assert np.all(got >= expected - 1e-6 * (1 + expected))  # a Rayleigh quotient: never under the truth
+        assert np.all(got <= eig.sum(axis=1) + 1e-6 * (1 + expected))  # nor over the whole variance
+        if rgb is on_line:  # one axis dominates: the power iterations converge, rounding is all that is left
+            np.testing.assert_allclose(got, expected, atol=0.5)
+            assert got.max() < 16 * 0.5  # under half a step squared a texel
+        else:  # noise: no axis dominates, far over the threshold either way
+            assert got.min() > 10 * encoders.ISPC_BC7_REFINE["balanced"][1]
+    flat = np.full((3, 4, 4, 4), 77, np.uint8)
+    flat[1, ..., 0] = np.arange(16, dtype=np.uint8).reshape(4, 4) * 16  # a ramp in red alone: one line
+    flat[2, ..., 1] = np.arange(16, dtype=np.uint8).reshape(4, 4) * 16  # in green alone, the start axis not red
+    assert list(encoders.off_axis_energy(flat)) == [0.0, 0.0, 0.0]
 
 
 def test_force_opaque_bc7_sets_only_mode_6_alpha_and_p_bits() -> None:
@@ -194,7 +239,7 @@ def test_bad_slots_are_rejected_before_an_encoder_sees_them(slot: object, match:
 
 def test_unknown_bc7_quality_is_refused() -> None:
     slot = _slots("chelsea.png", 1)[0]
-    with pytest.raises(ValueError, match="bc7 quality must be one of fast, normal, slow, got 'ultra'"):
+    with pytest.raises(ValueError, match="bc7 quality must be one of fast, balanced, normal, slow, got 'ultra'"):
         encode_slot(slot, TexelFormat.BC7, bc7_quality="ultra")
 
 
@@ -208,7 +253,7 @@ def test_a_stack_of_slots_encodes_as_each_slot_alone(fmt: TexelFormat, alpha: bo
     slots = _slots("coffee.png", 5) + _corner_slots(make_icon(300))
     stack = np.ascontiguousarray(np.stack(slots))
     assert (stack[..., 3].min(axis=(1, 2)) < 255).any() and (stack[..., 3].min(axis=(1, 2)) == 255).any()
-    for quality in ("fast", "normal") if fmt is TexelFormat.BC7 else ("normal",):
+    for quality in ("fast", "balanced", "normal") if fmt is TexelFormat.BC7 else ("normal",):
         one_by_one = b"".join(encode_slot(s, fmt, bc7_quality=quality, alpha=alpha) for s in slots)
         assert encode_slots(stack, fmt, bc7_quality=quality, alpha=alpha) == one_by_one
 
@@ -253,3 +298,19 @@ def test_encode_surface_checks_its_input() -> None:
         encode_surface(np.zeros((8, 16, 4), np.uint8)[:, ::2], TexelFormat.BC1)
     with pytest.raises(ValueError, match="block by block"):
         encode_surface(np.zeros((8, 8, 4), np.uint8), TexelFormat.BC7)
+
+
+def test_bench_reports_each_bc7_level_it_is_asked_for(capsys: pytest.CaptureFixture) -> None:
+    from texstream.apps.bench_encoders import bench_bc7_presets, print_bc7_presets
+
+    rows = bench_bc7_presets(1, quick=True, side=128, levels=("fast", "balanced"))
+    assert [r["level"] for r in rows] == ["fast", "balanced"]
+    for r in rows:
+        assert r["bake_cores"] == 1 and r["bake_size"] == 128 and r["mpix_s_1core"] > 0 and r["bake_mpix_s"] > 0
+    fast, balanced = rows
+    assert all(balanced[f"db_{p[:-4]}"] > fast[f"db_{p[:-4]}"] for p in PHOTOS)
+    assert abs(balanced["db_astronaut"] - 43.14) < 0.3  # the whole photo, every 136² slot (docs/BENCHMARKS.md)
+    print_bc7_presets(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["level", "1", "core", "bake", "astronaut", "coffee", "chelsea"]
+    assert [line.split()[0] for line in out[2:]] == ["fast", "balanced"]

@@ -33,6 +33,12 @@ DIGESTS = {
     "png-streamed-bc1-zstd-jobs2": "6d86076b20135c500ffa8e337d1e0a595311ffe92bf98e8cf306235629835dbd",
     "tiff-bc1-zstd-jobs2": "32dd6cd949c2e1bdab01217ec9bfe60d593c05d6eb6d94711797e799dade6dac",
     "png-default-jobs2": "905c6cc55a16d2ec51c5fac90dbcf0d469a20709de023d7f714f76dbab943521",
+    # Opaque BC7 at each level, as baked before the balanced level came (commit 7a38e8a); balanced's own
+    # bytes as it first baked them.
+    "array-bc7-fast-jobs1": "4f284fa21c3e5ee5a3b725e2c74c0ef42aecc44979246fd6e76cbd8337c3963d",
+    "array-bc7-normal-jobs1": "be9491264824fcdd2c3b06d3c625a70c389a3f5044b53e367dc9e5795f68019c",
+    "array-bc7-slow-jobs1": "7a3914d5a82480bd67f853bea24e69f93dc3c5fe431f043e1a71393a98b7801a",
+    "array-bc7-balanced-jobs1": "0bb8a388c0e6218db8b315f2e09ce1de4b30b695c8a9c4ba5f9fb4707033383e",
 }
 
 
@@ -60,6 +66,11 @@ def _case(name: str, folder: Path) -> tuple[Source | Path, BakeConfig]:
     if name.startswith("array-bc1"):
         cfg = BakeConfig(texel_format=TexelFormat.BC1, jobs=int(name[-1]), **small)
         return ArraySource(load_photo("astronaut.png")[:300, :260], "astronaut"), cfg
+    if name.startswith("array-bc7-") and name.endswith("-jobs1"):
+        level = name.removeprefix("array-bc7-").removesuffix("-jobs1")
+        crop = (150, 130) if level == "slow" else (300, 260)  # slow: a quarter of the texels, ~0.3 s
+        cfg = BakeConfig(texel_format=TexelFormat.BC7, bc7_quality=level, jobs=1, **small)
+        return ArraySource(load_photo("astronaut.png")[: crop[0], : crop[1]], "astronaut"), cfg
     if name == "array-bc7-alpha-wrap-jobs2":
         cfg = BakeConfig(
             texel_format=TexelFormat.BC7, bc7_quality="fast", address_mode=AddressMode.WRAP, jobs=2, **small
