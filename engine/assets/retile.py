@@ -10,15 +10,16 @@ padding of a partial last tile, and, when the size is not a multiple of 4, every
 partial one) hold the clamped or wrapped texels the format prescribes. Those texels come from
 decoding only the file blocks they are read from (texture2ddecoder; BC6H to its half floats through
 imagecodecs), and only those padding blocks are encoded, with the baker's encoder. The last partial
-block of a level (size not a multiple of 4) is the file's own block: its texels inside the level are content and stay bit-identical, so the
-texels it holds past the true edge are whatever the file's encoder put there.
+block of a level (size not a multiple of 4) is the file's own block: its texels inside the level are
+content and stay bit-identical, so the texels it holds past the true edge are whatever the file's
+encoder put there.
 
 The pack's geometry halves sizes by rounding up; DDS and KTX2 round down. Where the two differ (odd
 sizes) or the file has fewer levels than the pack, a level is *generated* from the pack level above
 it (decoded, or kept in float32 linear light when it was generated too; BC6H always in float32) with
-the baker's mip filter (`bake.mips`), encoded block by block, then tiled like a copied level. The pack's metadata lists the
-copied and the generated levels. File levels smaller than the pack's last level (which fits in one
-tile) are not needed and are left out.
+the baker's mip filter (`bake.mips`), encoded block by block, then tiled like a copied level. The
+pack's metadata lists the copied and the generated levels. File levels smaller than the pack's last
+level (which fits in one tile) are not needed and are left out.
 """
 
 from __future__ import annotations
