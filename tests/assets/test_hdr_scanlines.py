@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.require import skip_unless_native
 from texstream.assets import hdr
 from texstream.assets.hdr import parse_hdr, rgbe_to_float, use_scanline_decoder
 from texstream.errors import SourceError
 from texstream.native import hdr_functions
-from tests.require import skip_unless_native
 
 from .hdr_files import float_to_rgbe, hdr_bytes, sky
 
