@@ -11,9 +11,9 @@ The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` f
 `ts_decode_batch` directly: every pack input of the corpus that opens is read whole, then again with
 each tile damaged and with the file cut short; every tile input is decoded under each codec; every
 Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
-buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`. Each answer is compared with the pure-Python twin's (the contract in _native.c: same status codes). Any
-sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
-status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the
+buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`. Each answer is compared with the pure-Python
+twin's (the contract in _native.c: same status codes, same texels). Any sanitizer report aborts the
+process (-fno-sanitize-recover, halt_on_error), so the replay's exit status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the
 helper writes have exact bounds the sanitizer checks.
 """
 
