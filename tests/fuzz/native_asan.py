@@ -13,8 +13,9 @@ each tile damaged and with the file cut short; every tile input is decoded under
 Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
 buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`. Each answer is compared with the pure-Python
 twin's (the contract in _native.c: same status codes, same texels). Any sanitizer report aborts the
-process (-fno-sanitize-recover, halt_on_error), so the replay's exit status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the
-helper writes have exact bounds the sanitizer checks.
+process (-fno-sanitize-recover, halt_on_error), so the replay's exit status says it all. Python's
+own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper writes have exact bounds the
+sanitizer checks.
 """
 
 from __future__ import annotations
