@@ -121,6 +121,30 @@ def test_exr_files_read_as_float32_rgb(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_exr(write_exr(tmp_path / "full.exr", img, half=False)), img)
 
 
+def test_exr_alpha_is_dropped_with_a_one_line_warning(
+    tmp_path: Path, cache: PackCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An RGBA EXR: its colour is read and baked to BC6H as from an RGB file, and one warning line
+    naming the file says the alpha is dropped; an RGB file gives no warning."""
+    from texstream.assets.exr import read_exr
+
+    rgb = sky(64, 48)
+    alpha = np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64, 1)
+    path = write_exr(tmp_path / "alpha.exr", np.concatenate([rgb, alpha], -1))
+    with caplog.at_level("WARNING", logger="texstream.assets.exr"):
+        np.testing.assert_array_equal(read_exr(path), rgb.astype(np.float16))
+        read_exr(write_exr(tmp_path / "plain.exr", rgb))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"{path}: its alpha channel is dropped (BC6H packs hold RGB only)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="texstream.assets.exr"):
+        pack = pack_for_image(path, cache=cache, jobs=1)
+    assert any("alpha channel is dropped" in r.getMessage() for r in caplog.records)
+    with PackReader(pack) as r:
+        assert r.header.texel_format is TexelFormat.BC6H
+    cache.release(pack)
+
+
 def test_hostile_exr_files_are_refused_in_one_line(tmp_path: Path) -> None:
     from texstream.assets.exr import read_exr
 
