@@ -321,6 +321,38 @@ def test_an_hdr_file_streams_through_a_bc6h_pool(
     assert psnr(tone(expected), tone(img[y0 : y0 + SIZE, x0 : x0 + SIZE]), peak=1.0) >= 45.0  # measured 51.8
 
 
+@pytest.mark.gl
+def test_a_bc6h_dds_streams_its_own_blocks(
+    screen: FloatScreen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Streamer.open` of a BC6H_UF16 DDS: re-tiled once, and the GPU's texels at 1:1 are the file's own
+    blocks decoded (bcdec's half floats, and texture2ddecoder's 8-bit view), highlights above 1 kept."""
+    import imagecodecs
+
+    from .files import block_levels, hdr_picture, write_dds
+
+    monkeypatch.setenv("TEXSTREAM_CACHE", str(tmp_path / "cache"))
+    img = hdr_picture(256, 256, seed=9)
+    levels = block_levels(TexelFormat.BC6H, img, 9)
+    src = write_dds(tmp_path / "sky.dds", TexelFormat.BC6H, 256, 256, levels)
+    x0, y0 = 64, 96
+    window = (x0 / 256, y0 / 256, SIZE / 256, SIZE / 256)
+    with ts.Streamer(screen.ctx) as streamer:
+        vt = streamer.open(src, origin=ts.Origin.TOP_LEFT)
+        assert vt.header.texel_format is TexelFormat.BC6H and "bc6h" in vt.pool.name
+        streamer.make_all_resident(vt)
+        streamer.update()
+        frame = screen.draw(vt, window)
+    file_texels = imagecodecs.bcn_decode(levels[0].tobytes(), 6, shape=(256, 256, 3)).astype(np.float32)
+    expected = file_texels[y0 : y0 + SIZE, x0 : x0 + SIZE]
+    assert expected.max() > 2.0 and frame.max() > 2.0  # the highlight, above 1 on screen
+    # within a fifth of a half float's step (2^-10): the same half floats, up to the filter's rounding
+    np.testing.assert_allclose(frame, expected, rtol=2e-4, atol=1e-5)
+    bgra = np.frombuffer(t2d.decode_bc6(levels[0].tobytes(), 256, 256), np.uint8).reshape(256, 256, 4)
+    t2d_view = bgra[y0 : y0 + SIZE, x0 : x0 + SIZE, 2::-1].astype(np.float32)
+    assert psnr(np.clip(frame, 0.0, 1.0) * 255.0, t2d_view, peak=255.0) >= 45.0
+
+
 @pytest.mark.parametrize("mode", ["clamp", "wrap"])
 def test_float_bands_on_workers_give_the_in_process_pack(tmp_path: Path, monkeypatch, mode: str) -> None:  # noqa: ANN001
     """Small bands on two worker processes (the shared ring carrying float32 rows, wrap's deferred
