@@ -149,16 +149,29 @@ def _decoder(fmt: TexelFormat):  # noqa: ANN202 (imported lazily: only edge bloc
     }[TexelFormat(fmt)]
 
 
+def _imagecodecs():  # noqa: ANN202 (the module, imported lazily; None when missing or built without BCn)
+    try:
+        import imagecodecs
+    except ImportError:
+        return None
+    return imagecodecs if getattr(getattr(imagecodecs, "BCN", None), "available", False) else None
+
+
+def require_float_decoder(path: Path, fmt: TexelFormat) -> None:
+    """Refuse (one line naming `path`) a BC6H file when its half floats cannot be decoded."""
+    if fmt is TexelFormat.BC6H and _imagecodecs() is None:
+        raise SourceError(f"{path}: {BC6H_DECODER_ADVICE}")
+
+
 def _decode_bc6h(blocks: np.ndarray) -> np.ndarray:
     """(rows, cols, 16) unsigned BC6H blocks -> (4 rows, 4 cols, 4) float32 RGBA, alpha 1.
 
     texture2ddecoder only gives BC6H as clamped 8-bit texels, so the half floats come from
     imagecodecs' BCn decoder (bcdec), which returns each texel's exact half-float value.
     """
-    try:
-        import imagecodecs
-    except ImportError:
-        raise SourceError(BC6H_DECODER_ADVICE) from None
+    imagecodecs = _imagecodecs()
+    if imagecodecs is None:
+        raise SourceError(BC6H_DECODER_ADVICE)
     rows, cols, _ = blocks.shape
     half = imagecodecs.bcn_decode(np.ascontiguousarray(blocks).tobytes(), 6, shape=(4 * rows, 4 * cols, 3))
     out = np.empty((4 * rows, 4 * cols, 4), np.float32)

@@ -42,7 +42,7 @@ from ..errors import SourceError
 from ..pack import codec
 from ..pack.format import MAX_BORDER, TILE_SIZES, AddressMode, PackHeader, Supercompression, TexelFormat
 from ..pack.writer import EncodedTiles, PackWriter
-from .blocks import BlockTexture, block_grid, decode_blocks, decode_level
+from .blocks import BlockTexture, block_grid, decode_blocks, decode_level, require_float_decoder
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,9 @@ def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig 
     out = Path(out)
     header = pack_header_for(texture, config)
     fmt = header.texel_format
+    # Checked up front, not when the first built block needs it: nearly every BC6H pack builds some
+    # (clamped borders, partial tiles, generated levels), and this way nothing is half written.
+    require_float_decoder(texture.path, fmt)
     report = RetileReport(out=out, header=header)
     encoder = BlockEncoder(fmt, header.srgb, config.bc7_quality, config.jobs or os.cpu_count() or 1)
     metadata = {

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import imagecodecs
 import numpy as np
 import pytest
 from PIL import Image
@@ -301,6 +300,8 @@ def test_bc6h_missing_levels_are_generated_in_linear_float(tmp_path: Path) -> No
     file's float texels, not of 8-bit or clamped ones. The reference is the float mean of the
     picture itself; the pack's blocks are read with bcdec's float decoder (imagecodecs) and, for
     the range in [0, 1], with texture2ddecoder."""
+    import imagecodecs
+
     img = hdr_picture(256, 256, seed=4)
     assert img[..., :3].max() > 4  # highlights: an 8-bit or clamped path would flatten them
     src = write_ktx2(tmp_path / "one.ktx2", F.BC6H, 256, 256, block_levels(F.BC6H, img, 1))
@@ -331,3 +332,21 @@ def test_signed_bc6h_is_refused_in_one_line(tmp_path: Path) -> None:
         with pytest.raises(EngineError, match=what) as info:
             read_block_file(path)
         assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_bc6h_padding_without_the_float_decoder_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without imagecodecs a BC6H file whose pack needs built blocks fails in one line saying what to
+    install, and leaves no pack."""
+    import sys
+
+    levels = block_levels(F.BC6H, hdr_picture(64, 64), 1)
+    texture = read_block_file(write_dds(tmp_path / "n.dds", F.BC6H, 64, 64, levels))
+    monkeypatch.setitem(sys.modules, "imagecodecs", None)  # what `import imagecodecs` sees when it is missing
+    with pytest.raises(
+        EngineError,
+        match=rf"^{tmp_path / 'n.dds'}: .* needs the imagecodecs package \(pip install 'texstream\[bc6h\]'\)",
+    ):
+        retile_to_pack(texture, tmp_path / "n.tpk", RetileConfig(tile_size=T, border=B))
+    assert not (tmp_path / "n.tpk").exists()
