@@ -86,10 +86,9 @@ DF_MODEL_ETC1S, DF_MODEL_UASTC = 163, 166
 DF_PRIMARIES_BT709 = 1
 DF_TRANSFER_LINEAR, DF_TRANSFER_SRGB = 1, 2
 DF_SAMPLE_LINEAR = 0x10  # channel qualifier: this sample is linear even when the transfer is sRGB
-DF_SAMPLE_SIGNED = 0x40  # channel qualifier: the sample's values are signed
 DF_SAMPLE_FLOAT = 0x80  # channel qualifier: the sample's values are floating point
-# The sample range of a float sample holds the float bit patterns of its lower and upper values
-# (Khronos Data Format 1.3, section 5.18.6): 0.0 and 1.0 for BC6H, as the Khronos tables give.
+# A float sample's sampleLower/sampleUpper hold IEEE 754 single-precision bit patterns (Khronos Data
+# Format specification): 0.0 and 1.0 for unsigned BC6H, what the Khronos format tables give it.
 FLOAT_ZERO, FLOAT_ONE = 0x00000000, 0x3F800000
 # per format: (bit offset, bit length, channel id, is alpha) for each sample
 DF_SAMPLES = {
