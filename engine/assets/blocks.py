@@ -132,6 +132,11 @@ def as_blocks(data: bytes, width: int, height: int, fmt: TexelFormat) -> np.ndar
 
 
 # ---- decoding (texture2ddecoder: independent of the baker's encoder) --------------------------------
+# What to tell the user when BC6H blocks must be decoded (padding past an edge, generated levels) and
+# the float decoder is not installed.
+BC6H_DECODER_ADVICE = "decoding BC6H blocks to float needs the imagecodecs package (pip install 'texstream[bc6h]')"
+
+
 def _decoder(fmt: TexelFormat):  # noqa: ANN202 (imported lazily: only edge blocks and new mips need it)
     import texture2ddecoder as t2d
 
@@ -144,28 +149,64 @@ def _decoder(fmt: TexelFormat):  # noqa: ANN202 (imported lazily: only edge bloc
     }[TexelFormat(fmt)]
 
 
-def decode_grid(blocks: np.ndarray, fmt: TexelFormat) -> np.ndarray:
-    """(rows, cols, block bytes) blocks -> (4 rows, 4 cols, 4) RGBA uint8 texels.
+def _imagecodecs():  # noqa: ANN202 (the module, imported lazily; None when missing or built without BCn)
+    try:
+        import imagecodecs
+    except ImportError:
+        return None
+    return imagecodecs if getattr(getattr(imagecodecs, "BCN", None), "available", False) else None
 
-    BC4 decodes to (r, 0, 0, 255) and BC5 to (r, g, 0, 255): the channels the baker's encoder reads.
+
+def require_float_decoder(path: Path, fmt: TexelFormat) -> None:
+    """Refuse (one line naming `path`) a BC6H file when its half floats cannot be decoded."""
+    if fmt is TexelFormat.BC6H and _imagecodecs() is None:
+        raise SourceError(f"{path}: {BC6H_DECODER_ADVICE}")
+
+
+def _decode_bc6h(blocks: np.ndarray) -> np.ndarray:
+    """(rows, cols, 16) unsigned BC6H blocks -> (4 rows, 4 cols, 4) float32 RGBA, alpha 1.
+
+    texture2ddecoder only gives BC6H as clamped 8-bit texels, so the half floats come from
+    imagecodecs' BCn decoder (bcdec), which returns each texel's exact half-float value.
+    """
+    imagecodecs = _imagecodecs()
+    if imagecodecs is None:
+        raise SourceError(BC6H_DECODER_ADVICE)
+    rows, cols, _ = blocks.shape
+    half = imagecodecs.bcn_decode(np.ascontiguousarray(blocks).tobytes(), 6, shape=(4 * rows, 4 * cols, 3))
+    out = np.empty((4 * rows, 4 * cols, 4), np.float32)
+    out[..., :3] = half
+    out[..., 3] = 1.0
+    return out
+
+
+def decode_grid(blocks: np.ndarray, fmt: TexelFormat) -> np.ndarray:
+    """(rows, cols, block bytes) blocks -> (4 rows, 4 cols, 4) RGBA texels.
+
+    uint8 for BC1-BC7; BC4 decodes to (r, 0, 0, 255) and BC5 to (r, g, 0, 255): the channels the
+    baker's encoder reads. BC6H decodes to float32 linear RGB with alpha 1.0 (what the encoder takes).
     """
     rows, cols, nbytes = blocks.shape
     if nbytes != fmt.block_bytes:
         raise ValueError(f"{fmt.name.lower()} blocks are {fmt.block_bytes} bytes, got {nbytes}")
+    dtype = np.float32 if fmt.float_texels else np.uint8
     if rows == 0 or cols == 0:
-        return np.zeros((4 * rows, 4 * cols, 4), np.uint8)
+        return np.zeros((4 * rows, 4 * cols, 4), dtype)
+    if fmt is TexelFormat.BC6H:
+        return _decode_bc6h(blocks)
     bgra = _decoder(fmt)(np.ascontiguousarray(blocks).tobytes(), 4 * cols, 4 * rows)
     out = np.frombuffer(bgra, np.uint8).reshape(4 * rows, 4 * cols, 4)
     return np.ascontiguousarray(out[..., [2, 1, 0, 3]])
 
 
 def decode_blocks(blocks: np.ndarray, fmt: TexelFormat) -> np.ndarray:
-    """(n, block bytes) separate blocks -> (n, 4, 4, 4) RGBA uint8, decoded as one strip of blocks."""
+    """(n, block bytes) separate blocks -> (n, 4, 4, 4) RGBA (uint8; float32 for BC6H), decoded as one
+    strip of blocks."""
     n = blocks.shape[0]
     strip = decode_grid(blocks.reshape(1, n, -1), fmt)  # (4, 4n, 4)
     return np.ascontiguousarray(strip.reshape(4, n, 4, 4).transpose(1, 0, 2, 3))
 
 
 def decode_level(level: BlockLevel, fmt: TexelFormat) -> np.ndarray:
-    """A whole level's texels, (height, width, 4) RGBA uint8 (the blocks' padding cut off)."""
+    """A whole level's texels, (height, width, 4) RGBA uint8 (float32 for BC6H; the blocks' padding cut off)."""
     return np.ascontiguousarray(decode_grid(level.blocks, fmt)[: level.height, : level.width])

@@ -1,5 +1,5 @@
 """DDS reader: the legacy FourCC header (DXT1, DXT5, ATI1/BC4U, ATI2/BC5U) and the DX10 extension
-(BC1/BC3/BC4/BC5/BC7, UNORM and _SRGB), 2D textures with any number of mip levels.
+(BC1/BC3/BC4/BC5/BC7, UNORM and _SRGB; BC6H_UF16, unsigned half-float HDR), 2D textures with any number of mip levels.
 
 Layout: "DDS " magic, a 124-byte DDS_HEADER (its pixel format at byte 72 of the header), then for a
 FourCC of "DX10" a 20-byte DDS_HEADER_DXT10, then level 0's blocks followed by each smaller level's.
@@ -78,6 +78,7 @@ DXGI: dict[int, tuple[str, TexelFormat, bool]] = {
     97: ("BC7_TYPELESS", TexelFormat.BC7, False),
     98: ("BC7_UNORM", TexelFormat.BC7, False),
     99: ("BC7_UNORM_SRGB", TexelFormat.BC7, True),
+    95: ("BC6H_UF16", TexelFormat.BC6H, False),
 }
 DXGI_REFUSED: dict[int, str] = {
     73: "BC2_UNORM",
@@ -85,9 +86,9 @@ DXGI_REFUSED: dict[int, str] = {
     75: "BC2_TYPELESS",
     81: "BC4_SNORM",
     84: "BC5_SNORM",
-    94: "BC6H_TYPELESS",
-    95: "BC6H_UF16",
-    96: "BC6H_SF16",
+    # BC6H typeless does not say whether its half floats are signed, and packs hold unsigned BC6H only.
+    94: "BC6H_TYPELESS (signed or unsigned is not recorded)",
+    96: "BC6H_SF16 (signed half floats; packs hold unsigned BC6H_UF16)",
 }
 
 
@@ -125,7 +126,7 @@ def read_dds(path: str | Path) -> BlockTexture:
             if dxgi in DXGI_REFUSED:
                 raise SourceError(f"{path}: {DXGI_REFUSED[dxgi]} has no pack format; {REENCODE_ADVICE}")
             if dxgi not in DXGI:
-                raise SourceError(f"{path}: DXGI format {dxgi} is not BC1/BC3/BC4/BC5/BC7; {REENCODE_ADVICE}")
+                raise SourceError(f"{path}: DXGI format {dxgi} is not BC1/BC3/BC4/BC5/BC6H/BC7; {REENCODE_ADVICE}")
             if dimension != DX10_TEXTURE2D:
                 raise SourceError(f"{path}: resource dimension {dimension} is not a 2D texture")
             if misc & DX10_MISC_CUBE:

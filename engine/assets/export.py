@@ -1,7 +1,8 @@
 """Export a pack's levels as a standard KTX2 file, so other tools can read what was baked.
 
 Each level is reassembled from its tiles' content blocks (borders dropped, the blocks past the
-level's last partial block dropped), so the KTX2 holds exactly the pack's blocks. KTX2 halves mip
+level's last partial block dropped), so the KTX2 holds exactly the pack's blocks. BC6H packs export
+as ``VK_FORMAT_BC6H_UFLOAT_BLOCK`` with a float sample in the data format descriptor. KTX2 halves mip
 sizes by rounding down and the pack by rounding up: the exported chain is the pack's levels up to
 the first one whose size differs (all of them for sizes that are powers of two, or multiples of a
 large enough power of two). The pack's levels end where a level fits in one tile; KTX2 allows such a
@@ -103,7 +104,7 @@ def export_ktx2(
     Raises
     ------
     EngineError
-        one line: an rgba8 pack, a pack over `max_bytes`, an unreadable pack
+        one line: an rgba8 pack, a pack over `max_bytes`, an unreadable pack (BC1-BC7 and BC6H export)
     """
     from ..version import __version__
 
@@ -113,9 +114,8 @@ def export_ktx2(
     out = Path(out)
     with PackReader(pack) as reader:
         h = reader.header
-        if h.texel_format in (TexelFormat.RGBA8, TexelFormat.BC6H):
-            fmt = h.texel_format.name.lower()
-            raise EngineError(f"{pack}: {fmt} packs are not exported (KTX2 export takes bc1/bc3/bc4/bc5/bc7)")
+        if h.texel_format is TexelFormat.RGBA8:
+            raise EngineError(f"{pack}: rgba8 packs are not exported (KTX2 export takes bc1/bc3/bc4/bc5/bc6h/bc7)")
         dims = [h.level_dims(lv) for lv in range(h.level_count)]
         count = exportable_levels(h.width, h.height, dims)
         raw_total = sum(block_grid(*dims[lv])[0] * block_grid(*dims[lv])[1] for lv in range(count))

@@ -3,13 +3,15 @@
 The package is imported on first use, so it is needed only to read EXR files. The header is read
 first and the data window's size checked against `MAX_TEXELS` before any pixel is decoded. The
 channels used: R, G, B (any pixel type: half, float or uint, all read as float32), or a lone Y
-(grey, replicated); alpha is dropped (BC6H holds RGB), and other layers are ignored. Multi-part
+(grey, replicated); other layers are ignored. An alpha channel (A) is dropped with a one-line warning
+naming the file: BC6H, the format float images bake to, holds RGB only. Multi-part
 files use their first part; deep and subsampled images are refused. Every failure is one
 `SourceError` line naming the file.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import numpy as np
 from ..errors import SourceError
 
 __all__ = ["EXR_MAGIC", "MAX_TEXELS", "read_exr"]
+
+log = logging.getLogger(__name__)
 
 EXR_MAGIC = b"v/1\x01"
 MAX_TEXELS = 1 << 26  # as for Radiance pictures: 768 MiB of float32 RGB
@@ -67,6 +71,8 @@ def read_exr(path: str | os.PathLike[str], *, max_texels: int = MAX_TEXELS) -> n
     except Exception as exc:  # the bindings raise RuntimeError, ValueError, KeyError...: all a bad file
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise SourceError(f"{p}: cannot read as OpenEXR: {reason}") from None
+    if "A" in names:
+        log.warning("%s: its alpha channel is dropped (BC6H packs hold RGB only)", p)
     if any(plane.shape != (height, width) for plane in planes):
         raise SourceError(f"{p}: channel sizes differ from the {width} x {height} data window")
     rgb = np.empty((height, width, 3), np.float32)

@@ -18,7 +18,10 @@ that are never trusted:
 Sizes are checked before anything is allocated: the texel count against `MAX_TEXELS`, and the
 least number of bytes the claimed scanlines can take (flat or encoded) against what the file holds,
 so a short or hostile file fails in one line (`SourceError`) before a large buffer exists. Decoding
-is linear in the file's size: one pass over the runs, each run one slice copy.
+is linear in the file's size: one pass over the runs. The scanlines are decoded by the compiled
+helper (``ts_hdr_scanlines`` in engine/native/_native.c, every read and write bounds-checked) when it
+is built, else by the Python twin here, with the same results and the same errors
+(`use_scanline_decoder` picks one, for tests and benchmarks).
 
 Texel values follow Radiance's own ``colr_color``: ``(m + 0.5) * 2^(e - 136)`` for mantissa ``m``
 and exponent ``e > 0``; ``e == 0`` is black.
@@ -26,16 +29,31 @@ and exponent ``e > 0``; ``e == 0`` is black.
 
 from __future__ import annotations
 
+import ctypes
+import enum
+import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import SourceError
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_TEXELS", "HdrImage", "is_hdr_bytes", "parse_hdr", "read_hdr"]
+if TYPE_CHECKING:
+    from ..native import HdrFunctions
+
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_TEXELS",
+    "HdrImage",
+    "is_hdr_bytes",
+    "parse_hdr",
+    "read_hdr",
+    "use_scanline_decoder",
+]
 
 MAX_HEADER_BYTES = 1 << 16  # header lines, resolution line included
 MAX_TEXELS = 1 << 26  # 8192 x 8192: the decoded image alone is 768 MiB of float32 RGB
@@ -159,9 +177,7 @@ def _parse(data: memoryview, max_texels: int) -> HdrImage:
     if height * min(least_line, 4 * width) > left:
         raise _Refused(f"claims {width:,} x {height:,} texels but holds only {left:,} bytes of pixels (truncated?)")
     rgbe = np.empty((height, width, 4), np.uint8)
-    pos = body
-    for y in range(height):
-        pos = _scanline(data, pos, width, encodable, rgbe[y], y)
+    _decode_scanlines(data, body, width, height, encodable, rgbe)
     if flip_rows:
         rgbe = rgbe[::-1]
     if flip_cols:
@@ -169,44 +185,122 @@ def _parse(data: memoryview, max_texels: int) -> HdrImage:
     return HdrImage(rgb=rgbe_to_float(rgbe), exposure=exposure)
 
 
+class HdrStatus(enum.IntEnum):
+    """Why scanline decoding stopped (the TS_HDR_* codes of _native.c)."""
+
+    OK = 0
+    TRUNCATED = 1
+    OLD_RLE = 2
+    WIDTH = 3
+    RUN_PAST = 4
+    BAD_RUN = 5
+
+
+def _refusal(status: HdrStatus, row: int, value: int, width: int) -> _Refused:
+    """The one line for a scanline decoder's failure, the same for both decoders."""
+    if status is HdrStatus.OLD_RLE:
+        return _Refused(f"scanline {row} uses the old run-length encoding, which is not supported")
+    if status is HdrStatus.WIDTH:
+        return _Refused(f"scanline {row} says it is {value} texels wide, the picture {width}")
+    if status is HdrStatus.RUN_PAST:
+        return _Refused(f"scanline {row} has a run past its end")
+    if status is HdrStatus.BAD_RUN:
+        return _Refused(f"scanline {row} has a bad run (count {value})")
+    return _Refused(f"truncated at scanline {row}")
+
+
+class _ScanlineFailure(Exception):
+    def __init__(self, status: HdrStatus, row: int, value: int = 0) -> None:
+        super().__init__(status, row, value)
+        self.status, self.row, self.value = status, row, value
+
+
+# Which decoder runs: "auto" (the compiled helper when built, else Python), "native" or "python";
+# `_library` is the path of another build of the helper (the sanitizer's), None for the installed one.
+_decoder_kind = "auto"
+_library: str | None = None
+
+
+def use_scanline_decoder(kind: str, library: str | None = None) -> tuple[str, str | None]:
+    """Pick the decoder of scanlines and RGBE values: "auto" (default: the compiled helper when it is
+    built), "native" (the compiled helper, or the build at `library`; an error when it is missing) or
+    "python" (Python and numpy). Returns the previous ``(kind, library)``, to restore it."""
+    global _decoder_kind, _library
+    if kind not in ("auto", "native", "python"):
+        raise ValueError(f"scanline decoder must be auto, native or python, got {kind!r}")
+    previous = (_decoder_kind, _library)
+    _decoder_kind, _library = kind, library
+    return previous
+
+
+def _compiled() -> HdrFunctions | None:
+    if _decoder_kind == "python":
+        return None
+    from ..native import hdr_functions
+
+    functions = hdr_functions(_library)
+    if functions is None and _decoder_kind == "native":
+        raise RuntimeError(f"no compiled Radiance decoder: {_library or 'the helper'} is not built or predates it")
+    return functions
+
+
+def _decode_scanlines(data: memoryview, pos: int, width: int, height: int, encodable: bool, out: np.ndarray) -> int:
+    """Every scanline from `pos` into `out` ((height, width, 4) uint8); the offset after the last one."""
+    compiled = _compiled()
+    if compiled is not None:
+        src = np.frombuffer(data, np.uint8)  # no copy; kept alive for the call
+        result = (ctypes.c_int64 * 3)()
+        end = compiled.scanlines(src.ctypes.data, src.size, pos, width, height, int(encodable), out.ctypes.data, result)
+        if end < 0:
+            raise _refusal(HdrStatus(result[0]), int(result[1]), int(result[2]), width)
+        return int(end)
+    try:
+        for y in range(height):
+            pos = _scanline(data, pos, width, encodable, out[y], y)
+    except _ScanlineFailure as failure:
+        raise _refusal(failure.status, failure.row, failure.value, width) from None
+    return pos
+
+
 def _scanline(data: memoryview, pos: int, width: int, encodable: bool, out: np.ndarray, y: int) -> int:
-    """Decode scanline `y` starting at `pos` into `out` ((width, 4) uint8); returns the next offset."""
+    """The Python twin of ts_hdr_scanlines for scanline `y` at `pos`, into `out` ((width, 4) uint8);
+    returns the next offset, or raises _ScanlineFailure with the code the compiled one gives."""
     end = len(data)
     if pos + 4 > end:
-        raise _Refused(f"truncated at scanline {y}")
+        raise _ScanlineFailure(HdrStatus.TRUNCATED, y)
     b0, b1, b2, b3 = data[pos], data[pos + 1], data[pos + 2], data[pos + 3]
     if not (encodable and b0 == 2 and b1 == 2 and not b2 & 0x80):
         need = 4 * width
         if pos + need > end:
-            raise _Refused(f"truncated at scanline {y}")
+            raise _ScanlineFailure(HdrStatus.TRUNCATED, y)
         flat = np.frombuffer(data, np.uint8, need, pos).reshape(width, 4)
         if ((flat[:, 0] == 1) & (flat[:, 1] == 1) & (flat[:, 2] == 1)).any():
-            raise _Refused(f"scanline {y} uses the old run-length encoding, which is not supported")
+            raise _ScanlineFailure(HdrStatus.OLD_RLE, y)
         out[:] = flat
         return pos + need
     if (b2 << 8) | b3 != width:
-        raise _Refused(f"scanline {y} says it is {(b2 << 8) | b3} texels wide, the picture {width}")
+        raise _ScanlineFailure(HdrStatus.WIDTH, y, (b2 << 8) | b3)
     pos += 4
     channel = bytearray(width)
     for c in range(4):
         filled = 0
         while filled < width:
             if pos >= end:
-                raise _Refused(f"truncated at scanline {y}")
+                raise _ScanlineFailure(HdrStatus.TRUNCATED, y)
             count = data[pos]
             if count > 128:
                 count -= 128
                 if pos + 1 >= end:
-                    raise _Refused(f"truncated at scanline {y}")
+                    raise _ScanlineFailure(HdrStatus.TRUNCATED, y)
                 if filled + count > width:
-                    raise _Refused(f"scanline {y} has a run past its end")
+                    raise _ScanlineFailure(HdrStatus.RUN_PAST, y)
                 channel[filled : filled + count] = bytes((data[pos + 1],)) * count
                 pos += 2
             else:
                 if count == 0 or filled + count > width:
-                    raise _Refused(f"scanline {y} has a bad run (count {count})")
+                    raise _ScanlineFailure(HdrStatus.BAD_RUN, y, count)
                 if pos + 1 + count > end:
-                    raise _Refused(f"truncated at scanline {y}")
+                    raise _ScanlineFailure(HdrStatus.TRUNCATED, y)
                 channel[filled : filled + count] = data[pos + 1 : pos + 1 + count]
                 pos += 1 + count
             filled += count
@@ -214,11 +308,29 @@ def _scanline(data: memoryview, pos: int, width: int, encodable: bool, out: np.n
     return pos
 
 
-def rgbe_to_float(rgbe: np.ndarray) -> np.ndarray:
-    """(..., 4) uint8 RGBE -> (..., 3) float32 RGB (Radiance's ``colr_color``)."""
-    e = rgbe[..., 3].astype(np.int32)
+@functools.cache
+def _rgbe_table() -> np.ndarray:
+    """float32[65536]: ``(e << 8) | m`` -> ``(m + 0.5) * 2^(e - 136)``, 0 for ``e == 0`` (Radiance's
+    ``colr_color``), each entry one float32 multiply of exact operands."""
+    e = np.arange(256, dtype=np.int32)
     scale = np.where(e > 0, np.ldexp(np.float32(1.0), e - 136), 0.0).astype(np.float32)
-    out = rgbe[..., :3].astype(np.float32)
-    out += np.float32(0.5)
-    out *= scale[..., None]
+    mantissa = np.arange(256, dtype=np.float32) + np.float32(0.5)
+    return np.ascontiguousarray((scale[:, None] * mantissa[None, :]).astype(np.float32).ravel())
+
+
+def rgbe_to_float(rgbe: np.ndarray) -> np.ndarray:
+    """(..., 4) uint8 RGBE -> (..., 3) float32 RGB (Radiance's ``colr_color``), through one table:
+    the compiled helper's loop when it is built and chosen, else numpy (the same lookups)."""
+    table = _rgbe_table()
+    out = np.empty(rgbe.shape[:-1] + (3,), np.float32)
+    compiled = _compiled()
+    if compiled is not None and rgbe.size:
+        src = np.ascontiguousarray(rgbe, np.uint8)
+        compiled.rgbe_to_float(src.ctypes.data, src.size // 4, table.ctypes.data, out.ctypes.data)
+        return out
+    exponent = rgbe[..., 3].astype(np.uint16) << 8
+    index = np.empty(rgbe.shape[:-1], np.uint16)
+    for c in range(3):
+        np.bitwise_or(exponent, rgbe[..., c], out=index)
+        np.take(table, index, out=out[..., c])
     return out

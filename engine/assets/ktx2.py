@@ -1,4 +1,4 @@
-"""KTX 2.0 reader and writer for BC1/BC3/BC4/BC5/BC7 (UNORM and sRGB) 2D textures.
+"""KTX 2.0 reader and writer for BC1/BC3/BC4/BC5/BC7 (UNORM and sRGB) and BC6H (unsigned float) 2D textures.
 
 Layout (KTX 2.0 specification): a 12-byte identifier, nine u32 header fields (vkFormat, typeSize,
 pixelWidth, pixelHeight, pixelDepth, layerCount, faceCount, levelCount, supercompressionScheme), the
@@ -58,6 +58,7 @@ VK_FORMATS: dict[int, tuple[str, TexelFormat, bool]] = {
     141: ("BC5_UNORM_BLOCK", TexelFormat.BC5, False),
     145: ("BC7_UNORM_BLOCK", TexelFormat.BC7, False),
     146: ("BC7_SRGB_BLOCK", TexelFormat.BC7, True),
+    143: ("BC6H_UFLOAT_BLOCK", TexelFormat.BC6H, False),
 }
 # What the writer uses for each pack format: BC1 with its 1-bit alpha (the decoders' view of the blocks).
 VK_FOR_PACK: dict[tuple[TexelFormat, bool], int] = {
@@ -69,6 +70,7 @@ VK_FOR_PACK: dict[tuple[TexelFormat, bool], int] = {
     (TexelFormat.BC5, False): 141,
     (TexelFormat.BC7, False): 145,
     (TexelFormat.BC7, True): 146,
+    (TexelFormat.BC6H, False): 143,
 }
 
 # Data format descriptor: Khronos basic descriptor block, colour models and channel ids per format.
@@ -78,11 +80,16 @@ DF_MODEL = {
     TexelFormat.BC4: 131,
     TexelFormat.BC5: 132,
     TexelFormat.BC7: 134,
+    TexelFormat.BC6H: 133,  # KHR_DF_MODEL_BC6H
 }
 DF_MODEL_ETC1S, DF_MODEL_UASTC = 163, 166
 DF_PRIMARIES_BT709 = 1
 DF_TRANSFER_LINEAR, DF_TRANSFER_SRGB = 1, 2
 DF_SAMPLE_LINEAR = 0x10  # channel qualifier: this sample is linear even when the transfer is sRGB
+DF_SAMPLE_FLOAT = 0x80  # channel qualifier: the sample's values are floating point
+# A float sample's sampleLower/sampleUpper hold IEEE 754 single-precision bit patterns (Khronos Data
+# Format specification): 0.0 and 1.0 for unsigned BC6H, what the Khronos format tables give it.
+FLOAT_ZERO, FLOAT_ONE = 0x00000000, 0x3F800000
 # per format: (bit offset, bit length, channel id, is alpha) for each sample
 DF_SAMPLES = {
     TexelFormat.BC1: [(0, 64, 15, True)],  # BC1A alpha channel: RGBA BC1
@@ -90,6 +97,7 @@ DF_SAMPLES = {
     TexelFormat.BC4: [(0, 64, 0, False)],
     TexelFormat.BC5: [(0, 64, 0, False), (64, 64, 1, False)],  # red block, then green block
     TexelFormat.BC7: [(0, 128, 0, False)],
+    TexelFormat.BC6H: [(0, 128, 0, False)],  # one float sample over the whole block (unsigned: no SIGNED bit)
 }
 
 
@@ -107,8 +115,8 @@ def _refusal(vk: int) -> str | None:
         return f"BC2 (vkFormat {vk})"
     if vk in (140, 142):
         return f"signed BC4/BC5 (vkFormat {vk})"
-    if vk in (143, 144):
-        return f"BC6H (vkFormat {vk})"
+    if vk == 144:
+        return f"signed BC6H (BC6H_SFLOAT_BLOCK, vkFormat {vk}; packs hold unsigned BC6H)"
     if 1 <= vk <= 130:
         return f"uncompressed (vkFormat {vk})"
     return None
@@ -262,7 +270,11 @@ def dfd_bytes(fmt: TexelFormat, srgb: bool, supercompressed: bool) -> bytes:
     )
     for bit_offset, bit_length, channel, alpha in samples:
         qualifiers = DF_SAMPLE_LINEAR if (alpha and srgb) else 0
-        body += struct.pack("<HBB4BII", bit_offset, bit_length - 1, channel | qualifiers, 0, 0, 0, 0, 0, 0xFFFFFFFF)
+        lower, upper = 0, 0xFFFFFFFF  # UNORM: the whole range of the bits
+        if fmt.float_texels:
+            qualifiers |= DF_SAMPLE_FLOAT
+            lower, upper = FLOAT_ZERO, FLOAT_ONE
+        body += struct.pack("<HBB4BII", bit_offset, bit_length - 1, channel | qualifiers, 0, 0, 0, 0, lower, upper)
     return struct.pack("<I", 4 + len(body)) + body
 
 

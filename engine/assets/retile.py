@@ -8,17 +8,18 @@ is a multiple of 4, the borders past an edge are whole blocks from the opposite 
 What cannot be copied is built: blocks past a level's true edge (the border of an edge tile, the
 padding of a partial last tile, and, when the size is not a multiple of 4, every block past the last
 partial one) hold the clamped or wrapped texels the format prescribes. Those texels come from
-decoding only the file blocks they are read from (texture2ddecoder), and only those padding blocks
-are encoded, with the baker's encoder. The last partial block of a level (size not a multiple of 4)
-is the file's own block: its texels inside the level are content and stay bit-identical, so the
-texels it holds past the true edge are whatever the file's encoder put there.
+decoding only the file blocks they are read from (texture2ddecoder; BC6H to its half floats through
+imagecodecs), and only those padding blocks are encoded, with the baker's encoder. The last partial
+block of a level (size not a multiple of 4) is the file's own block: its texels inside the level are
+content and stay bit-identical, so the texels it holds past the true edge are whatever the file's
+encoder put there.
 
 The pack's geometry halves sizes by rounding up; DDS and KTX2 round down. Where the two differ (odd
 sizes) or the file has fewer levels than the pack, a level is *generated* from the pack level above
-it (decoded, or kept in float32 linear light when it was generated too) with the baker's mip filter
-(`bake.mips`), encoded block by block, then tiled like a copied level. The pack's metadata lists the
-copied and the generated levels. File levels smaller than the pack's last level (which fits in one
-tile) are not needed and are left out.
+it (decoded, or kept in float32 linear light when it was generated too; BC6H always in float32) with
+the baker's mip filter (`bake.mips`), encoded block by block, then tiled like a copied level. The
+pack's metadata lists the copied and the generated levels. File levels smaller than the pack's last
+level (which fits in one tile) are not needed and are left out.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ..errors import SourceError
 from ..pack import codec
 from ..pack.format import MAX_BORDER, TILE_SIZES, AddressMode, PackHeader, Supercompression, TexelFormat
 from ..pack.writer import EncodedTiles, PackWriter
-from .blocks import BlockTexture, block_grid, decode_blocks, decode_level
+from .blocks import BlockTexture, block_grid, decode_blocks, decode_level, require_float_decoder
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class BlockEncoder:
         self.threads = max(1, threads)
 
     def encode(self, texels: np.ndarray) -> np.ndarray:
-        """(n, 4, 4, 4) RGBA uint8 -> (n, block bytes) uint8."""
+        """(n, 4, 4, 4) RGBA uint8 (float32 for BC6H) -> (n, block bytes) uint8."""
         n = texels.shape[0]
         out = np.empty((n, self.fmt.block_bytes), np.uint8)
         per_call = ENCODE_CHUNK_BLOCKS * ENCODE_CHUNK_BLOCKS
@@ -170,7 +171,7 @@ class BlockEncoder:
         def run(start: int) -> None:
             part = texels[start : start + per_call]
             side = math.isqrt(part.shape[0] - 1) + 1
-            grid = np.empty((side * side, 4, 4, 4), np.uint8)
+            grid = np.empty((side * side, 4, 4, 4), part.dtype)
             grid[: part.shape[0]] = part
             grid[part.shape[0] :] = part[0]  # filler repeats a real block: no transparent texels that are not there
             slot = np.ascontiguousarray(
@@ -278,6 +279,9 @@ def retile_to_pack(texture: BlockTexture, out: str | Path, config: RetileConfig 
     out = Path(out)
     header = pack_header_for(texture, config)
     fmt = header.texel_format
+    # Checked up front, not when the first built block needs it: nearly every BC6H pack builds some
+    # (clamped borders, partial tiles, generated levels), and this way nothing is half written.
+    require_float_decoder(texture.path, fmt)
     report = RetileReport(out=out, header=header)
     encoder = BlockEncoder(fmt, header.srgb, config.bc7_quality, config.jobs or os.cpu_count() or 1)
     metadata = {
@@ -342,7 +346,10 @@ def _file_has(texture: BlockTexture, level: int, width: int, height: int) -> boo
 
 
 def _transfer(fmt: TexelFormat, srgb: bool, level: np.ndarray) -> Transfer:
-    """The baker's filter for this data: colour with real alpha filtered premultiplied."""
+    """The baker's filter for this data: colour with real alpha filtered premultiplied; BC6H in
+    float32 linear light, kept unrounded from level to level."""
+    if fmt.float_texels:
+        return Transfer(srgb=False, alpha=False, float_texels=True)
     if fmt in (TexelFormat.BC3, TexelFormat.BC7):
         alpha = bool((level[..., 3] < 255).any()) if level.dtype == np.uint8 else bool((level[..., 3] < 1.0).any())
     else:

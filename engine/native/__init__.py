@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "load", "load_library", "reduce_f32", "reduce_rgba8"]
+__all__ = ["Codecs", "Native", "hdr_scanlines", "load", "rgbe_to_float", "load_library", "reduce_f32", "reduce_rgba8"]
 
 log = logging.getLogger(__name__)
 
@@ -264,3 +264,42 @@ def reduce_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_int64,
     )
     return fn
+
+
+@dataclass(frozen=True)
+class HdrFunctions:
+    """The Radiance reader's compiled loops (see _native.c): ``ts_hdr_scanlines`` and ``ts_rgbe_to_float``."""
+
+    path: str
+    scanlines: ctypes._CFuncPtr  # releases the GIL for the call
+    rgbe_to_float: ctypes._CFuncPtr
+
+
+@functools.cache
+def hdr_functions(path: str | None = None) -> HdrFunctions | None:
+    """The Radiance reader's loops from the helper at `path` (None: the installed one; the sanitizer
+    tests pass a build of their own), or None when it is not built or predates them: `assets.hdr`
+    then decodes in Python and numpy, with the same results."""
+    path = path or _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        scanlines, to_float = lib.ts_hdr_scanlines, lib.ts_rgbe_to_float
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no Radiance decoder (%s): Python decodes", exc)
+        return None
+    scanlines.restype = ctypes.c_int64
+    scanlines.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_int64),
+    )
+    to_float.restype = None
+    to_float.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+    return HdrFunctions(path, scanlines, to_float)

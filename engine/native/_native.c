@@ -1,4 +1,4 @@
-/* texstream's compiled helper: the two per-tile loops of the streaming core, in C.
+/* texstream's compiled helper: the per-tile loops of the streaming core and the bake, in C.
  *
  *   ts_read_batch   (I/O threads) read a batch of tiles from a pack into staging-ring slots:
  *                   coalesced pread of file-contiguous runs, zstd/lz4 decode straight into the
@@ -13,6 +13,10 @@
  *                   since only the render thread calls GL and the loop takes microseconds.
  *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
  *   ts_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
+ *   ts_hdr_scanlines (HDR reader) a Radiance picture's scanlines, run-length encoded or flat, into RGBE
+ *                   bytes; the twin of assets/hdr.py's `_scanline`, same results and errors.
+ *   ts_rgbe_to_float (HDR reader) RGBE bytes -> float32 RGB through hdr.py's 65536-entry table (the
+ *                   twin of its numpy path, bit for bit: the same table lookups).
  *
  * No library is linked: the decoders and the hash are the C functions the zstandard, lz4 and
  * xxhash Python packages already carry, passed in as function pointers (engine/native/__init__.py
@@ -253,6 +257,113 @@ void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const in
     for (int64_t i = 0; i < n; i++)
         f(GL_COPY_READ_BUFFER, GL_COPY_WRITE_BUFFER, (intptr_t)src_offset[i], (intptr_t)dst_offset[i],
           (intptr_t)size[i]);
+}
+
+/* Outcome of ts_hdr_scanlines (keep in sync with assets/hdr.py's HdrStatus). */
+enum {
+    TS_HDR_OK = 0,
+    TS_HDR_TRUNCATED = 1, /* the bytes end inside scanline `row` */
+    TS_HDR_OLD_RLE = 2,   /* a flat scanline holds the old encoding's run markers (1 1 1 n) */
+    TS_HDR_WIDTH = 3,     /* an encoded scanline's header names another width (`value`) */
+    TS_HDR_RUN_PAST = 4,  /* a repeat run goes past the scanline's end */
+    TS_HDR_BAD_RUN = 5,   /* a literal run of 0 texels, or one past the scanline's end (`value`: the count) */
+};
+
+/* (HDR reader) Decode `height` scanlines of `width` texels from data[pos..size) into `out`
+ * (height * width * 4 RGBE bytes, row after row). Each scanline is either the "new" run-length
+ * encoding (when `encodable`, i.e. 8 <= width <= 32767, and it starts 2 2 w>>8 w&255 with the top
+ * bit of w>>8 clear: then R, G, B, E each as runs, a count above 128 repeating the next byte
+ * count - 128 times, a count of 1..128 copying that many bytes) or flat RGBE quadruples. Every read
+ * is checked against `size` and every write against the scanline's `width`, so no input reads or
+ * writes out of bounds; the work is linear in the bytes read. Returns the offset after the last
+ * scanline, or -1 with result[0] the TS_HDR_* code, result[1] the scanline and result[2] the value. */
+int64_t ts_hdr_scanlines(const uint8_t *data, int64_t size, int64_t pos, int64_t width, int64_t height, int encodable,
+                         uint8_t *out, int64_t *result) {
+    result[0] = TS_HDR_OK;
+    result[1] = 0;
+    result[2] = 0;
+    for (int64_t y = 0; y < height; y++) {
+        uint8_t *row = out + y * width * 4;
+        result[1] = y;
+        if (pos < 0 || pos > size || size - pos < 4) {
+            result[0] = TS_HDR_TRUNCATED;
+            return -1;
+        }
+        const uint8_t *p = data + pos;
+        if (!(encodable && p[0] == 2 && p[1] == 2 && !(p[2] & 0x80))) {
+            if (size - pos < 4 * width) {
+                result[0] = TS_HDR_TRUNCATED;
+                return -1;
+            }
+            for (int64_t x = 0; x < width; x++) {
+                if (p[4 * x] == 1 && p[4 * x + 1] == 1 && p[4 * x + 2] == 1) {
+                    result[0] = TS_HDR_OLD_RLE;
+                    return -1;
+                }
+            }
+            memcpy(row, p, (size_t)(4 * width));
+            pos += 4 * width;
+            continue;
+        }
+        int64_t declared = ((int64_t)p[2] << 8) | p[3];
+        if (declared != width) {
+            result[0] = TS_HDR_WIDTH;
+            result[2] = declared;
+            return -1;
+        }
+        pos += 4;
+        for (int c = 0; c < 4; c++) {
+            int64_t filled = 0;
+            while (filled < width) {
+                if (pos >= size) {
+                    result[0] = TS_HDR_TRUNCATED;
+                    return -1;
+                }
+                int64_t count = data[pos];
+                if (count > 128) {
+                    count -= 128;
+                    if (pos + 1 >= size) {
+                        result[0] = TS_HDR_TRUNCATED;
+                        return -1;
+                    }
+                    if (filled + count > width) {
+                        result[0] = TS_HDR_RUN_PAST;
+                        return -1;
+                    }
+                    const uint8_t v = data[pos + 1];
+                    for (int64_t k = 0; k < count; k++) row[4 * (filled + k) + c] = v;
+                    pos += 2;
+                } else {
+                    if (count == 0 || filled + count > width) {
+                        result[0] = TS_HDR_BAD_RUN;
+                        result[2] = count;
+                        return -1;
+                    }
+                    if (size - (pos + 1) < count) {
+                        result[0] = TS_HDR_TRUNCATED;
+                        return -1;
+                    }
+                    const uint8_t *src = data + pos + 1;
+                    for (int64_t k = 0; k < count; k++) row[4 * (filled + k) + c] = src[k];
+                    pos += 1 + count;
+                }
+                filled += count;
+            }
+        }
+    }
+    return pos;
+}
+
+/* (HDR reader) `n` RGBE texels -> `n` float32 RGB texels: channel c of texel i is
+ * table[(E << 8) | M_c], the table holding (m + 0.5) * 2^(e - 136) (0 for e == 0) for every (e, m). */
+void ts_rgbe_to_float(const uint8_t *rgbe, int64_t n, const float *table, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *t = rgbe + 4 * i;
+        const float *row = table + ((size_t)t[3] << 8);
+        out[3 * i] = row[t[0]];
+        out[3 * i + 1] = row[t[1]];
+        out[3 * i + 2] = row[t[2]];
+    }
 }
 
 /* A Python module only so that pip builds and installs this file; texstream loads it with ctypes. */

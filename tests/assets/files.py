@@ -1,5 +1,6 @@
-"""Test files: DDS and KTX2 of blocks encoded by etcpak (not the baker's encoder), written by small
-test-only writers that follow the containers' documentation, not texstream's reader.
+"""Test files: DDS and KTX2 of blocks encoded by etcpak (not the baker's encoder; BC6H, which etcpak
+does not encode, by ispc-texcomp's "slow" profile called directly, where the baker uses "fast"),
+written by small test-only writers that follow the containers' documentation, not texstream's reader.
 
 Mip levels use floor halving (what both containers define) and are made by plain 2x2 averaging of
 the previous level, so they differ from what the baker's filter would make.
@@ -17,7 +18,14 @@ import zstandard
 
 from texstream.pack.format import TexelFormat
 
-BLOCK_BYTES = {TexelFormat.BC1: 8, TexelFormat.BC3: 16, TexelFormat.BC4: 8, TexelFormat.BC5: 16, TexelFormat.BC7: 16}
+BLOCK_BYTES = {
+    TexelFormat.BC1: 8,
+    TexelFormat.BC3: 16,
+    TexelFormat.BC4: 8,
+    TexelFormat.BC5: 16,
+    TexelFormat.BC7: 16,
+    TexelFormat.BC6H: 16,
+}
 
 
 def picture(width: int, height: int, seed: int = 0, alpha: bool = False) -> np.ndarray:
@@ -32,13 +40,32 @@ def picture(width: int, height: int, seed: int = 0, alpha: bool = False) -> np.n
     return np.ascontiguousarray(np.clip(img, 0, 255).astype(np.uint8))
 
 
+def hdr_picture(width: int, height: int, seed: int = 0) -> np.ndarray:
+    """Smooth high dynamic range colour, mostly in [0, 1] with highlights up to ~6: (h, w, 4) float32, alpha 1."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    r = 0.5 + 0.45 * np.sin(x / 29.0 + seed)
+    g = 0.5 + 0.45 * np.cos(y / 23.0)
+    b = 0.4 + 0.35 * np.sin((x + y) / 41.0)
+    spot = 5.0 * np.exp(-(((x - width * 0.3) / 9.0) ** 2 + ((y - height * 0.6) / 7.0) ** 2))
+    img = np.stack([r + spot, g + 0.5 * spot, b, np.ones_like(x)], -1) + rng.normal(0, 0.01, (height, width, 4))
+    img[..., 3] = 1.0
+    return np.ascontiguousarray(np.maximum(img, 0.0).astype(np.float32))
+
+
 def encode_blocks(fmt: TexelFormat, img: np.ndarray) -> np.ndarray:
     """etcpak blocks of `img` padded to whole blocks by repeating its last row and column:
-    (ceil(h/4), ceil(w/4), block bytes)."""
+    (ceil(h/4), ceil(w/4), block bytes). BC6H: float texels, ispc-texcomp's slow profile."""
     h, w = img.shape[:2]
     hp, wp = -(-h // 4) * 4, -(-w // 4) * 4
     padded = np.ascontiguousarray(np.pad(img, ((0, hp - h), (0, wp - w), (0, 0)), mode="edge"))
-    if fmt is TexelFormat.BC7:
+    if fmt is TexelFormat.BC6H:
+        import ispc_texcomp
+
+        half = np.ascontiguousarray(padded.astype(np.float16))
+        surface = ispc_texcomp.RGBASurface(half, wp, hp, wp * 8)
+        data = ispc_texcomp.compress_blocks_bc6h(surface, ispc_texcomp.BC6HEncSettings.from_profile("slow"))
+    elif fmt is TexelFormat.BC7:
         data = etcpak.compress_bc7(padded, wp, hp, None)
     else:
         fn = {
@@ -52,9 +79,11 @@ def encode_blocks(fmt: TexelFormat, img: np.ndarray) -> np.ndarray:
 
 
 def decode_blocks(fmt: TexelFormat, blocks: np.ndarray, width: int, height: int) -> np.ndarray:
-    """texture2ddecoder's RGBA texels of a level's blocks, cut to its true size."""
+    """texture2ddecoder's RGBA texels of a level's blocks, cut to its true size (BC6H: its 8-bit
+    texels, each channel clamped to [0, 1] and scaled by 255, alpha 255)."""
     rows, cols = blocks.shape[:2]
     fn = {
+        TexelFormat.BC6H: texture2ddecoder.decode_bc6,
         TexelFormat.BC1: texture2ddecoder.decode_bc1,
         TexelFormat.BC3: texture2ddecoder.decode_bc3,
         TexelFormat.BC4: texture2ddecoder.decode_bc4,
@@ -66,9 +95,17 @@ def decode_blocks(fmt: TexelFormat, blocks: np.ndarray, width: int, height: int)
 
 
 def mip_chain(img: np.ndarray, count: int) -> list[np.ndarray]:
-    """`count` levels, floor halving, 2x2 means (the odd last row/column dropped)."""
+    """`count` levels, floor halving, 2x2 means (the odd last row/column dropped); float images in float."""
     levels = [img]
     for _ in range(count - 1):
+        if img.dtype == np.float32:
+            prev = levels[-1]
+            h, w = max(1, prev.shape[0] // 2), max(1, prev.shape[1] // 2)
+            p = np.repeat(prev, 2, 0) if prev.shape[0] == 1 else prev
+            p = np.repeat(p, 2, 1) if p.shape[1] == 1 else p
+            p = p[: 2 * h, : 2 * w]
+            levels.append(np.ascontiguousarray((p[0::2, 0::2] + p[1::2, 0::2] + p[0::2, 1::2] + p[1::2, 1::2]) / 4))
+            continue
         prev = levels[-1].astype(np.uint16)
         h, w = max(1, prev.shape[0] // 2), max(1, prev.shape[1] // 2)
         if prev.shape[0] == 1:
@@ -94,6 +131,7 @@ DXGI_CODES = {
     (TexelFormat.BC5, False): 83,
     (TexelFormat.BC7, False): 98,
     (TexelFormat.BC7, True): 99,
+    (TexelFormat.BC6H, False): 95,  # DXGI_FORMAT_BC6H_UF16
 }
 LEGACY_FOURCC = {TexelFormat.BC1: b"DXT1", TexelFormat.BC3: b"DXT5", TexelFormat.BC4: b"ATI1", TexelFormat.BC5: b"ATI2"}
 
@@ -142,6 +180,7 @@ VK_CODES = {
     (TexelFormat.BC5, False): 141,
     (TexelFormat.BC7, False): 145,
     (TexelFormat.BC7, True): 146,
+    (TexelFormat.BC6H, False): 143,  # VK_FORMAT_BC6H_UFLOAT_BLOCK
 }
 
 

@@ -81,12 +81,13 @@ def write_hdr(path: Path, rgb: np.ndarray, **kw: object) -> Path:
 
 
 def write_exr(path: Path, rgb: np.ndarray, *, half: bool = True) -> Path:
-    """An OpenEXR scanline file of `rgb` (half floats by default, ZIP compressed)."""
+    """An OpenEXR scanline file of `rgb` ((H, W, 3) RGB, or (H, W, 4) RGBA; half floats by default,
+    ZIP compressed)."""
     import OpenEXR
 
     pixels = np.ascontiguousarray(rgb.astype(np.float16 if half else np.float32))
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    with OpenEXR.File(header, {"RGB": pixels}) as f:
+    with OpenEXR.File(header, {"RGBA" if pixels.shape[2] == 4 else "RGB": pixels}) as f:
         f.write(str(path))
     return path
 

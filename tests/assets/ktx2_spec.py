@@ -11,7 +11,9 @@ import zstandard
 
 IDENTIFIER = bytes([0xAB, 0x4B, 0x54, 0x58, 0x20, 0x32, 0x30, 0xBB, 0x0D, 0x0A, 0x1A, 0x0A])
 # VkFormat -> (block bytes, sRGB, KHR_DF_MODEL_*) for the BC formats (Vulkan spec, Khronos DF spec 1.3)
+VK_FORMAT_BC6H_UFLOAT_BLOCK = 143
 BC_FORMATS = {
+    VK_FORMAT_BC6H_UFLOAT_BLOCK: (16, False, 133),
     131: (8, False, 128),
     132: (8, True, 128),
     133: (8, False, 128),
@@ -68,11 +70,22 @@ def check_ktx2(data: bytes) -> Ktx2File:
     assert not any(planes[1:])
     bits = 0
     for k in range((block_size - 24) // 16):
-        off, length_m1, _channel = struct.unpack_from("<HBB", data, dfd_off + 28 + 16 * k)
+        off, length_m1, channel_type = struct.unpack_from("<HBB", data, dfd_off + 28 + 16 * k)
         lower, upper = struct.unpack_from("<II", data, dfd_off + 28 + 16 * k + 8)
         assert off == bits, "samples cover the block in order"
         bits += length_m1 + 1
-        assert lower == 0 and upper == 0xFFFFFFFF, "UNORM sample range"
+        # channelType: bits 0-3 the channel id, bits 4-7 the qualifiers LINEAR (0x10), EXPONENT (0x20),
+        # SIGNED (0x40), FLOAT (0x80). Khronos DF 1.3 section 5.18: a float sample's sampleLower and
+        # sampleUpper hold IEEE 754 single-precision bit patterns; for BC6H UFLOAT the tables give 0.0
+        # and 1.0 (the values that map to 0 and 1; HDR values may lie outside).
+        if vk == VK_FORMAT_BC6H_UFLOAT_BLOCK:
+            assert channel_type & 0x0F == 0, "BC6H: KHR_DF_CHANNEL_BC6H_COLOR"
+            assert channel_type & 0xF0 == 0x80, "BC6H UFLOAT: the FLOAT qualifier, not SIGNED"
+            as_float = struct.unpack("<2f", struct.pack("<2I", lower, upper))
+            assert as_float == (0.0, 1.0), f"UFLOAT sample range {as_float}"
+        else:
+            assert channel_type & 0xC0 == 0, "UNORM: neither FLOAT nor SIGNED"
+            assert lower == 0 and upper == 0xFFFFFFFF, "UNORM sample range"
     assert bits == 8 * block, "samples cover the whole block"
     # ---- key/value data
     kv: dict[str, bytes] = {}

@@ -12,7 +12,7 @@ from texstream.apps.cli import main
 from texstream.pack.format import TexelFormat
 from texstream.pack.reader import PackReader
 
-from .files import block_levels, picture, write_dds, write_ktx2
+from .files import block_levels, hdr_picture, picture, write_dds, write_ktx2
 from .ktx2_spec import check_ktx2
 
 F = TexelFormat
@@ -88,3 +88,16 @@ def test_export_refusals(
 def test_export_wants_a_ktx2_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "x.tpk", str(tmp_path / "a.png")]) == 2
     assert ".ktx2" in capsys.readouterr().err
+
+
+def test_a_bc6h_dds_bakes_and_exports_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    levels = block_levels(F.BC6H, hdr_picture(128, 96), 7)
+    src = write_dds(tmp_path / "sky.dds", F.BC6H, 128, 96, levels)
+    pack, ktx = tmp_path / "sky.tpk", tmp_path / "sky.ktx2"
+    assert main(["bake", str(src), str(pack), "--tile", "64", "--no-progress"]) == 0
+    assert "bc6h, 2 levels (2 copied without re-encoding" in capsys.readouterr().out
+    assert main(["export", str(pack), str(ktx)]) == 0
+    exported = check_ktx2(ktx.read_bytes())
+    assert exported.vk_format == 143 and exported.levels == [b.tobytes() for b in levels[:2]]
+    assert main(["bake", str(src), str(tmp_path / "x.tpk"), "--format", "bc7"]) == 2
+    assert "holds BC6H_UF16 blocks, which are copied, not re-encoded" in capsys.readouterr().err

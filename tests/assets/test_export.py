@@ -17,7 +17,7 @@ from texstream.pack.extract import extract_level
 from texstream.pack.format import AddressMode, Supercompression, TexelFormat
 from texstream.pack.reader import PackReader
 
-from .files import block_levels, decode_blocks, picture, write_dds
+from .files import block_levels, decode_blocks, hdr_picture, picture, write_dds
 from .ktx2_spec import check_ktx2
 
 F = TexelFormat
@@ -133,3 +133,51 @@ def test_a_failing_write_leaves_the_previous_file_and_no_temporary(tmp_path: Pat
         assert str(out) in str(named) or str(tmp_path / "f.tpk") in str(named), raised.value
         assert out.read_bytes() == b"previous"
         assert sorted(os.listdir(tmp_path)) == ["f.dds", "f.ktx2", "f.tpk"], at
+
+
+@pytest.mark.parametrize("scheme", ["none", "zstd"])
+def test_bc6h_packs_export_with_a_float_dfd_and_round_trip(tmp_path: Path, scheme: str) -> None:
+    """A BC6H pack (re-tiled from a BC6H_UF16 DDS, one level generated) exports as
+    VK_FORMAT_BC6H_UFLOAT_BLOCK with a float sample (checked by the specification checker); the file's
+    levels come back byte for byte, and baking the export again gives the same tiles."""
+    width, height = 192, 128
+    levels = block_levels(F.BC6H, hdr_picture(width, height, seed=7), 2)
+    src = write_dds(tmp_path / "h.dds", F.BC6H, width, height, levels)
+    cfg = RetileConfig(tile_size=64, border=4, supercompression=Supercompression.ZSTD)
+    first = retile_to_pack(read_block_file(src), tmp_path / "h.tpk", cfg)
+    assert first.header.texel_format is F.BC6H and first.levels_generated == [2]
+    report = export_ktx2(tmp_path / "h.tpk", tmp_path / "h.ktx2", supercompression=scheme)
+    assert report.levels == first.header.level_count == 3
+    ktx = check_ktx2((tmp_path / "h.ktx2").read_bytes())
+    assert (ktx.vk_format, ktx.srgb, ktx.width, ktx.height) == (143, False, width, height)
+    for lv in range(2):
+        assert ktx.levels[lv] == levels[lv].tobytes()
+    with PackReader(tmp_path / "h.tpk") as r:
+        w_l, h_l = r.header.level_dims(2)
+        blocks = np.frombuffer(ktx.levels[2], np.uint8).reshape(-(-h_l // 4), -(-w_l // 4), 16)
+        assert np.array_equal(decode_blocks(F.BC6H, blocks, w_l, h_l)[..., :3], extract_level(r, 2)[..., :3])
+    second = retile_to_pack(read_block_file(tmp_path / "h.ktx2"), tmp_path / "b.tpk", cfg)
+    assert second.levels_copied == [0, 1, 2]
+    assert all_tiles(tmp_path / "h.tpk") == all_tiles(tmp_path / "b.tpk")
+
+
+def test_the_checker_refuses_a_bc6h_dfd_without_the_float_bit(tmp_path: Path) -> None:
+    """The checker is not the writer's twin: a BC6H file whose sample lacks the FLOAT qualifier or has
+    the UNORM range fails it."""
+    import struct
+
+    levels = block_levels(F.BC6H, hdr_picture(64, 64), 1)
+    retile_to_pack(read_block_file(write_dds(tmp_path / "c.dds", F.BC6H, 64, 64, levels)), tmp_path / "c.tpk")
+    export_ktx2(tmp_path / "c.tpk", tmp_path / "c.ktx2")
+    good = (tmp_path / "c.ktx2").read_bytes()
+    check_ktx2(good)
+    (dfd_offset,) = struct.unpack_from("<I", good, 48)
+    sample = dfd_offset + 4 + 24  # the first sample, after dfdTotalSize and the 24-byte block header
+    no_float = bytearray(good)
+    no_float[sample + 3] &= 0x7F
+    with pytest.raises(AssertionError, match="FLOAT"):
+        check_ktx2(bytes(no_float))
+    unorm_range = bytearray(good)
+    struct.pack_into("<II", unorm_range, sample + 8, 0, 0xFFFFFFFF)
+    with pytest.raises(AssertionError, match="UFLOAT sample range"):
+        check_ktx2(bytes(unorm_range))

@@ -121,6 +121,30 @@ def test_exr_files_read_as_float32_rgb(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_exr(write_exr(tmp_path / "full.exr", img, half=False)), img)
 
 
+def test_exr_alpha_is_dropped_with_a_one_line_warning(
+    tmp_path: Path, cache: PackCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An RGBA EXR: its colour is read and baked to BC6H as from an RGB file, and one warning line
+    naming the file says the alpha is dropped; an RGB file gives no warning."""
+    from texstream.assets.exr import read_exr
+
+    rgb = sky(64, 48)
+    alpha = np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64, 1)
+    path = write_exr(tmp_path / "alpha.exr", np.concatenate([rgb, alpha], -1))
+    with caplog.at_level("WARNING", logger="texstream.assets.exr"):
+        np.testing.assert_array_equal(read_exr(path), rgb.astype(np.float16))
+        read_exr(write_exr(tmp_path / "plain.exr", rgb))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"{path}: its alpha channel is dropped (BC6H packs hold RGB only)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="texstream.assets.exr"):
+        pack = pack_for_image(path, cache=cache, jobs=1)
+    assert any("alpha channel is dropped" in r.getMessage() for r in caplog.records)
+    with PackReader(pack) as r:
+        assert r.header.texel_format is TexelFormat.BC6H
+    cache.release(pack)
+
+
 def test_hostile_exr_files_are_refused_in_one_line(tmp_path: Path) -> None:
     from texstream.assets.exr import read_exr
 
@@ -295,6 +319,38 @@ def test_an_hdr_file_streams_through_a_bc6h_pool(
     # BC6H as decoded by the GPU and by texture2ddecoder (8 bits, clipped to [0, 1])
     assert psnr(np.clip(expected, 0.0, 1.0) * 255.0, blocks, peak=255.0) >= 45.0  # measured 48.5
     assert psnr(tone(expected), tone(img[y0 : y0 + SIZE, x0 : x0 + SIZE]), peak=1.0) >= 45.0  # measured 51.8
+
+
+@pytest.mark.gl
+def test_a_bc6h_dds_streams_its_own_blocks(
+    screen: FloatScreen, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Streamer.open` of a BC6H_UF16 DDS: re-tiled once, and the GPU's texels at 1:1 are the file's own
+    blocks decoded (bcdec's half floats, and texture2ddecoder's 8-bit view), highlights above 1 kept."""
+    import imagecodecs
+
+    from .files import block_levels, hdr_picture, write_dds
+
+    monkeypatch.setenv("TEXSTREAM_CACHE", str(tmp_path / "cache"))
+    img = hdr_picture(256, 256, seed=9)
+    levels = block_levels(TexelFormat.BC6H, img, 9)
+    src = write_dds(tmp_path / "sky.dds", TexelFormat.BC6H, 256, 256, levels)
+    x0, y0 = 64, 96
+    window = (x0 / 256, y0 / 256, SIZE / 256, SIZE / 256)
+    with ts.Streamer(screen.ctx) as streamer:
+        vt = streamer.open(src, origin=ts.Origin.TOP_LEFT)
+        assert vt.header.texel_format is TexelFormat.BC6H and "bc6h" in vt.pool.name
+        streamer.make_all_resident(vt)
+        streamer.update()
+        frame = screen.draw(vt, window)
+    file_texels = imagecodecs.bcn_decode(levels[0].tobytes(), 6, shape=(256, 256, 3)).astype(np.float32)
+    expected = file_texels[y0 : y0 + SIZE, x0 : x0 + SIZE]
+    assert expected.max() > 2.0 and frame.max() > 2.0  # the highlight, above 1 on screen
+    # within a fifth of a half float's step (2^-10): the same half floats, up to the filter's rounding
+    np.testing.assert_allclose(frame, expected, rtol=2e-4, atol=1e-5)
+    bgra = np.frombuffer(t2d.decode_bc6(levels[0].tobytes(), 256, 256), np.uint8).reshape(256, 256, 4)
+    t2d_view = bgra[y0 : y0 + SIZE, x0 : x0 + SIZE, 2::-1].astype(np.float32)
+    assert psnr(np.clip(frame, 0.0, 1.0) * 255.0, t2d_view, peak=255.0) >= 45.0
 
 
 @pytest.mark.parametrize("mode", ["clamp", "wrap"])

@@ -85,7 +85,8 @@ def test_dds_absurd_sizes(tmp_path: Path, width: int, height: int, mips: int, ma
         ({"fourcc": b"DXT3"}, "texstream bake"),
         ({"fourcc": b"BC5S"}, "signed"),
         ({"dxgi": 2}, "DXGI format 2"),  # R32G32B32A32_FLOAT
-        ({"dxgi": 95}, "BC6H"),
+        ({"dxgi": 96}, "BC6H_SF16 (signed half floats"),
+        ({"dxgi": 94}, "BC6H_TYPELESS"),
         ({"dxgi": 81}, "BC4_SNORM"),
         ({"caps2": 0x200 | 0xFC00}, "cube maps"),
         ({"array_size": 6}, "arrays"),
@@ -121,7 +122,7 @@ def _ktx2(vk: int = 145, scheme: int = 0, **kw: object) -> bytes:
         ({"vk": 1000066000}, "ASTC"),
         ({"vk": 147}, "ETC2"),
         ({"vk": 37}, "uncompressed"),
-        ({"vk": 143}, "BC6H"),
+        ({"vk": 144}, "signed BC6H"),
         ({"vk": 99999}, "unknown vkFormat"),
         ({"scheme": 9}, "supercompression scheme 9"),
         ({"faces": 6}, "cube maps"),

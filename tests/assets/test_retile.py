@@ -20,7 +20,7 @@ from texstream.pack.format import AddressMode, TexelFormat
 from texstream.pack.reader import PackReader
 from texstream.testing import psnr
 
-from .files import block_levels, decode_blocks, picture, write_dds, write_ktx2
+from .files import block_levels, decode_blocks, hdr_picture, picture, write_dds, write_ktx2
 
 F = TexelFormat
 T, B = 64, 8  # small tiles and a two-block border keep the bakes fast and the borders interesting
@@ -261,3 +261,92 @@ def test_a_failed_write_leaves_no_pack_and_no_temporary(tmp_path: Path) -> None:
 def test_retile_config_is_checked_when_made(kw: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RetileConfig(**kw)
+
+
+# ---- BC6H (unsigned half-float HDR) files -----------------------------------------------------------
+BC6H_CASES = [
+    # width, height, file levels (None: the full chain), address mode
+    (256, 192, None, AddressMode.CLAMP),
+    (150, 100, 2, AddressMode.WRAP),
+    (128, 128, 1, AddressMode.WRAP),
+]
+
+
+@pytest.mark.parametrize("container", ["dds", "ktx2", "ktx2-zstd"])
+@pytest.mark.parametrize(("width", "height", "count", "mode"), BC6H_CASES)
+def test_bc6h_files_retile_without_reencoding(
+    tmp_path: Path, container: str, width: int, height: int, count: int | None, mode: AddressMode
+) -> None:
+    """BC6H_UF16 DDS and BC6H_UFLOAT KTX2: every copied level is the file's blocks (texture2ddecoder
+    decodes them to the same texels: PSNR = inf), padding holds the address mode's texels."""
+    img = hdr_picture(width, height, seed=width)
+    n = count or max(width, height).bit_length()
+    levels = block_levels(F.BC6H, img, n)
+    if container == "dds":
+        src = write_dds(tmp_path / "h.dds", F.BC6H, width, height, levels)
+    else:
+        src = write_ktx2(tmp_path / "h.ktx2", F.BC6H, width, height, levels, zstd=container == "ktx2-zstd")
+    texture = read_block_file(src)
+    assert texture.texel_format is F.BC6H and texture.srgb is False and len(texture.levels) == n
+    report = retile_to_pack(texture, tmp_path / "h.tpk", RetileConfig(tile_size=T, border=B, address_mode=mode))
+    assert report.header.texel_format is F.BC6H and not report.header.srgb
+    meta = check_pack(tmp_path / "h.tpk", F.BC6H, levels, width, height, mode)
+    assert meta["levels_copied"] == _expected_copied(width, height, n, report.header.level_count)
+    assert meta["source_format"] == texture.format_name
+
+
+def test_bc6h_missing_levels_are_generated_in_linear_float(tmp_path: Path) -> None:
+    """A one-level BC6H file with highlights far above 1: the generated levels are box means of the
+    file's float texels, not of 8-bit or clamped ones. The reference is the float mean of the
+    picture itself; the pack's blocks are read with bcdec's float decoder (imagecodecs) and, for
+    the range in [0, 1], with texture2ddecoder."""
+    import imagecodecs
+
+    img = hdr_picture(256, 256, seed=4)
+    assert img[..., :3].max() > 4  # highlights: an 8-bit or clamped path would flatten them
+    src = write_ktx2(tmp_path / "one.ktx2", F.BC6H, 256, 256, block_levels(F.BC6H, img, 1))
+    report = retile_to_pack(read_block_file(src), tmp_path / "one.tpk", RetileConfig(tile_size=T, border=B))
+    assert report.levels_copied == [0] and report.levels_generated == [1, 2]
+    with PackReader(tmp_path / "one.tpk") as r:
+        for lv, k in ((1, 2), (2, 4)):
+            w, h = r.header.level_dims(lv)
+            blocks = level_content_blocks(r, lv)
+            expect = block_mean(img, k)[..., :3]
+            got = imagecodecs.bcn_decode(blocks.tobytes(), 6, shape=(h, w, 3)).astype(np.float32)
+            assert got.max() > 0.8 * expect.max() > 2  # the highlight is still far above 1
+            assert psnr(got, expect, peak=float(expect.max())) > 35, f"level {lv}"
+            got8 = decode_blocks(F.BC6H, blocks, w, h)[..., :3].astype(np.float32)
+            assert psnr(got8, np.clip(expect, 0, 1) * 255) > 30, f"level {lv} (texture2ddecoder)"
+
+
+def block_mean(img: np.ndarray, k: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    return img.reshape(h // k, k, w // k, k, -1).mean(axis=(1, 3))
+
+
+def test_signed_bc6h_is_refused_in_one_line(tmp_path: Path) -> None:
+    levels = block_levels(F.BC6H, hdr_picture(16, 16), 1)
+    dds = write_dds(tmp_path / "s.dds", F.BC6H, 16, 16, levels, dxgi=96)
+    ktx = write_ktx2(tmp_path / "s.ktx2", F.BC6H, 16, 16, levels, vk_format=144)
+    for path, what in ((dds, "BC6H_SF16"), (ktx, "signed BC6H")):
+        with pytest.raises(EngineError, match=what) as info:
+            read_block_file(path)
+        assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_bc6h_padding_without_the_float_decoder_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without imagecodecs a BC6H file whose pack needs built blocks fails in one line saying what to
+    install, and leaves no pack."""
+    import sys
+
+    levels = block_levels(F.BC6H, hdr_picture(64, 64), 1)
+    texture = read_block_file(write_dds(tmp_path / "n.dds", F.BC6H, 64, 64, levels))
+    monkeypatch.setitem(sys.modules, "imagecodecs", None)  # what `import imagecodecs` sees when it is missing
+    with pytest.raises(
+        EngineError,
+        match=rf"^{tmp_path / 'n.dds'}: .* needs the imagecodecs package \(pip install 'texstream\[bc6h\]'\)",
+    ):
+        retile_to_pack(texture, tmp_path / "n.tpk", RetileConfig(tile_size=T, border=B))
+    assert not (tmp_path / "n.tpk").exists()

@@ -22,7 +22,9 @@ http           `HttpTransport.probe` / `fetch` on a whole hostile answer (status
 cache          the remote cache's folder (its files, as the cache itself names them) opened,
                read and written
 hdr            `parse_hdr` on a whole Radiance HDR file: header, resolution line, flat and
-               run-length encoded scanlines (SourceError only; what it accepts is consistent)
+               run-length encoded scanlines (SourceError only; what it accepts is consistent),
+               decoded by the Python decoder (which the fuzzer's coverage sees) and, when it is
+               built, by the compiled one, which must give the same texels or the same refusal
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from texstream.assets.hdr import parse_hdr
+from texstream.assets.hdr import parse_hdr, use_scanline_decoder
 from texstream.errors import PackFormatError, SourceError, TileCorruptError
 from texstream.pack import codec
 from texstream.pack.format import HEADER_SIZE, HEADER_STRUCT, Supercompression, parse_header_bytes
@@ -342,16 +344,29 @@ def target_cache(data: bytes) -> None:
 HDR_MAX_TEXELS = 1 << 20  # the hdr target's texel cap (the reader's own default is 64 M texels)
 
 
-def target_hdr(data: bytes) -> None:
+def _hdr_outcome(data: bytes, decoder: str) -> tuple[str, object]:
+    previous = use_scanline_decoder(decoder)
     try:
         image = parse_hdr(data, "fuzz.hdr", max_texels=HDR_MAX_TEXELS)
     except SourceError as exc:
         _one_line(exc)
-        return
+        return "refused", str(exc)
+    finally:
+        use_scanline_decoder(*previous)
     rgb = image.rgb
     assert rgb.dtype == np.float32 and rgb.ndim == 3 and rgb.shape[2] == 3, (rgb.shape, rgb.dtype)
     assert 1 <= rgb.shape[0] * rgb.shape[1] <= HDR_MAX_TEXELS
     assert bool(np.isfinite(rgb).all() and (rgb >= 0).all())  # RGBE holds finite non-negative values only
+    return "image", (rgb.shape, rgb.tobytes(), image.exposure)
+
+
+def target_hdr(data: bytes) -> None:
+    from texstream.native import hdr_functions
+
+    python = _hdr_outcome(data, "python")
+    if hdr_functions() is not None:
+        compiled = _hdr_outcome(data, "native")
+        assert compiled == python, f"compiled decoder: {compiled[0]}, Python: {python[0]}"
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {

@@ -151,6 +151,11 @@ def corpus() -> dict[str, dict[str, bytes]]:
     hdr["bottom-up-mirrored"] = hdr_bytes(picture, resolution="+Y 6 -X 24", header="EXPOSURE=2.0")
     hdr["rle-cut"] = hdr["rle"][: len(hdr["rle"]) * 2 // 3]
     hdr["header-only"] = b"#?RGBE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 1\n"
+    # Runs that would write past the last scanline's end (a decoder that trusts counts overflows its
+    # output here): a repeat of 127 and a literal of 100 in an 8-texel row.
+    one_row = b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 8\n\x02\x02\x00\x08"
+    hdr["repeat-past-end"] = one_row + b"\xff\x05" + bytes(16)  # long enough to pass the size check
+    hdr["literal-past-end"] = one_row + b"\x64" + bytes(range(100))
     return out
 
 

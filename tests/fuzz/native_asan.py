@@ -9,11 +9,13 @@ fed by the fuzz corpus.
 
 The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` for local packs) and
 `ts_decode_batch` directly: every pack input of the corpus that opens is read whole, then again with
-each tile damaged and with the file cut short; every tile input is decoded under each codec. Each
-answer is compared with the pure-Python twin's (the contract in _native.c: same status codes). Any
-sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
-status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the
-helper writes have exact bounds the sanitizer checks.
+each tile damaged and with the file cut short; every tile input is decoded under each codec; every
+Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
+buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`. Each answer is compared with the pure-Python
+twin's (the contract in _native.c: same status codes, same texels). Any sanitizer report aborts the
+process (-fno-sanitize-recover, halt_on_error), so the replay's exit status says it all. Python's
+own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper writes have exact bounds the
+sanitizer checks.
 """
 
 from __future__ import annotations
@@ -212,8 +214,42 @@ def _replay_tile(data: bytes, native_lib, scratch, label: str) -> int:  # noqa: 
     return checked
 
 
-def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile")) -> int:
-    """Every corpus and crash input of the pack, header and tile targets through the sanitized helper."""
+def _replay_hdr(data: bytes, lib: Path, label: str) -> int:
+    """`data`, each of its cuts (every 7th byte) and 16 byte flips, decoded by the sanitized helper
+    and by Python: the same texels or the same refusal."""
+    import numpy as np
+
+    from texstream.assets.hdr import parse_hdr, use_scanline_decoder
+    from texstream.errors import SourceError
+
+    def outcome(variant: bytes, kind: str) -> tuple[str, object]:
+        use_scanline_decoder(kind, str(lib) if kind == "native" else None)
+        exact = (ctypes.c_uint8 * len(variant)).from_buffer_copy(variant)  # exact bounds for the sanitizer
+        try:
+            image = parse_hdr(memoryview(exact), label, max_texels=1 << 20)
+        except SourceError as exc:
+            return "refused", str(exc)
+        return "image", (image.rgb.shape, image.rgb.tobytes())
+
+    body = data.find(b"\n\n") + 2 if b"\n\n" in data else 0
+    variants = [data] + [data[:cut] for cut in range(body, len(data), 7)]
+    rng = np.random.default_rng(len(data))
+    for _ in range(16 if len(data) > body else 0):
+        flipped = bytearray(data)
+        flipped[int(rng.integers(body, len(data)))] ^= 1 << int(rng.integers(8))
+        variants.append(bytes(flipped))
+    try:
+        for k, variant in enumerate(variants):
+            native, python = outcome(variant, "native"), outcome(variant, "python")
+            if native != python:
+                raise AssertionError(f"{label} (variant {k}): compiled {native[0]} != Python's {python[0]}")
+    finally:
+        use_scanline_decoder("auto")
+    return len(variants)
+
+
+def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr")) -> int:
+    """Every corpus and crash input of the pack, header, tile and hdr targets through the sanitized helper."""
     from texstream.native import load_library
     from texstream.runtime.io_workers import _Scratch
 
@@ -234,6 +270,8 @@ def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile")) -> 
                 label = f"{target}/{f.name}"
                 if target == "tile":
                     checks += _replay_tile(f.read_bytes(), native, scratches[0], label)
+                elif target == "hdr":
+                    checks += _replay_hdr(f.read_bytes(), lib, label)
                 else:
                     checks += _replay_pack(f.read_bytes(), Path(tmp), scratches, label)
                 inputs += 1

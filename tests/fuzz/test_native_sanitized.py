@@ -57,3 +57,21 @@ def test_the_sanitizer_catches_a_planted_overflow(sanitized: Path, tmp_path: Pat
     proc = _replay(lib, "tile")  # the planted bug is in the uncompressed tile copy
     assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+
+
+def test_the_sanitizer_catches_a_run_past_a_scanline(sanitized: Path, tmp_path: Path) -> None:
+    """A copy of the helper whose Radiance decoder trusts a repeat run's count (no check against the
+    scanline's end) must fail the hdr replay with an AddressSanitizer report (the corpus has a picture
+    whose last scanline holds such a run)."""
+    source = SOURCE.read_text()
+    check = "if (filled + count > width) {\n                        result[0] = TS_HDR_RUN_PAST;"
+    planted = source.replace(check, "if (0) {\n                        result[0] = TS_HDR_RUN_PAST;")
+    assert planted != source
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _replay(lib, "hdr")
+    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
