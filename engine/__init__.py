@@ -24,6 +24,7 @@ _EXPORTS = {
         "BudgetError",
         "EngineError",
         "GLError",
+        "GltfError",
         "PackFormatError",
         "PackNotFoundError",
         "ShaderError",
@@ -38,6 +39,7 @@ _EXPORTS = {
     ".runtime.origin": ("Origin",),
     ".runtime.residency": ("Completeness",),
     ".runtime.streamer": ("IOStatus", "Streamer", "VirtualTexture"),
+    ".scene.gltf": ("GltfScene", "load_gltf"),
     ".telemetry": ("FrameRecord", "Overlay", "Telemetry"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
         BudgetError,
         EngineError,
         GLError,
+        GltfError,
         PackFormatError,
         PackNotFoundError,
         ShaderError,
@@ -62,6 +65,7 @@ if TYPE_CHECKING:
     from .runtime.origin import Origin
     from .runtime.residency import Completeness
     from .runtime.streamer import IOStatus, Streamer, VirtualTexture
+    from .scene.gltf import GltfScene, load_gltf
     from .telemetry import FrameRecord, Overlay, Telemetry
 
 
@@ -92,6 +96,8 @@ __all__ = [
     "FrameStats",
     "FrameThrottle",
     "GLError",
+    "GltfError",
+    "GltfScene",
     "IOStatus",
     "Origin",
     "Overlay",
@@ -120,6 +126,7 @@ __all__ = [
     "VirtualTexture",
     "__version__",
     "cache_dir",
+    "load_gltf",
     "preprocess",
     "program",
     "register_includes",
