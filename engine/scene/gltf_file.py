@@ -194,7 +194,7 @@ def parse_gltf(data: bytes, path: Path, base: Path | None = None) -> GltfDocumen
 def _container(data: bytes, path: Path) -> tuple[str, bytes | None]:
     """The JSON text and the BIN chunk (GLB) or the whole text (.gltf)."""
     if data[:4] != GLB_MAGIC:
-        if data[:1] not in (b"{", b" ", b"\t", b"\r", b"\n", b"\xef"):
+        if data[:1] not in (b"{", b"[", b" ", b"\t", b"\r", b"\n", b"\xef"):
             raise GltfError(f"{path}: not a glTF file (neither GLB nor JSON)")
         try:
             return data.decode("utf-8-sig"), None

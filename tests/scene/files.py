@@ -74,13 +74,16 @@ def trimesh_scene(path: Path, size: int = 256) -> Path:
     return path
 
 
-def pygltflib_quad(folder: Path, size: int = 256, *, wrap: int = 10497, uv_max: float = 1.0) -> Path:
+def pygltflib_quad(
+    folder: Path, size: int = 256, *, wrap: int = 10497, uv_max: float = 1.0, albedo: Image.Image | None = None
+) -> Path:
     """A .gltf by pygltflib: one quad (x, y in -1..1 at z = 0, facing +z) with a material of an
-    external PNG base colour, a data-URI normal map and a buffer-view metallic-roughness image."""
+    external PNG base colour, a data-URI normal map and a buffer-view metallic-roughness image.
+    Its uv follow glTF: (0, 0) at the image's top-left corner, shown at the quad's top-left."""
     import pygltflib as g
 
     folder.mkdir(parents=True, exist_ok=True)
-    pattern(size, 5).save(folder / "albedo.png")
+    (albedo or pattern(size, 5)).save(folder / "albedo.png")
     normal_uri = "data:image/png;base64," + base64.b64encode(png_bytes(normal_image(size // 2))).decode()
     mr = png_bytes(Image.fromarray(np.full((size // 2, size // 2, 3), (0, 140, 30), np.uint8), "RGB"))
 
@@ -141,3 +144,28 @@ def glb_bytes(document: dict, blob: bytes = b"") -> bytes:
     if blob:
         chunks += struct.pack("<II", len(blob), 0x004E4942) + blob
     return struct.pack("<4sII", b"glTF", 2, 12 + len(chunks)) + chunks
+
+
+def triangle_document(**overrides: object) -> tuple[dict, bytes]:
+    """A minimal valid glTF document (one indexed triangle, no material) and its binary chunk;
+    `overrides` replace top-level members (for hostile variants)."""
+    pos = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32).tobytes()
+    idx = np.array([0, 1, 2, 0], np.uint16).tobytes()
+    doc = {
+        "asset": {"version": "2.0"},
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0}],
+        "meshes": [{"primitives": [{"attributes": {"POSITION": 0}, "indices": 1}]}],
+        "accessors": [
+            {"bufferView": 0, "componentType": 5126, "count": 3, "type": "VEC3"},
+            {"bufferView": 1, "componentType": 5123, "count": 3, "type": "SCALAR"},
+        ],
+        "bufferViews": [
+            {"buffer": 0, "byteOffset": 0, "byteLength": 36},
+            {"buffer": 0, "byteOffset": 36, "byteLength": 6},
+        ],
+        "buffers": [{"byteLength": 44}],
+    }
+    doc.update(overrides)
+    return doc, pos + idx
