@@ -21,6 +21,8 @@ http           `HttpTransport.probe` / `fetch` on a whole hostile answer (status
                sent through the transport's `pool` hook without a network
 cache          the remote cache's folder (its files, as the cache itself names them) opened,
                read and written
+gltf           `parse_gltf` on a whole .glb or .gltf (container, JSON, every accessor, node and
+               material), external files looked for in an empty folder (GltfError only)
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from texstream.errors import PackFormatError, TileCorruptError
+from texstream.errors import GltfError, PackFormatError, TileCorruptError
 from texstream.pack import codec
 from texstream.pack.format import HEADER_SIZE, HEADER_STRUCT, Supercompression, parse_header_bytes
 from texstream.pack.reader import PackReader, parse_metadata
+from texstream.scene.gltf_file import parse_gltf
 
 __all__ = ["TARGETS", "ContractViolation", "pack_bytes", "run_one"]
 
@@ -336,6 +339,22 @@ def target_cache(data: bytes) -> None:
         cache.close()
 
 
+# ---- gltf ---------------------------------------------------------------------------------------------
+def target_gltf(data: bytes) -> None:
+    folder = _scratch_dir() / "gltf"
+    folder.mkdir(exist_ok=True)
+    try:
+        doc = parse_gltf(data, folder / "input.glb")
+    except GltfError as exc:
+        _one_line(exc)
+        return
+    for prim in doc.primitives:
+        assert prim.positions.dtype == np.float32 and prim.positions.shape[1] == 3
+        assert prim.normals.shape == prim.positions.shape
+        if prim.indices is not None and prim.indices.size:
+            assert int(prim.indices.max()) < len(prim.positions)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": target_header,
     "pack": target_pack,
@@ -344,6 +363,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "content_range": target_content_range,
     "http": target_http,
     "cache": target_cache,
+    "gltf": target_gltf,
 }
 
 
