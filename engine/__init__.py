@@ -5,7 +5,8 @@ The public API is what this module exports (``import texstream as ts``): the `St
 loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
 `register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
 (`FrameStats`, `StreamerStats`, `StreamTotals`, `Completeness`), `FrameThrottle` for headless loops,
-per-frame `Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal
+per-frame `Telemetry` and its `Overlay`, the pack reader and writer, and glTF scenes drawn with
+streamed textures (`load_gltf`, `GltfScene`). Everything else is internal
 and may change between versions; the programs built on the library (command line, demo, benchmarks)
 live in ``texstream.apps``.
 """

@@ -165,11 +165,18 @@ def gltf_seeds() -> dict[str, bytes]:
     n0 = len(blob)
     full = {
         **doc,
-        "nodes": [{"children": [1], "translation": [1, 2, 3]}, {"mesh": 0, "rotation": [0, 0, 0, 1], "scale": [2, 2, 2]}],
+        "nodes": [
+            {"children": [1], "translation": [1, 2, 3]},
+            {"mesh": 0, "rotation": [0, 0, 0, 1], "scale": [2, 2, 2]},
+        ],
         "meshes": [
             {
                 "primitives": [
-                    {"attributes": {"POSITION": 0, "NORMAL": 2, "TEXCOORD_0": 3, "TANGENT": 4}, "indices": 1, "material": 0}
+                    {
+                        "attributes": {"POSITION": 0, "NORMAL": 2, "TEXCOORD_0": 3, "TANGENT": 4},
+                        "indices": 1,
+                        "material": 0,
+                    }
                 ]
             }
         ],
