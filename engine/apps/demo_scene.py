@@ -26,7 +26,7 @@ from ..config import BakeConfig, cache_dir
 from ..pack.format import AddressMode, Supercompression, TexelFormat
 from ..runtime.streamer import Streamer
 from ..scene.camera import look_at, perspective
-from ..scene.gltf import GltfMaterial, GltfScene, _open_material, load_gltf
+from ..scene.gltf import GltfMaterial, GltfScene, _close_material, _open_material, load_gltf
 from ..scene.gltf_file import GltfDocument, MaterialSpec, MeshInstance, PrimitiveData, Wrap
 from ..scene.paths import UP, CameraPath, Keyframe, Pose
 
@@ -219,8 +219,7 @@ def builtin_scene(ctx: moderngl.Context, streamer: Streamer, size: int, progress
         return GltfScene(ctx, streamer, document, materials)
     except BaseException:
         for m in materials:
-            for vt in m.textures.values():
-                streamer.close(vt)
+            _close_material(streamer, m)
         raise
 
 

@@ -367,7 +367,9 @@ class GltfScene:
         return corners
 
     def draw(self, view: np.ndarray, projection: np.ndarray, *, model: np.ndarray | None = None) -> None:
-        """Draw the scene into the bound framebuffer (depth test on; blended materials last).
+        """Draw the scene into the bound framebuffer (depth test on; blended materials last). It
+        leaves depth test, face culling and blending off, the depth mask on and front faces
+        counter-clockwise; the framebuffer needs a depth attachment.
 
         Parameters
         ----------
