@@ -173,7 +173,7 @@ def load_gltf(
     streamer: Streamer,
     ctx: moderngl.Context | None = None,
     *,
-    priority: float = 1.0,
+    priority: float | Mapping[str, float] = 1.0,
     progress: ProgressCallback | None = None,
     cache: PackCache | None = None,
     jobs: int = 0,
@@ -189,7 +189,9 @@ def load_gltf(
     ctx
         The context to build vertex arrays in; default ``streamer.ctx``.
     priority
-        The texture sets' priority (where the streamer supports texture sets).
+        The texture sets' priority (where the streamer supports texture sets): one for every
+        material, or material name -> priority (materials not named: 1.0), e.g. ``{"hero": 2.0}``
+        to keep one material sharp under pressure.
     progress, cache, jobs
         As for `texstream.assets.pack_for_image`, for the images baked on first use.
 
@@ -205,6 +207,12 @@ def load_gltf(
     SourceError, BudgetError, EngineError
         An image cannot be baked, or the streamer cannot hold the textures.
     """
+    if isinstance(priority, Mapping):
+        bad = {k: v for k, v in priority.items() if not isinstance(v, int | float) or not v > 0}
+        if bad:
+            raise ValueError(f"material priorities must be positive numbers, got {bad}")
+    elif isinstance(priority, bool) or not isinstance(priority, int | float) or not priority > 0:
+        raise ValueError(f"priority must be a positive number, got {priority!r}")
     document = read_gltf(path)
     ctx = ctx or streamer.ctx
     packs: dict[tuple[int, str], Path] = {}
@@ -226,7 +234,8 @@ def load_gltf(
             if in_mr:  # an occlusion-roughness-metal image: its R channel, from the same texture
                 del refs["occlusion"]
             sources = {role: pack_of(role, ref, spec) for role, ref in refs.items()}
-            textures, handle = _open_material(streamer, sources, priority)
+            wanted = priority.get(spec.name, 1.0) if isinstance(priority, Mapping) else priority
+            textures, handle = _open_material(streamer, sources, float(wanted))
             wrap = {role: (ref.wrap_s, ref.wrap_t) for role, ref in refs.items()}
             materials.append(
                 GltfMaterial(spec=spec, textures=textures, wrap=wrap, handle=handle, occlusion_in_mr=in_mr)

@@ -186,6 +186,11 @@ def test_a_material_opens_as_one_texture_set_where_the_streamer_has_them(
         assert isinstance(scene, GltfScene) and len(scene.textures) == 3
         scene.release()
         assert streamer.closed == [["base_color", "metallic_roughness", "normal"]] and not inner.textures
+        streamer.calls.clear()
+        load_gltf(path, streamer, priority={"material0": 3.0, "other": 0.5}).release()  # type: ignore[arg-type]
+        assert [c[1] for c in streamer.calls] == [3.0]  # by material name; the default material has no textures
+        with pytest.raises(ValueError, match="positive"):
+            load_gltf(path, streamer, priority=0.0)  # type: ignore[arg-type]
 
 
 def test_bad_files_fail_in_one_line_and_leave_nothing_open(gl_context: moderngl.Context, tmp_path: Path) -> None:
