@@ -6,7 +6,8 @@ streamed as one), the configurations, the errors, the shader
 loader (`program`, `preprocess`, `shader_file`: they resolve ``#include "texstream/vt.glsl"``;
 `register_includes` makes plain ``ctx.program()`` resolve it too), the per-frame statistics
 (`FrameStats`, `StreamerStats`, `StreamTotals`, `Completeness`), `FrameThrottle` for headless loops,
-per-frame `Telemetry` and its `Overlay`, and the pack reader and writer. Everything else is internal
+per-frame `Telemetry` and its `Overlay`, the pack reader and writer, and glTF scenes drawn with
+streamed textures (`load_gltf`, `GltfScene`). Everything else is internal
 and may change between versions; the programs built on the library (command line, demo, benchmarks)
 live in ``texstream.apps``.
 """
@@ -33,6 +34,7 @@ _EXPORTS = {
         "BudgetError",
         "EngineError",
         "GLError",
+        "GltfError",
         "PackFormatError",
         "PackNotFoundError",
         "ShaderError",
@@ -47,6 +49,7 @@ _EXPORTS = {
     ".runtime.origin": ("Origin",),
     ".runtime.residency": ("Completeness",),
     ".runtime.streamer": ("IOStatus", "Streamer", "TextureSet", "VirtualTexture"),
+    ".scene.gltf": ("GltfScene", "load_gltf"),
     ".telemetry": ("FrameRecord", "Overlay", "Telemetry"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
         BudgetError,
         EngineError,
         GLError,
+        GltfError,
         PackFormatError,
         PackNotFoundError,
         ShaderError,
@@ -71,6 +75,7 @@ if TYPE_CHECKING:
     from .runtime.origin import Origin
     from .runtime.residency import Completeness
     from .runtime.streamer import IOStatus, Streamer, TextureSet, VirtualTexture
+    from .scene.gltf import GltfScene, load_gltf
     from .telemetry import FrameRecord, Overlay, Telemetry
 
 
@@ -101,6 +106,8 @@ __all__ = [
     "FrameStats",
     "FrameThrottle",
     "GLError",
+    "GltfError",
+    "GltfScene",
     "IOStatus",
     "Origin",
     "Overlay",
@@ -131,6 +138,7 @@ __all__ = [
     "VirtualTexture",
     "__version__",
     "cache_dir",
+    "load_gltf",
     "preprocess",
     "program",
     "register_includes",

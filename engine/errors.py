@@ -11,6 +11,7 @@ __all__ = [
     "ShaderError",
     "BudgetError",
     "GLError",
+    "GltfError",
     "first_line",
 ]
 
@@ -83,6 +84,11 @@ class BudgetError(EngineError):
 
 class GLError(EngineError):
     """A GL call failed, or an entry point the engine needs is missing."""
+
+
+class GltfError(SourceError):
+    """A glTF file cannot be drawn: malformed, truncated, a broken reference or an absurd count;
+    the message names the file and the object (``accessors[3]: ...``)."""
 
 
 def first_line(exc: BaseException) -> str:

@@ -507,12 +507,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--telemetry", default=None, help="per-frame telemetry output: .jsonl, or .csv for CSV")
     s.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("demo", help="fly over huge textures streamed in a small budget (terrain or gallery)")
+    s = sub.add_parser("demo", help="fly over huge textures streamed in a small budget (terrain, gallery, scene)")
     s.add_argument(
         "packs",
         nargs="*",
-        help="the scene, terrain (default) or gallery; then, for the terrain, an albedo pack and an optional "
-        "BC5 normal map (default: the built-in terrain); image files are baked once into the pack cache",
+        help="the scene, terrain (default), gallery or scene; then, for the terrain, an albedo pack and an optional "
+        "BC5 normal map (default: the built-in terrain), for scene a .glb or .gltf file (default: a built-in "
+        "scene); image files are baked once into the pack cache",
     )
     s.add_argument("--headless", action="store_true", help="render through EGL to PNG frames (default without display)")
     s.add_argument("--frames", type=int, default=60, help="headless frame count (default 60)")
@@ -524,7 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--objects", type=int, default=128, help="gallery: objects, each its own texture (default 128)")
     s.add_argument(
-        "--texture-size", type=int, default=4096, help="gallery: texels a side of each texture (default 4096)"
+        "--texture-size",
+        type=int,
+        default=4096,
+        help="gallery: texels a side of each texture; built-in scene: of its textures, the ground's twice it "
+        "(default 4096)",
     )
     s.add_argument("--out", default=None, help="headless output folder (default: the cache's demo-frames/)")
     s.add_argument("--size", default="1280x720", help="window or frame size WxH (default 1280x720)")

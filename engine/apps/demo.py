@@ -1,9 +1,10 @@
-"""`texstream demo`: huge textures streamed inside a small VRAM budget, in one of two scenes.
+"""`texstream demo`: huge textures streamed inside a small VRAM budget, in one of three scenes.
 
 terrain  (default) a flight low over a 32768^2 terrain colour map and its normal map (or the packs
          given on the command line).
 gallery  a field of canvases (128 by default), each with its own procedural texture (4096^2 by
          default; baked once into the cache), all streaming through one budget.
+scene    a flight around a glTF file's scene, or a built-in one of several materials (demo_scene.py).
 
 With a display, a GLFW window: the scripted flight plays first (the screen says so); Space, the
 movement keys or the right mouse button hand the camera over: mouse look (hold the right button)
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 
 FPS = 60.0
 MAX_SIZE = 16384  # a side: GL_MAX_RENDERBUFFER_SIZE / GL_MAX_VIEWPORT_DIMS on common drivers
-SCENES = ("terrain", "gallery")
+SCENES = ("terrain", "gallery", "scene")  # scene: a glTF file, or the built-in one (demo_scene.py)
 FLIGHT_SECONDS = 30.0
 GALLERY_OBJECTS = 128
 GALLERY_TEXTURE_SIZE = 4096  # 128 of them: 2.1 Gtexel, 1.6 GiB of BC1 tiles; about 1.5 minutes to bake on 2 cores
@@ -129,8 +130,12 @@ class Demo:
         self.streamer = Streamer(ctx, StreamerConfig(budget=BudgetConfig(budget_mb=cfg.budget_mb)))
         self.overlay: Overlay | None = None
         try:
-            self.scene: TerrainScene | GalleryScene
-            if cfg.scene == "gallery":
+            self.scene: TerrainScene | GalleryScene  # or demo_scene.SceneDemo: the same draw/debug/release
+            if cfg.scene == "scene":
+                from .demo_scene import scene_and_flight
+
+                self.scene, self.path = scene_and_flight(ctx, self.streamer, cfg.packs, cfg.texture_size, progress)
+            elif cfg.scene == "gallery":
                 layout = GalleryLayout(cfg.objects)
                 self.scene = GalleryScene(ctx, [self.streamer.open(p) for p in gallery], layout)
                 self.path: CameraPath = gallery_flight(layout, FLIGHT_SECONDS)
@@ -381,10 +386,10 @@ def run_headless(cfg: DemoConfig) -> dict:
     ctx = headless_context()
     try:
         demo = Demo(ctx, cfg, progress=sys.stderr.isatty())
-        color = fbo = None
+        color = depth = fbo = None
         try:
-            color = ctx.renderbuffer(cfg.size, 4)
-            fbo = ctx.framebuffer(color_attachments=[color])
+            color, depth = ctx.renderbuffer(cfg.size, 4), ctx.depth_renderbuffer(cfg.size)
+            fbo = ctx.framebuffer(color_attachments=[color], depth_attachment=depth)
             records, loop_seconds = [], 0.0
             assert demo.frame_dt is not None
             with FrameWriter(out, cfg.size) as frames:
@@ -398,7 +403,7 @@ def run_headless(cfg: DemoConfig) -> dict:
             report = run_report(demo, records, loop_seconds)
             (out / "run.json").write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
         finally:
-            for obj in (fbo, color):
+            for obj in (fbo, color, depth):
                 if obj is not None:
                     obj.release()
             mem = demo.close()

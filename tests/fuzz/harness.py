@@ -25,6 +25,8 @@ hdr            `parse_hdr` on a whole Radiance HDR file: header, resolution line
                run-length encoded scanlines (SourceError only; what it accepts is consistent),
                decoded by the Python decoder (which the fuzzer's coverage sees) and, when it is
                built, by the compiled one, which must give the same texels or the same refusal
+gltf           `parse_gltf` on a whole .glb or .gltf (container, JSON, every accessor, node and
+               material), external files looked for in an empty folder (GltfError only)
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ import numpy as np
 import xxhash
 
 from texstream.assets.hdr import parse_hdr, use_scanline_decoder
-from texstream.errors import PackFormatError, SourceError, TileCorruptError
+from texstream.errors import GltfError, PackFormatError, SourceError, TileCorruptError
 from texstream.pack import codec
 from texstream.pack.format import HEADER_SIZE, HEADER_STRUCT, Supercompression, parse_header_bytes
 from texstream.pack.reader import PackReader, parse_metadata
+from texstream.scene.gltf_file import parse_gltf
 
 __all__ = ["TARGETS", "ContractViolation", "pack_bytes", "run_one"]
 
@@ -369,6 +372,22 @@ def target_hdr(data: bytes) -> None:
         assert compiled == python, f"compiled decoder: {compiled[0]}, Python: {python[0]}"
 
 
+# ---- gltf ---------------------------------------------------------------------------------------------
+def target_gltf(data: bytes) -> None:
+    folder = _scratch_dir() / "gltf"
+    folder.mkdir(exist_ok=True)
+    try:
+        doc = parse_gltf(data, folder / "input.glb")
+    except GltfError as exc:
+        _one_line(exc)
+        return
+    for prim in doc.primitives:
+        assert prim.positions.dtype == np.float32 and prim.positions.shape[1] == 3
+        assert prim.normals.shape == prim.positions.shape
+        if prim.indices is not None and prim.indices.size:
+            assert int(prim.indices.max()) < len(prim.positions)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": target_header,
     "pack": target_pack,
@@ -378,6 +397,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "http": target_http,
     "cache": target_cache,
     "hdr": target_hdr,
+    "gltf": target_gltf,
 }
 
 

@@ -156,7 +156,80 @@ def corpus() -> dict[str, dict[str, bytes]]:
     one_row = b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 8\n\x02\x02\x00\x08"
     hdr["repeat-past-end"] = one_row + b"\xff\x05" + bytes(16)  # long enough to pass the size check
     hdr["literal-past-end"] = one_row + b"\x64" + bytes(range(100))
+    out["gltf"] = gltf_seeds()
     return out
+
+
+def gltf_seeds() -> dict[str, bytes]:
+    """A triangle as GLB and as .gltf with a data-URI buffer; one with every attribute, a textured
+    material, a sampler and a node hierarchy; and a truncated GLB."""
+    import base64
+
+    from tests.scene.files import glb_bytes, triangle_document
+
+    doc, blob = triangle_document()
+    tri = glb_bytes(doc, blob)
+    uri = {**doc, "buffers": [{"byteLength": 44, "uri": "data:application/octet-stream;base64,"}]}
+    uri["buffers"][0]["uri"] += base64.b64encode(blob).decode()
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d4944415478da63f8cfc0f01f0005000201e2d4d5f60000000049454e44ae426082"
+    )
+    extra = np.array([[0, 0, 1]] * 3, np.float32).tobytes() + np.array([[0, 0], [1, 0], [0, 1]], np.float32).tobytes()
+    extra += np.array([[1, 0, 0, 1]] * 3, np.float32).tobytes()
+    full_blob = blob + extra + png
+    n0 = len(blob)
+    full = {
+        **doc,
+        "nodes": [
+            {"children": [1], "translation": [1, 2, 3]},
+            {"mesh": 0, "rotation": [0, 0, 0, 1], "scale": [2, 2, 2]},
+        ],
+        "meshes": [
+            {
+                "primitives": [
+                    {
+                        "attributes": {"POSITION": 0, "NORMAL": 2, "TEXCOORD_0": 3, "TANGENT": 4},
+                        "indices": 1,
+                        "material": 0,
+                    }
+                ]
+            }
+        ],
+        "accessors": [
+            *doc["accessors"],
+            {"bufferView": 2, "componentType": 5126, "count": 3, "type": "VEC3"},
+            {"bufferView": 3, "componentType": 5126, "count": 3, "type": "VEC2"},
+            {"bufferView": 4, "componentType": 5126, "count": 3, "type": "VEC4"},
+        ],
+        "bufferViews": [
+            *doc["bufferViews"],
+            {"buffer": 0, "byteOffset": n0, "byteLength": 36},
+            {"buffer": 0, "byteOffset": n0 + 36, "byteLength": 24},
+            {"buffer": 0, "byteOffset": n0 + 60, "byteLength": 48},
+            {"buffer": 0, "byteOffset": n0 + 108, "byteLength": len(png)},
+        ],
+        "buffers": [{"byteLength": len(full_blob)}],
+        "images": [{"bufferView": 5, "mimeType": "image/png"}],
+        "samplers": [{"wrapS": 33071, "wrapT": 33648}],
+        "textures": [{"source": 0, "sampler": 0}],
+        "materials": [
+            {
+                "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}, "metallicRoughnessTexture": {"index": 0}},
+                "normalTexture": {"index": 0, "scale": 0.5},
+                "occlusionTexture": {"index": 0},
+                "emissiveTexture": {"index": 0},
+                "alphaMode": "MASK",
+                "doubleSided": True,
+            }
+        ],
+    }
+    return {
+        "triangle-glb": tri,
+        "triangle-gltf": json.dumps(uri).encode(),
+        "full-glb": glb_bytes(full, full_blob),
+        "truncated-glb": tri[:40],
+    }
 
 
 def main() -> None:

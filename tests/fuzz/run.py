@@ -35,7 +35,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 CORPUS = HERE / "corpus"
 CRASHES = HERE / "crashes"
-TARGET_NAMES = ("header", "pack", "metadata", "tile", "content_range", "http", "cache", "hdr")
+TARGET_NAMES = ("header", "pack", "metadata", "tile", "content_range", "http", "cache", "hdr", "gltf")
 # Modules whose code paths guide the fuzzer: the parsers and what they call. Importing texstream
 # imports the whole package, and instrumenting all of it would cost seconds of start-up per target for
 # code no target reaches, so these modules' functions are instrumented after the import.
@@ -47,6 +47,7 @@ INSTRUMENTED = (
     "texstream.remote.cache",
     "texstream.assets.hdr",
     "texstream.errors",
+    "texstream.scene.gltf_file",
     "tests.fuzz.harness",
 )
 ADDRESS_MARGIN = 512 << 20  # bytes of address space a fuzz process may take beyond its start-up size
