@@ -4,8 +4,9 @@
 `load_gltf` reads the file (`texstream.scene.gltf_file`: every range checked, one `GltfError` line
 for anything wrong), makes one vertex array per primitive, and opens each material's textures as
 streamed virtual textures: each image is baked once into the content-addressed pack cache
-(`texstream.assets.pack_for_image`; images embedded in a GLB or a data URI are first kept as a file
-named by their bytes' hash beside it), with settings chosen by the texture's role:
+(`texstream.assets.pack_for_image`; images embedded in a GLB or a data URI are first written to a
+temporary file, removed once baked; the scene leases each pack until `GltfScene.release`), with
+settings chosen by the texture's role:
 
 =====================  =====================================================================
 base colour, emissive  sRGB colour (BC1, or BC7 when the image has alpha)
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import moderngl
 import numpy as np
 import xxhash
 
-from ..assets.image_packs import ProgressCallback, pack_for_image
+from ..assets.image_packs import ProgressCallback, default_pack_cache, pack_for_image
 from ..assets.image_settings import ImageBakeSettings
 from ..assets.pack_cache import PackCache
 from ..config import cache_dir
@@ -58,7 +59,7 @@ ROLES = ("base_color", "normal", "metallic_roughness", "occlusion", "emissive")
 ROLE_BIT = {role: 1 << i for i, role in enumerate(ROLES)}  # shaders/gltf_fs.glsl GLTF_HAS_*
 UNIFORM = {role: f"u_{role}" for role in ROLES}
 WRAP_CODE = {Wrap.CLAMP: 0, Wrap.REPEAT: 1, Wrap.MIRROR: 2}  # shaders/gltf_fs.glsl GLTF_WRAP_*
-IMAGE_FOLDER = "gltf-images"  # under the cache folder: embedded images, named by their bytes' hash
+IMAGE_FOLDER = "gltf-images"  # under the cache folder: embedded images while they are baked
 MIME_SUFFIX = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/ktx2": ".ktx2"}
 MODES = (
     moderngl.POINTS,
@@ -144,28 +145,28 @@ def role_settings(role: str, ref: TextureRef, shares_metal_roughness: bool = Fal
     return ImageBakeSettings(texel_format=TexelFormat.BC1, srgb=False, address_mode=address)
 
 
-def image_file(image: ImageSource, folder: Path | None = None) -> Path:
-    """The file to bake `image` from: its own, or (for bytes) one named by their hash in the cache
-    folder, written once (atomically) so the pack cache's digest and content notes apply to it."""
+def _baked_image(image: ImageSource, bake: Callable[[Path], Path], folder: Path | None = None) -> Path:
+    """`bake(file)` for `image`'s file: its own, or (for bytes) a private temporary file in the cache
+    folder, removed once baked: the pack cache keys packs by the bytes' digest, so a later load finds
+    the pack without the file, and nothing accumulates beside the packs."""
     if image.path is not None:
-        return image.path
+        return bake(image.path)
     assert image.data is not None
     suffix = MIME_SUFFIX.get(image.mime or "", "")
     if not suffix:
         suffix = ".png" if image.data[:4] == b"\x89PNG" else ".jpg" if image.data[:2] == b"\xff\xd8" else ".img"
     folder = folder or cache_dir() / IMAGE_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{xxhash.xxh3_128_hexdigest(image.data)}{suffix}"
-    if not path.is_file():
-        fd, tmp = create_temp(path)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(image.data)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    return path
+    fd, tmp = create_temp(folder / f"{xxhash.xxh3_128_hexdigest(image.data)}{suffix}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image.data)
+        named = tmp.with_name(tmp.name + suffix)  # the reader tells formats by the suffix as well
+        os.replace(tmp, named)
+        tmp = named
+        return bake(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_gltf(
@@ -216,6 +217,7 @@ def load_gltf(
     document = read_gltf(path)
     ctx = ctx or streamer.ctx
     packs: dict[tuple[int, str], Path] = {}
+    lease_cache = cache or default_pack_cache()  # holds a lease on each pack until the scene is released
 
     def pack_of(role: str, ref: TextureRef, spec: MaterialSpec) -> Path:
         mr = spec.textures.get("metallic_roughness")
@@ -223,7 +225,10 @@ def load_gltf(
         key = (ref.image, repr(settings))
         if key not in packs:
             image = document.images[ref.image]
-            packs[key] = pack_for_image(image_file(image), settings=settings, progress=progress, cache=cache, jobs=jobs)
+            packs[key] = _baked_image(
+                image,
+                lambda file: pack_for_image(file, settings=settings, progress=progress, cache=lease_cache, jobs=jobs),
+            )
         return packs[key]
 
     materials: list[GltfMaterial] = []
@@ -240,11 +245,25 @@ def load_gltf(
             materials.append(
                 GltfMaterial(spec=spec, textures=textures, wrap=wrap, handle=handle, occlusion_in_mr=in_mr)
             )
-        return GltfScene(ctx, streamer, document, materials)
+        return GltfScene(ctx, streamer, document, materials, _PackLeases(lease_cache, list(packs.values())))
     except BaseException:
         for m in materials:
             _close_material(streamer, m)
+        _PackLeases(lease_cache, list(packs.values())).release()
         raise
+
+
+@dataclass
+class _PackLeases:
+    """The cache leases `pack_for_image` took for a scene's packs (one per call), given back once."""
+
+    cache: PackCache
+    packs: list[Path]
+
+    def release(self) -> None:
+        for pack in self.packs:
+            self.cache.release(pack)
+        self.packs = []
 
 
 ProgramKey = tuple[int, bool, bool]  # (GLTF_MAPS, GLTF_OCCLUSION_IN_MR, GLTF_DEBUG)
@@ -286,9 +305,15 @@ class GltfScene:
     """
 
     def __init__(
-        self, ctx: moderngl.Context, streamer: Streamer, document: GltfDocument, materials: list[GltfMaterial]
+        self,
+        ctx: moderngl.Context,
+        streamer: Streamer,
+        document: GltfDocument,
+        materials: list[GltfMaterial],
+        leases: _PackLeases | None = None,
     ) -> None:
         self.ctx, self.streamer, self.path = ctx, streamer, document.path
+        self._leases = leases
         self.materials = materials
         self.light_direction = np.array([0.35, 0.85, 0.4])
         self.light_colour = (3.0, 2.9, 2.7)
@@ -475,3 +500,5 @@ class GltfScene:
         if close_textures:  # (after the streamer's release: already closed, nothing to do)
             for m in self.materials:
                 _close_material(self.streamer, m)
+        if self._leases is not None:  # the packs may be evicted by the cache once no texture reads them
+            self._leases.release()

@@ -205,3 +205,28 @@ def test_bad_files_fail_in_one_line_and_leave_nothing_open(gl_context: moderngl.
             load_gltf(good, streamer)
         assert "\n" not in str(err.value) and "albedo.png" in str(err.value)
         assert not streamer.textures
+
+
+def test_a_released_scene_gives_its_packs_back_and_keeps_no_image_copies(
+    gl_context: moderngl.Context, tmp_path: Path
+) -> None:
+    """Embedded images are baked from temporary files removed at once; the scene leases its packs
+    until released, after which the cache may evict them."""
+    from texstream.assets.pack_cache import PackCache, PackCacheConfig
+
+    path = pygltflib_quad(tmp_path / "quad", size=128)  # a data-URI and a buffer-view image among its three
+    cache = PackCache(PackCacheConfig(folder=tmp_path / "packs"))
+    images = tmp_path / "cache" / "gltf-images"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TEXSTREAM_CACHE", str(tmp_path / "cache"))
+        with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as streamer:
+            scene = load_gltf(path, streamer, cache=cache)
+            try:
+                assert len(cache.leased()) == 3
+                assert not images.exists() or not any(images.iterdir())
+            finally:
+                scene.release()
+            assert cache.leased() == set()
+            again = load_gltf(path, streamer, cache=cache)  # the packs are found again by their bytes
+            again.release()
+    assert not images.exists() or not any(images.iterdir())
