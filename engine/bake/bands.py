@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -119,7 +120,15 @@ def _settled_state(settings: Settings) -> WorkerState:
 
 
 def execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
-    """Run one job (in a worker process, or inline when jobs == 1)."""
+    """Run one job (in a worker process, or inline when jobs == 1), timed (`JobResult.cpu_seconds`)."""
+    started, cpu = time.perf_counter(), time.thread_time()
+    res = _execute(job, state)
+    res.cpu_seconds = time.thread_time() - cpu
+    res.started, res.finished = started, time.perf_counter()
+    return res
+
+
+def _execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
     if isinstance(job, CutJob):
         res = JobResult()
         h = state.settings.header

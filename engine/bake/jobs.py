@@ -141,3 +141,6 @@ class JobResult:
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)
     bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
     alpha: bool = False  # a stage-0 band held alpha below 255
+    cpu_seconds: float = 0.0  # CPU time the job took in its worker
+    started: float = 0.0  # time.perf_counter() when the worker began it (the system's monotonic clock)
+    finished: float = 0.0  # and when it had its result

@@ -94,6 +94,8 @@ class BakeReport:
     file_bytes: int  # size of the pack file
     seconds: float
     jobs: int
+    main_cpu_seconds: float = 0.0  # CPU time of the baking process (all its threads) during the bake
+    worker_cpu_seconds: float = 0.0  # CPU time the jobs took in their workers, summed
 
     @property
     def source_pixels(self) -> int:
@@ -123,9 +125,25 @@ class BakeReport:
             "file_bytes": self.file_bytes,
             "seconds": self.seconds,
             "jobs": self.jobs,
+            "main_cpu_seconds": self.main_cpu_seconds,
+            "worker_cpu_seconds": self.worker_cpu_seconds,
             "source_pixels": self.source_pixels,
             "mpixels_per_s": self.mpixels_per_s,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobTiming:
+    """When one job of a bake was submitted, run in its worker, and taken back (`time.perf_counter`,
+    the system's monotonic clock in every process), and the worker CPU it took: the bake's timeline."""
+
+    stage: int  # -1: a deferred tile row (wrap)
+    band: int
+    submitted: float
+    started: float
+    finished: float
+    taken: float
+    cpu_seconds: float
 
 
 # ---- main side ---------------------------------------------------------------------------------------
@@ -259,6 +277,8 @@ class _Baker:
         # process reads in-memory ones in place; else this process reads it into the ring.
         # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
         self.band_source: Source | None = source if getattr(source, "parallel", False) else None
+        if self.band_source is None and cluster is None and callable(getattr(source, "parallel_rows", None)):
+            self.band_source = source.parallel_rows()  # type: ignore[attr-defined]
         if cluster is not None:
             from .cluster import worker_source
 
@@ -269,7 +289,9 @@ class _Baker:
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote)]
         self.feeds += [_Feed(st) for st in self.stages[1:]]
-        self.pending: deque[tuple[Task, BandJob | CutJob, int | None]] = deque()
+        self.pending: deque[tuple[Task, BandJob | CutJob, int | None, float]] = deque()
+        self.timeline: list[JobTiming] = []
+        self.worker_cpu = 0.0
         self.ring: mmap.mmap | None = None
         self.free_slots: list[int] = []
         self.slot_bytes = 0
@@ -332,7 +354,7 @@ class _Baker:
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
-        self.pending.append((pool.submit(job), job, slot))
+        self.pending.append((pool.submit(job), job, slot, time.perf_counter()))
 
     def _pump(self, pool: _Pool) -> None:
         progress = True
@@ -385,8 +407,20 @@ class _Baker:
         return job, slot
 
     def _process_oldest(self, pool: _Pool) -> None:
-        task, job, slot = self.pending.popleft()
+        task, job, slot, submitted = self.pending.popleft()
         res = pool.result(task)
+        self.worker_cpu += res.cpu_seconds
+        self.timeline.append(
+            JobTiming(
+                stage=job.stage.index if isinstance(job, BandJob) else -1,
+                band=job.band if isinstance(job, BandJob) else job.ty,
+                submitted=submitted,
+                started=res.started,
+                finished=res.finished,
+                taken=time.perf_counter(),
+                cpu_seconds=res.cpu_seconds,
+            )
+        )
         if slot is not None:
             self.free_slots.append(slot)
         writer = self.writer
@@ -427,7 +461,7 @@ class _Baker:
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> BakeReport:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.writer = PackWriter(self.out, self.header, self.metadata)
         pool = None
         failed = True
@@ -473,6 +507,7 @@ class _Baker:
                 except BufferError:  # a view outlived its job (only after an error): the GC frees it
                     pass
         seconds = time.perf_counter() - start
+        main_cpu = time.process_time() - cpu
         h = self.header
         return BakeReport(
             path=self.out,
@@ -485,6 +520,8 @@ class _Baker:
             file_bytes=self.out.stat().st_size,
             seconds=seconds,
             jobs=1 if self.in_process else self.jobs,
+            main_cpu_seconds=main_cpu,
+            worker_cpu_seconds=self.worker_cpu,
         )
 
 
