@@ -23,7 +23,7 @@ from ..pack import codec
 from ..pack.format import AddressMode
 from ..pack.writer import EncodedTiles
 from . import bcn
-from .jobs import BandJob, CutJob, JobResult, RingRef, Settings
+from .jobs import BandJob, CutJob, JobResult, RingRef, RingWindow, Settings
 from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
 from .source import Source
 from .tiler import LevelCutter, resolve
@@ -123,6 +123,8 @@ def execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
     """Run one job (in a worker process, or inline when jobs == 1), timed (`JobResult.cpu_seconds`)."""
     started, cpu = time.perf_counter(), time.thread_time()
     res = _execute(job, state)
+    if isinstance(res.tiles, EncodedTiles):  # laid out here, in parallel: one write for the writer
+        res.tiles = res.tiles.packed(state.settings.header.alignment)
     res.cpu_seconds = time.thread_time() - cpu
     res.started, res.finished = started, time.perf_counter()
     return res
@@ -151,6 +153,17 @@ def _encode_row(
 
 def _band_input(job: BandJob, state: WorkerState, lo: int, hi: int) -> np.ndarray:
     ref = job.data
+    if isinstance(ref, RingWindow):
+        assert state.ring is not None
+        ring = ref.ring.view(state.ring)
+        pieces = ref.ring.pieces(ref.lo, ref.hi)
+        if len(pieces) == 1:
+            at, n, _ = pieces[0]
+            return ring[at : at + n]
+        rows = np.empty((ref.hi - ref.lo, ref.ring.width, 4), np.float32)
+        for at, n, k in pieces:
+            rows[k : k + n] = ring[at : at + n]
+        return rows
     if isinstance(ref, RingRef):
         assert state.ring is not None
         a = np.frombuffer(state.ring, np.dtype(ref.dtype), ref.rows * ref.width * 4, ref.offset)
@@ -195,7 +208,14 @@ def _run_band(job: BandJob, state: WorkerState) -> JobResult:
         ca = a0 >> d
         cb = lh if b0 >= st.height else b0 >> d
         if d == st.count:  # the next stage's input
-            res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
+            out = lr.data[ca - lr.lo : cb - lr.lo]
+            if job.output_ring is None:
+                res.output = out.copy()
+                break
+            assert state.ring is not None
+            ring = job.output_ring.view(state.ring)
+            for at, n, k in job.output_ring.pieces(ca, cb):
+                ring[at : at + n] = out[k : k + n]
             break
         elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
         enc = _encoded_rows(lr, elo, ehi, transfer)

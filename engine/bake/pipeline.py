@@ -67,7 +67,7 @@ from ..pack.writer import PackWriter
 from . import jobs
 from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, warm_tables
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
-from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
+from .jobs import BandJob, CutJob, JobResult, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
 from .source import Source, open_source
 from .tiler import LevelCutter
@@ -165,6 +165,11 @@ class _Feed:
         self.top: JobResult | None = None
         self.bottom: JobResult | None = None
         self.deferred_sent = False
+        # Where the rows are held: `chunks` (arrays taken from results), or a `LevelRing` in the
+        # shared memory that the previous stage's bands write to directly (`add_rows` then only
+        # counts them); `in_flight` holds the window starts of this stage's unfinished bands.
+        self.ring: LevelRing | None = None
+        self.in_flight: deque[int] = deque()
 
     @property
     def finished(self) -> bool:
@@ -175,6 +180,17 @@ class _Feed:
         if rows.shape[0]:
             self.chunks.append((start, rows))
             self.have += rows.shape[0]
+
+    def add_rows(self, start: int, count: int) -> None:
+        """Rows [start, start + count) are in `ring` now."""
+        assert start == self.have, f"stage {self.stage.index}: rows {start}.. arrived after {self.have}"
+        self.have += count
+
+    def lowest_needed(self) -> int:
+        """The first row an unfinished or future band of this stage still reads from `ring`."""
+        if self.in_flight:
+            return self.in_flight[0]
+        return self.stage.window(self.next_band)[0] if not self.finished else self.have
 
     def ready(self) -> bool:
         if self.finished:
@@ -308,22 +324,26 @@ class _Baker:
         state = WorkerState(self.settings, None, self.source if self.shared_source else None)
         if self.in_process:
             warm_tables(self.settings)
+            size = self._layout_rings(0)
+            if size:
+                self.ring = state.ring = mmap.mmap(-1, size)
             return InlinePool(state)
-        # Band inputs the main process holds travel through a shared ring, not pickles.
-        sizes = [
-            (st.band + 2 * st.margin) * st.width * 4 * (1 if st.index == 0 else 4)
-            for st in self.stages
-            if st.index > 0 or self.feeds[0].source is not None
-        ]
+        # Everything the main process would pass between stages stays in shared memory: band
+        # inputs it reads from the source in slots, every later level in a ring of rows that one
+        # stage's workers write and the next stage's workers read.
         memfd = getattr(os, "memfd_create", None)
-        if sizes and memfd is not None:
-            self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
-            size = self.slot_bytes * self.max_in_flight
+        size = 0
+        if memfd is not None:
+            if self.feeds[0].source is not None:
+                st = self.stages[0]
+                self.slot_bytes = -(-((st.band + 2 * st.margin) * st.width * 4) // mmap.PAGESIZE) * mmap.PAGESIZE
+            size = self._layout_rings(self.slot_bytes * self.max_in_flight)
+        if memfd is not None and size:
             fd = memfd("texstream-bake-ring", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(fd, size)
                 self.ring = mmap.mmap(fd, size)
-                self.free_slots = list(range(self.max_in_flight))
+                self.free_slots = list(range(self.max_in_flight)) if self.slot_bytes else []
                 state.ring_fd, state.ring_size = PassedFd(fd), size
                 early = self._read_first_bands()
                 return self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
@@ -375,11 +395,22 @@ class _Baker:
         needs_top = wrap and i > 0 and st.window(i)[1] >= st.height
         if needs_top and feed.top is None:
             return None, None  # waits for band 0's result
+        output_ring = None
+        after = self.feeds[st.index + 1] if st.index + 1 < len(self.feeds) else None
+        if after is not None and after.ring is not None:
+            _, end = self._output_rows(st, i)
+            if end - after.lowest_needed() > after.ring.rows:
+                return None, None  # its rows would overwrite rows the next stage still reads
+            output_ring = after.ring
         slot = None
-        data: RingRef | np.ndarray | None = None
+        data: RingRef | RingWindow | np.ndarray | None = None
         if feed.remote:
             pass
-        elif self.ring is not None:
+        elif feed.ring is not None:
+            lo, hi = st.window(i)
+            data = RingWindow(feed.ring, lo, hi)
+            feed.in_flight.append(lo)
+        elif self.slot_bytes:
             if not self.free_slots:
                 return None, None
             slot = self.free_slots.pop()
@@ -399,6 +430,7 @@ class _Baker:
             skip_row0=wrap and i == 0,
             want_top=wrap and i == 0,
             want_bottom=wrap and i == st.bands - 1,
+            output_ring=output_ring,
         )
         if needs_top:
             assert feed.top is not None
@@ -434,17 +466,45 @@ class _Baker:
         if isinstance(job, CutJob):
             return
         feed = self.feeds[job.stage.index]
+        if feed.ring is not None:
+            feed.in_flight.popleft()
         if job.want_top:
             feed.top = res
         if job.want_bottom:
             feed.bottom = res
-        if res.output is not None:
+        if job.output_ring is not None:
+            start, end = self._output_rows(job.stage, job.band)
+            self.feeds[job.stage.index + 1].add_rows(start, end - start)
+        elif res.output is not None:
             st = job.stage
             self.feeds[st.index + 1].add(st.content(job.band)[0] >> st.count, res.output)
         if feed.top is not None and feed.bottom is not None and not feed.deferred_sent:
             feed.deferred_sent = True
             for cut in self._deferred_cuts(feed):
                 self._submit(pool, cut, None)
+
+    def _output_rows(self, st: Stage, band: int) -> tuple[int, int]:
+        """The rows of level ``st.level + st.count`` that band `band` of stage `st` makes (the
+        next stage's input; the same rows `bands._run_band` writes)."""
+        a0, b0 = st.content(band)
+        height = self.header.level_dims(st.level + st.count)[1]
+        return a0 >> st.count, height if b0 >= st.height else b0 >> st.count
+
+    def _layout_rings(self, base: int) -> int:
+        """Place a `LevelRing` for each stage after the first, from byte `base` of the shared
+        memory; returns where they end. A ring holds every window a stage's bands read at once
+        and the rows the previous stage's bands in flight write, with room to spare, so that it
+        never holds back a band the plan would start (the pack's tile order stays the same)."""
+        page = mmap.PAGESIZE
+        at = base
+        for prev, feed in zip(self.feeds, self.feeds[1:], strict=False):
+            st = feed.stage
+            window = min(st.height, st.band + 2 * st.margin)
+            out = max(b - a for a, b in (self._output_rows(prev.stage, i) for i in range(prev.stage.bands)))
+            rows = min(st.height, 2 * window + (self.max_in_flight + 2) * out)
+            feed.ring = LevelRing(at, rows, st.width)
+            at += -(-feed.ring.nbytes // page) * page
+        return at
 
     def _deferred_cuts(self, feed: _Feed) -> list[CutJob]:
         """Tile row 0 of each level of a wrapped stage, from its top rows and the level's bottom rows."""

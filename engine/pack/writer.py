@@ -69,6 +69,48 @@ class EncodedTiles:
     def __len__(self) -> int:
         return len(self.stored)
 
+    def packed(self, alignment: int) -> PackedTiles:
+        """The same tiles as one payload laid out as `PackWriter` writes them (each tile padded
+        with zeros to a multiple of `alignment`, the last one not), with their coordinates, sizes
+        and checksums as arrays: one write for the writer, and a small pickle between processes."""
+        n = len(self.stored)
+        sizes = np.fromiter((len(b) for b in self.stored), np.int64, n)
+        pads = (-sizes % alignment).tolist()
+        parts: list[bytes] = []
+        zeros = b"\0" * alignment
+        for blob, pad in zip(self.stored, pads, strict=True):
+            parts.append(blob)
+            if pad:
+                parts.append(zeros[:pad])
+        if n and pads[-1]:
+            parts.pop()
+        return PackedTiles(
+            levels=np.asarray(self.levels, np.int64),
+            xs=np.asarray(self.xs, np.int64),
+            ys=np.asarray(self.ys, np.int64),
+            sizes=sizes,
+            digests=np.asarray(self.digests, np.uint64),
+            payload=b"".join(parts),
+            alignment=alignment,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedTiles:
+    """Supercompressed tiles as one payload (`EncodedTiles.packed`): tile k's stored bytes start
+    at the sum of the earlier tiles' sizes rounded up to `alignment`."""
+
+    levels: np.ndarray  # int64
+    xs: np.ndarray
+    ys: np.ndarray
+    sizes: np.ndarray  # int64 stored sizes
+    digests: np.ndarray  # uint64 xxh3-64 of each raw tile
+    payload: bytes
+    alignment: int
+
+    def __len__(self) -> int:
+        return int(self.sizes.size)
+
 
 def open_buffered(fd: int) -> BinaryIO:
     """The temporary file's descriptor as the buffered file the writer writes through."""
@@ -140,15 +182,17 @@ class PackWriter:
         one.add(level, x, y, stored, digest)
         self.add_encoded_batch(one)
 
-    def add_encoded_batch(self, tiles: EncodedTiles) -> None:
+    def add_encoded_batch(self, tiles: EncodedTiles | PackedTiles) -> None:
         """Add many supercompressed tiles at once (a bake band's): the same checks as `add_encoded`,
-        over arrays, and one write for their payloads."""
+        over arrays, and one write for their payloads (`PackedTiles` come laid out already)."""
         if self._done:
             raise RuntimeError("pack writer is closed")
         n = len(tiles)
         if n == 0:
             return
         h = self.header
+        if isinstance(tiles, PackedTiles) and tiles.alignment != h.alignment:
+            raise ValueError(f"tiles packed at alignment {tiles.alignment}, the pack's is {h.alignment}")
         level = np.asarray(tiles.levels, np.int64)
         x, y = np.asarray(tiles.xs, np.int64), np.asarray(tiles.ys, np.int64)
         if level.min() < 0 or level.max() >= h.level_count:
@@ -163,7 +207,10 @@ class PackWriter:
         if outside.any():
             raise ValueError(f"{first(outside)} does not exist")
         index = h.level_first.astype(np.int64)[level] + y * tx + x
-        sizes = np.fromiter((len(b) for b in tiles.stored), np.int64, n)
+        if isinstance(tiles, PackedTiles):
+            sizes = np.asarray(tiles.sizes, np.int64)
+        else:
+            sizes = np.fromiter((len(b) for b in tiles.stored), np.int64, n)
         bad_size = (sizes <= 0) | (sizes > h.supercompression.stored_bound(h.tile_raw_size))
         if bad_size.any():
             raise ValueError(f"{first(bad_size)} stored size is out of range")
@@ -177,14 +224,21 @@ class PackWriter:
         padded = -(-sizes // align) * align  # each payload starts aligned (pad before the next one)
         start = self._pos + (-self._pos % align)
         offsets = start + np.concatenate([[0], np.cumsum(padded[:-1])])
-        pads = padded - sizes
-        parts: list[bytes] = [b"\0" * (start - self._pos)]
-        for blob, pad in zip(tiles.stored, pads.tolist(), strict=True):
-            parts.append(blob)
-            parts.append(b"\0" * pad)
-        parts.pop()  # no padding after the last one: the next write pads as it needs
-        with self._writing():
-            self._file.write(b"".join(parts))
+        if isinstance(tiles, PackedTiles):
+            if len(tiles.payload) != int(offsets[-1] - start + sizes[-1]):
+                raise ValueError(f"packed payload is {len(tiles.payload)} bytes, its tiles' sizes say otherwise")
+            with self._writing():
+                self._file.write(b"\0" * (start - self._pos))
+                self._file.write(tiles.payload)
+        else:
+            pads = padded - sizes
+            parts: list[bytes] = [b"\0" * (start - self._pos)]
+            for blob, pad in zip(tiles.stored, pads.tolist(), strict=True):
+                parts.append(blob)
+                parts.append(b"\0" * pad)
+            parts.pop()  # no padding after the last one: the next write pads as it needs
+            with self._writing():
+                self._file.write(b"".join(parts))
         entries = self._index[index]
         entries["offset"], entries["stored_size"] = offsets, sizes
         entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
