@@ -124,7 +124,13 @@ def execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
     started, cpu = time.perf_counter(), time.thread_time()
     res = _execute(job, state)
     if isinstance(res.tiles, EncodedTiles):  # laid out here, in parallel: one write for the writer
-        res.tiles = res.tiles.packed(state.settings.header.alignment)
+        at = job.payload_at if state.ring is not None else None
+        into = memoryview(state.ring)[at[0] : at[0] + at[1]] if at is not None else None  # type: ignore[arg-type]
+        try:
+            res.tiles = res.tiles.packed(state.settings.header.alignment, into)
+        finally:
+            if into is not None:
+                into.release()
     res.cpu_seconds = time.thread_time() - cpu
     res.started, res.finished = started, time.perf_counter()
     return res

@@ -183,6 +183,7 @@ class BandJob:
     want_top: bool = False
     want_bottom: bool = False
     output_ring: LevelRing | None = None  # where the next stage's rows go (else `JobResult.output`)
+    payload_at: tuple[int, int] | None = None  # (offset, bytes) in the shared memory for the tiles' payload
 
 
 @dataclass
@@ -190,6 +191,7 @@ class CutJob:
     level: int
     ty: int
     rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
+    payload_at: tuple[int, int] | None = None  # as for `BandJob`
 
 
 @dataclass

@@ -63,7 +63,7 @@ import numpy as np
 from ..config import BakeConfig
 from ..errors import EngineError
 from ..pack.format import MAX_METADATA, AddressMode, PackHeader, TexelFormat
-from ..pack.writer import PackWriter
+from ..pack.writer import PackedTiles, PackWriter
 from . import jobs
 from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, warm_tables
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
@@ -311,6 +311,10 @@ class _Baker:
         self.ring: mmap.mmap | None = None
         self.free_slots: list[int] = []
         self.slot_bytes = 0
+        self.free_payloads: list[int] = []  # offsets of free payload slots in `ring`
+        self.payload_bytes = 0
+        self.payloads: mmap.mmap | None = None  # the payload slots, mapped apart (from `payload_base`)
+        self.payload_base = 0
         self.writer: PackWriter | None = None
         self.bar: Any = None  # tqdm progress bar
         self.raw_bytes = 0
@@ -338,6 +342,11 @@ class _Baker:
                 st = self.stages[0]
                 self.slot_bytes = -(-((st.band + 2 * st.margin) * st.width * 4) // mmap.PAGESIZE) * mmap.PAGESIZE
             size = self._layout_rings(self.slot_bytes * self.max_in_flight)
+            # The tiles' payloads come back the same way: each job lays its tiles out in a slot of
+            # its own, which this process writes to the pack from there.
+            self.payload_bytes = -(-self._payload_bound() // mmap.PAGESIZE) * mmap.PAGESIZE
+            self.free_payloads = [size + k * self.payload_bytes for k in range(self.max_in_flight)]
+            size += self.payload_bytes * self.max_in_flight
         if memfd is not None and size:
             fd = memfd("texstream-bake-ring", os.MFD_CLOEXEC)
             try:
@@ -346,7 +355,15 @@ class _Baker:
                 self.free_slots = list(range(self.max_in_flight)) if self.slot_bytes else []
                 state.ring_fd, state.ring_size = PassedFd(fd), size
                 early = self._read_first_bands()
-                return self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
+                pool = self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
+                # This process only reads the payload slots, and writes them to the pack: mapped
+                # apart with their pages set up at once (a fault per page, as each write would
+                # take it, costs this process more than the write itself).
+                payloads = self.payload_bytes * self.max_in_flight
+                populate = getattr(mmap, "MAP_POPULATE", 0)
+                self.payload_base = size - payloads
+                self.payloads = mmap.mmap(fd, payloads, flags=mmap.MAP_SHARED | populate, offset=self.payload_base)
+                return pool
             finally:
                 os.close(fd)  # the workers got their own copies at their start
         early = self._read_first_bands()
@@ -374,6 +391,8 @@ class _Baker:
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
+        if self.free_payloads:
+            job.payload_at = (self.free_payloads.pop(), self.payload_bytes)
         self.pending.append((pool.submit(job), job, slot, time.perf_counter()))
 
     def _pump(self, pool: _Pool) -> None:
@@ -459,7 +478,16 @@ class _Baker:
         assert writer is not None
         self.alpha_seen |= res.alpha
         raw = self.header.tile_raw_size
-        writer.add_encoded_batch(res.tiles)
+        tiles = res.tiles
+        if isinstance(tiles, PackedTiles) and tiles.outside >= 0:  # laid out in shared memory
+            assert self.payloads is not None and job.payload_at is not None
+            start = job.payload_at[0] - self.payload_base
+            with memoryview(self.payloads)[start : start + tiles.outside] as payload:
+                writer.add_encoded_batch(dataclasses.replace(tiles, payload=payload, outside=-1))
+        else:
+            writer.add_encoded_batch(tiles)
+        if job.payload_at is not None:
+            self.free_payloads.append(job.payload_at[0])
         self.raw_bytes += raw * len(res.tiles)
         if self.bar is not None:
             self.bar.update(len(res.tiles))
@@ -489,6 +517,23 @@ class _Baker:
         a0, b0 = st.content(band)
         height = self.header.level_dims(st.level + st.count)[1]
         return a0 >> st.count, height if b0 >= st.height else b0 >> st.count
+
+    def _payload_bound(self) -> int:
+        """The most bytes one job's tiles can take, laid out (the codec's worst case per tile)."""
+        h = self.header
+        a = h.alignment
+        per_tile = -(-h.supercompression.stored_bound(h.tile_raw_size) // a) * a
+        most = h.level_table["tiles_x"][0]  # a deferred tile row (wrap)
+        for st in self.stages:
+            for i in range(st.bands):
+                a0, b0 = st.content(i)
+                tiles = 0
+                for d in range(st.count):
+                    lw, lh = h.level_dims(st.level + d)
+                    ca, cb = a0 >> d, lh if b0 >= st.height else b0 >> d
+                    tiles += (-(-cb // h.tile_size) - ca // h.tile_size) * -(-lw // h.tile_size)
+                most = max(most, tiles)
+        return int(most) * per_tile
 
     def _layout_rings(self, base: int) -> int:
         """Place a `LevelRing` for each stage after the first, from byte `base` of the shared
@@ -561,11 +606,12 @@ class _Baker:
                         pool.kill()  # at once: no result is wanted any more
                 finally:
                     self.writer.abort()
-            if self.ring is not None:
-                try:
-                    self.ring.close()
-                except BufferError:  # a view outlived its job (only after an error): the GC frees it
-                    pass
+            for shared in (self.ring, self.payloads):
+                if shared is not None:
+                    try:
+                        shared.close()
+                    except BufferError:  # a view outlived its job (only after an error): the GC frees it
+                        pass
         seconds = time.perf_counter() - start
         main_cpu = time.process_time() - cpu
         h = self.header

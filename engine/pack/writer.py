@@ -69,29 +69,47 @@ class EncodedTiles:
     def __len__(self) -> int:
         return len(self.stored)
 
-    def packed(self, alignment: int) -> PackedTiles:
+    def packed(self, alignment: int, into: memoryview | None = None) -> PackedTiles:
         """The same tiles as one payload laid out as `PackWriter` writes them (each tile padded
         with zeros to a multiple of `alignment`, the last one not), with their coordinates, sizes
-        and checksums as arrays: one write for the writer, and a small pickle between processes."""
+        and checksums as arrays: one write for the writer, and a small pickle between processes.
+
+        `into`: a buffer (shared memory) to lay the payload out in when it fits; the result then
+        says how long it is (`PackedTiles.outside`) and carries no bytes itself."""
         n = len(self.stored)
         sizes = np.fromiter((len(b) for b in self.stored), np.int64, n)
         pads = (-sizes % alignment).tolist()
-        parts: list[bytes] = []
         zeros = b"\0" * alignment
-        for blob, pad in zip(self.stored, pads, strict=True):
-            parts.append(blob)
-            if pad:
-                parts.append(zeros[:pad])
-        if n and pads[-1]:
-            parts.pop()
+        total = int(sizes.sum()) + sum(pads[:-1]) if n else 0
+        payload = b""
+        outside = -1
+        if into is not None and total <= len(into):
+            at = 0
+            for blob, pad in zip(self.stored, pads, strict=True):
+                end = at + len(blob)
+                into[at:end] = blob
+                if pad and end < total:
+                    into[end : end + pad] = zeros[:pad]
+                at = end + pad
+            outside = total
+        else:
+            parts: list[bytes] = []
+            for blob, pad in zip(self.stored, pads, strict=True):
+                parts.append(blob)
+                if pad:
+                    parts.append(zeros[:pad])
+            if n and pads[-1]:
+                parts.pop()
+            payload = b"".join(parts)
         return PackedTiles(
             levels=np.asarray(self.levels, np.int64),
             xs=np.asarray(self.xs, np.int64),
             ys=np.asarray(self.ys, np.int64),
             sizes=sizes,
             digests=np.asarray(self.digests, np.uint64),
-            payload=b"".join(parts),
+            payload=payload,
             alignment=alignment,
+            outside=outside,
         )
 
 
@@ -105,8 +123,9 @@ class PackedTiles:
     ys: np.ndarray
     sizes: np.ndarray  # int64 stored sizes
     digests: np.ndarray  # uint64 xxh3-64 of each raw tile
-    payload: bytes
+    payload: bytes | memoryview
     alignment: int
+    outside: int = -1  # >= 0: the payload (this many bytes) lies in a buffer the tiles' maker named
 
     def __len__(self) -> int:
         return int(self.sizes.size)
@@ -191,6 +210,8 @@ class PackWriter:
         if n == 0:
             return
         h = self.header
+        if isinstance(tiles, PackedTiles) and tiles.outside >= 0:
+            raise ValueError("packed tiles without their payload (it lies outside them)")
         if isinstance(tiles, PackedTiles) and tiles.alignment != h.alignment:
             raise ValueError(f"tiles packed at alignment {tiles.alignment}, the pack's is {h.alignment}")
         level = np.asarray(tiles.levels, np.int64)
