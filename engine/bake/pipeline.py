@@ -546,7 +546,7 @@ class _Baker:
             st = feed.stage
             window = min(st.height, st.band + 2 * st.margin)
             out = max(b - a for a, b in (self._output_rows(prev.stage, i) for i in range(prev.stage.bands)))
-            rows = min(st.height, 2 * window + (self.max_in_flight + 2) * out)
+            rows = min(st.height, ring_rows(window, out, self.max_in_flight))
             feed.ring = LevelRing(at, rows, st.width)
             at += -(-feed.ring.nbytes // page) * page
         return at
@@ -629,6 +629,16 @@ class _Baker:
             main_cpu_seconds=main_cpu,
             worker_cpu_seconds=self.worker_cpu,
         )
+
+
+def ring_rows(window: int, output: int, in_flight: int) -> int:
+    """Rows of a `LevelRing` whose stage reads bands of `window` rows (margins included) from a
+    stage whose bands write `output` rows each, with `in_flight` jobs at a time. ``window +
+    output`` always makes progress (a band is held back only while rows it would overwrite are
+    still read); this leaves room for two windows and every job in flight, enough that no plan
+    tried was held back (a held band changes the order of the pack's tiles, not their bytes: the
+    pack-bytes tests would see it)."""
+    return 2 * window + (in_flight + 2) * output
 
 
 # ---- public API ---------------------------------------------------------------------------------------
