@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -268,10 +269,22 @@ def _encode_rows_at_once(
     rows = resolve(np.arange(ty0 * t - b, ty1 * t + b), height, cutter.mode)
     region = gather_rows(rows, enc, elo, job.top_rows.get(level), job.bottom_rows.get(level), height)
     n = cutter.tiles_x
-    left = resolve(np.arange(-b, 0), cutter.width, cutter.mode)
-    right = resolve(np.arange(cutter.width, n * t + b), cutter.width, cutter.mode)
-    surface = np.concatenate([region[:, left], region[:, : n * t + b], region[:, right]], axis=1)
-    grid = bcn.encode_surface(np.ascontiguousarray(surface), h.texel_format)
+    region = np.ascontiguousarray(region)
+    # The surface is the left border's columns, the level's columns and the right border's (and
+    # padding's): the blocks of whole level columns are encoded in place, from the region's rows;
+    # only the few columns at either edge are gathered apart.
+    inner = min(cutter.width, n * t + b) // 4 * 4
+    left = region[:, resolve(np.arange(-b, 0), cutter.width, cutter.mode)]
+    right = region[:, resolve(np.arange(inner, n * t + b), cutter.width, cutter.mode)]
+    fmt = h.texel_format
+    grid = np.empty((region.shape[0] // 4, (n * t + 2 * b) // 4, fmt.block_bytes), np.uint8)
+    lb, ib = b // 4, inner // 4
+    if lb:
+        grid[:, :lb] = bcn.encode_surface(np.ascontiguousarray(left), fmt)
+    if ib:
+        grid[:, lb : lb + ib] = bcn.encode_surface(region, fmt, inner)
+    if grid.shape[1] > lb + ib:
+        grid[:, lb + ib :] = bcn.encode_surface(np.ascontiguousarray(right), fmt)
     bt, bs = t // 4, s // 4
     g0, g1, g2 = grid.strides
     slots = np.lib.stride_tricks.as_strided(
@@ -299,6 +312,10 @@ def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.n
 
 def _opaque(rows: np.ndarray) -> bool:
     """Whether every alpha in a band is 255 (uint8) or exactly 1.0 (float32)."""
+    if rows.dtype == np.uint8 and rows.size and rows.flags.c_contiguous and sys.byteorder == "little":
+        # Each texel as one little-endian word: alpha is its top byte, so all alpha is 255 exactly
+        # when the smallest word is 0xFF000000 or more (one contiguous pass, not every fourth byte).
+        return bool(rows.view(np.uint32).min() >= 0xFF000000)
     alpha = rows[..., 3]
     return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
 

@@ -57,9 +57,10 @@ class Encoder:
     # same bytes as n `encode` calls. None: `bcn.encode_slots` calls `encode` per slot.
     encode_stack: Callable[[np.ndarray, str, bool, bool], bytes] | None = None
     # A whole (H, W, 4) surface -> its blocks in raster order, each block encoded from its own 16
-    # texels alone (so a block shared by two slots' borders is the same in both). None where the
+    # texels alone (so a block shared by two slots' borders is the same in both); the second
+    # argument: encode only the first that many columns of each row (read in place). None where the
     # encoding of a block depends on its slot (BC7 picks a profile per slot).
-    encode_surface: Callable[[np.ndarray], bytes] | None = None
+    encode_surface: Callable[[np.ndarray, int], bytes] | None = None
 
 
 # ---- ispc-texcomp ---------------------------------------------------------------------------------------
@@ -146,18 +147,18 @@ def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
     if fmt is TexelFormat.BC7:
         return None
 
-    def encode(surface: np.ndarray) -> bytes:
+    def encode(surface: np.ndarray, w: int) -> bytes:
         import ispc_texcomp
 
-        h, w = surface.shape[:2]
+        h, stride = surface.shape[0], surface.shape[1] * 4
         if fmt is TexelFormat.BC1:
-            return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, w * 4))[: h * w // 2]
+            return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, stride))[: h * w // 2]
         if fmt is TexelFormat.BC3:
-            return ispc_texcomp.compress_blocks_bc3(ispc_texcomp.RGBASurface(surface, w, h, w * 4))
+            return ispc_texcomp.compress_blocks_bc3(ispc_texcomp.RGBASurface(surface, w, h, stride))
         if fmt is TexelFormat.BC4:
-            red = np.ascontiguousarray(surface[..., 0])
+            red = np.ascontiguousarray(surface[:, :w, 0])
             return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, w, h, w))
-        red_green = np.ascontiguousarray(surface[..., :2])
+        red_green = np.ascontiguousarray(surface[:, :w, :2])
         return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, w, h, w * 2))
 
     return encode
