@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import EngineError
 from ..pack import codec
-from ..pack.format import AddressMode
+from ..pack.format import AddressMode, TexelFormat
 from ..pack.writer import EncodedTiles
 from . import bcn
 from .jobs import BandJob, CutJob, JobResult, RingRef, RingWindow, Settings
@@ -266,25 +266,20 @@ def _encode_rows_at_once(
     blocks). The same bytes as `_encode_row` per tile row, with no border texel encoded twice."""
     h = settings.header
     t, b, s = cutter.tile_size, cutter.border, cutter.slot_size
-    rows = resolve(np.arange(ty0 * t - b, ty1 * t + b), height, cutter.mode)
-    region = gather_rows(rows, enc, elo, job.top_rows.get(level), job.bottom_rows.get(level), height)
     n = cutter.tiles_x
-    region = np.ascontiguousarray(region)
-    # The surface is the left border's columns, the level's columns and the right border's (and
-    # padding's): the blocks of whole level columns are encoded in place, from the region's rows;
-    # only the few columns at either edge are gathered apart.
-    inner = min(cutter.width, n * t + b) // 4 * 4
-    left = region[:, resolve(np.arange(-b, 0), cutter.width, cutter.mode)]
-    right = region[:, resolve(np.arange(inner, n * t + b), cutter.width, cutter.mode)]
     fmt = h.texel_format
-    grid = np.empty((region.shape[0] // 4, (n * t + 2 * b) // 4, fmt.block_bytes), np.uint8)
-    lb, ib = b // 4, inner // 4
-    if lb:
-        grid[:, :lb] = bcn.encode_surface(np.ascontiguousarray(left), fmt)
-    if ib:
-        grid[:, lb : lb + ib] = bcn.encode_surface(region, fmt, inner)
-    if grid.shape[1] > lb + ib:
-        grid[:, lb + ib :] = bcn.encode_surface(np.ascontiguousarray(right), fmt)
+    rows = resolve(np.arange(ty0 * t - b, ty1 * t + b), height, cutter.mode)
+    grid = np.empty((rows.size // 4, (n * t + 2 * b) // 4, fmt.block_bytes), np.uint8)
+    # Rows: the longest run of consecutive level rows the band holds is encoded in place; the few
+    # rows before and after it (a border resolved by the address mode, padding) are gathered apart.
+    a, z = _rows_in_place(rows, elo, enc.shape[0])
+    for lo, hi in ((0, a), (a, z), (z, rows.size)):
+        if hi > lo:
+            if (lo, hi) == (a, z):
+                part = enc[rows[a] - elo : rows[a] - elo + (z - a)]
+            else:
+                part = gather_rows(rows[lo:hi], enc, elo, job.top_rows.get(level), job.bottom_rows.get(level), height)
+            _encode_columns(np.ascontiguousarray(part), cutter, fmt, grid[lo // 4 : hi // 4])
     bt, bs = t // 4, s // 4
     g0, g1, g2 = grid.strides
     slots = np.lib.stride_tricks.as_strided(
@@ -294,6 +289,40 @@ def _encode_rows_at_once(
     stored, digests = codec.encode_many(raw, h.tile_raw_size, h.supercompression, settings.zstd_level)
     for k, ty in enumerate(range(ty0, ty1)):
         out.add_row(level, ty, stored[k * n : (k + 1) * n], digests[k * n : (k + 1) * n])
+
+
+def _rows_in_place(rows: np.ndarray, elo: int, held: int) -> tuple[int, int]:
+    """[a, z): the longest run of `rows` (resolved level rows) that are consecutive rows of the
+    band's `held` rows from `elo`, cut to multiples of 4 (whole block rows); (0, 0) if none."""
+    inside = (rows >= elo) & (rows < elo + held)
+    ok = inside.copy()  # ok[e]: row e continues a run from row e - 1
+    ok[1:] &= (np.diff(rows) == 1) & inside[:-1]
+    ok[0] = False
+    ends = np.append(np.flatnonzero(~ok[1:]) + 1, rows.size)  # where a run cannot go on
+    best = (0, 0)
+    for k in np.flatnonzero(inside & ~ok).tolist():  # where each run starts
+        e = int(ends[np.searchsorted(ends, k + 1)])
+        a, z = -(-k // 4) * 4, e // 4 * 4
+        if z - a > best[1] - best[0]:
+            best = (a, z)
+    return best
+
+
+def _encode_columns(region: np.ndarray, cutter: LevelCutter, fmt: TexelFormat, out: np.ndarray) -> None:
+    """The blocks of slot rows `region` (full level rows, C-contiguous) into `out`, a slice of the
+    surface's block grid: the left border's columns, the level's and the right border's (and
+    padding's). Whole level columns are encoded in place; the few at either edge are gathered."""
+    t, b, n = cutter.tile_size, cutter.border, cutter.tiles_x
+    inner = min(cutter.width, n * t + b) // 4 * 4
+    lb, ib = b // 4, inner // 4
+    if lb:
+        left = region[:, resolve(np.arange(-b, 0), cutter.width, cutter.mode)]
+        out[:, :lb] = bcn.encode_surface(np.ascontiguousarray(left), fmt)
+    if ib:
+        out[:, lb : lb + ib] = bcn.encode_surface(region, fmt, inner)
+    if out.shape[1] > lb + ib:
+        right = region[:, resolve(np.arange(inner, n * t + b), cutter.width, cutter.mode)]
+        out[:, lb + ib :] = bcn.encode_surface(np.ascontiguousarray(right), fmt)
 
 
 def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.ndarray:
