@@ -172,6 +172,11 @@ def bench_bake(size: int, jobs: int, quick: bool, demo: bool | None = None) -> d
                     "bake_vs_vips_pyramid": round(rate / vips, 2),
                     "cores_used": report.jobs,
                     "pack_mib": round(size_bytes / 2**20, 1),
+                    # Where the CPU went: the baking process (reading what workers cannot,
+                    # routing, writing) against the workers; its share is the serial part.
+                    "main_cpu_s": round(report.main_cpu_seconds, 3),
+                    "worker_cpu_s": round(report.worker_cpu_seconds, 3),
+                    "serial_fraction": round(report.serial_fraction, 3),
                 }
             )
         if not quick if demo is None else demo:
@@ -186,14 +191,15 @@ def print_bake(results: dict) -> None:
     print(f"libvips pyramid build (tiled TIFF, same image): {results['vips_pyramid_mpix_s']} MPixel/s")
     head = (
         f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'enc 1core':>10} "
-        f"{'x enc':>9} {'x vips':>7} {'cores':>6} {'MiB':>7}"
+        f"{'x enc':>9} {'x vips':>7} {'cores':>6} {'MiB':>7} {'main cpu':>9} {'work cpu':>9} {'serial':>7}"
     )
     print(head)
     for r in results["rows"]:
         print(
             f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
             f"{r['bake_mpix_s']:>8} {r['encoder_1core_mpix_s']:>10} {r['bake_vs_encoder_1core']:>9} "
-            f"{r['bake_vs_vips_pyramid']:>7} {r['cores_used']:>6} {r['pack_mib']:>7}"
+            f"{r['bake_vs_vips_pyramid']:>7} {r['cores_used']:>6} {r['pack_mib']:>7} "
+            f"{r['main_cpu_s']:>9} {r['worker_cpu_s']:>9} {r['serial_fraction']:>7}"
         )
     if "demo_first_use_s" in results:
         print(f"make demo's first-use bake (32768² BC1 terrain + 16384² BC5 normals): {results['demo_first_use_s']} s")

@@ -102,6 +102,13 @@ class BakeReport:
         return self.width * self.height
 
     @property
+    def serial_fraction(self) -> float:
+        """The share of the bake's CPU time spent outside its jobs, in the baking process (what
+        more cores cannot speed up): its own CPU time, less the jobs it ran itself in process."""
+        serial = self.main_cpu_seconds - (self.worker_cpu_seconds if self.jobs == 1 else 0.0)
+        return max(0.0, serial) / max(1e-9, max(0.0, serial) + self.worker_cpu_seconds)
+
+    @property
     def mpixels_per_s(self) -> float:
         return self.source_pixels / 1e6 / max(self.seconds, 1e-9)
 
@@ -127,6 +134,7 @@ class BakeReport:
             "jobs": self.jobs,
             "main_cpu_seconds": self.main_cpu_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
+            "serial_fraction": self.serial_fraction,
             "source_pixels": self.source_pixels,
             "mpixels_per_s": self.mpixels_per_s,
         }

@@ -72,4 +72,8 @@ def test_the_report_says_where_the_cpu_time_went(tmp_path: Path, small_bands: No
     report = bake(source, tmp_path / "out.tpk", BakeConfig(tile_size=64, jobs=2, progress=False))
     assert report.jobs == 2
     assert report.worker_cpu_seconds > 0 and report.main_cpu_seconds > 0
-    assert {"main_cpu_seconds", "worker_cpu_seconds"} <= set(report.as_dict())
+    assert 0 < report.serial_fraction < 1
+    assert {"main_cpu_seconds", "worker_cpu_seconds", "serial_fraction"} <= set(report.as_dict())
+    here = bake(source, tmp_path / "here.tpk", BakeConfig(tile_size=64, jobs=1, progress=False))
+    assert here.jobs == 1 and here.main_cpu_seconds >= here.worker_cpu_seconds > 0  # the jobs ran here
+    assert 0 <= here.serial_fraction < 1
