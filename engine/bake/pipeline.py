@@ -23,7 +23,7 @@ unpickling levels and tiles, assembling windows) to 5-8 %.
 
 Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
 pickle small), and read an uncompressed strip TIFF's bands straight from the file
-(`tiff_strips.StripRows`, the source's ``parallel_rows()``); anything else (in-memory images, PNG
+(`tiff_strips.StripRows`); anything else (in-memory images, PNG
 and JPEG, compressed TIFF: libvips streams, which decode top to bottom and are serial by nature)
 is read by the main process, top to bottom, once (with one job, in-memory ``forkable`` sources are
 read in place), into slots of the same shared memory. Without memfd (not Linux) band inputs and
@@ -81,6 +81,7 @@ from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_forma
 from .jobs import BandJob, CutJob, JobResult, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
 from .source import Source, open_source
+from .tiff_strips import worker_rows
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -312,8 +313,8 @@ class _Baker:
         # process reads in-memory ones in place; else this process reads it into the ring.
         # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
         self.band_source: Source | None = source if getattr(source, "parallel", False) else None
-        if self.band_source is None and cluster is None and callable(getattr(source, "parallel_rows", None)):
-            self.band_source = source.parallel_rows()  # type: ignore[attr-defined]
+        if self.band_source is None and cluster is None:
+            self.band_source = worker_rows(source)  # None unless an uncompressed strip TIFF
         if cluster is not None:
             from .cluster import worker_source
 

@@ -69,8 +69,6 @@ class Source(Protocol):
     ``describe()``  a dict for the pack's metadata.
     ``has_alpha()``  whether any alpha is below 255 (see `has_alpha`, which scans sources without it).
     ``read_rows_into(y0, y1, out)``  `read_rows` writing into a given array (saves a copy).
-    ``parallel_rows()``  a ``parallel`` source of the very same rows, which the bake's worker
-                  processes read their own bands from (None when there is none).
     """
 
     name: str
@@ -397,8 +395,6 @@ class VipsSource:
         self.width, self.height = self._img.width, self._img.height
         st = self.path.stat()
         self.file_stamp = (st.st_size, st.st_mtime_ns)  # the file as opened (a cluster's workers check it)
-        self._strips: object | None = None  # tiff_strips.StripRows, found by parallel_rows
-        self._strips_checked = False
         self._next = 0  # rows before this were handed out
         self._buf = np.empty((0, self.width, self.channels), np.uint8)  # rows [_buf_lo, _fetched)
         self._buf_lo = 0
@@ -474,34 +470,6 @@ class VipsSource:
         except pyvips.Error as exc:
             raise SourceError(f"{self.path}: cannot read rows {y0}..{y1}: {_vips_reason(exc)}") from None
         return np.frombuffer(data, np.uint8).reshape(y1 - y0, self.width, self.channels)
-
-    def parallel_rows(self) -> Source | None:
-        """For an upright uncompressed 8-bit strip TIFF, a `tiff_strips.StripRows` that reads the same
-        rows straight from the file, in any order and any process (the bake's workers read their
-        own bands through it); else None. Its first strip is compared with libvips' decode of it."""
-        if self._strips_checked:
-            return self._strips  # type: ignore[return-value]
-        self._strips_checked = True
-        if not self.loader.startswith("tiffload") or self.orientation != 1:
-            return None
-        from .tiff_strips import StripRows
-
-        strips = StripRows.of(self.path, self.name, self.width, self.height)
-        if strips is None or (strips.size, strips.mtime_ns) != self.file_stamp or strips.channels != self.channels:
-            return None
-        import pyvips
-
-        n = min(self.height, strips.rows_per_strip, 64)
-        try:
-            img = pyvips.Image.new_from_file(str(self.path), access="sequential", fail_on="error")
-            first = _expand(self._fetch(self._convert(img)[0], 0, n))
-        except (pyvips.Error, SourceError):
-            return None
-        if not np.array_equal(first, strips.read_rows(0, n)):
-            log.info("%s: the stored rows differ from libvips' decode; streaming it through libvips", self.path)
-            return None
-        self._strips = strips
-        return strips
 
     def has_alpha(self) -> bool:
         """The alpha band's minimum, from a second decode of the file (libvips streams and threads

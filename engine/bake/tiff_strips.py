@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SourceError
+from .source import Source, VipsSource, _expand
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StripRows"]
+__all__ = ["StripRows", "worker_rows"]
 
 # TIFF field types -> (bytes per value, struct code)
 _TYPES = {1: (1, "B"), 3: (2, "H"), 4: (4, "I"), 16: (8, "Q")}
@@ -190,8 +191,6 @@ class StripRows:
         """Rows [y0, y1) as a (y1 - y0, width, 4) uint8 RGBA array."""
         if not 0 <= y0 < y1 <= self.height:
             raise ValueError(f"row range {y0}..{y1} is outside 0..{self.height} of {self.name}")
-        from .source import _expand
-
         fd = _open_checked(self.path, self.size, self.mtime_ns)
         n = y1 - y0
         stored = np.empty((n, self.width, self.channels), np.uint8)
@@ -208,6 +207,29 @@ class StripRows:
                 _pread_into(fd, flat[(y - y0) * rb : (stop - y0) * rb], self.offsets[s] + (y - s * rps) * rb, self.path)
                 y = stop
         return stored if self.channels == 4 else _expand(stored)
+
+
+def worker_rows(source: Source) -> StripRows | None:
+    """For a `VipsSource` of an upright uncompressed 8-bit strip TIFF, a `StripRows` that reads the
+    same rows straight from the file, in any order and any process (the bake's workers read their
+    own bands through it); else None. Its first strip is compared with libvips' decode of it."""
+    if not isinstance(source, VipsSource) or not source.loader.startswith("tiffload") or source.orientation != 1:
+        return None
+    strips = StripRows.of(source.path, source.name, source.width, source.height)
+    if strips is None or (strips.size, strips.mtime_ns) != source.file_stamp or strips.channels != source.channels:
+        return None
+    import pyvips
+
+    n = min(source.height, strips.rows_per_strip, 64)
+    try:
+        img = pyvips.Image.new_from_file(str(source.path), access="sequential", fail_on="error")
+        first = _expand(source._fetch(source._convert(img)[0], 0, n))
+    except (pyvips.Error, SourceError):
+        return None
+    if not np.array_equal(first, strips.read_rows(0, n)):
+        log.info("%s: the stored rows differ from libvips' decode; streaming it through libvips", source.path)
+        return None
+    return strips
 
 
 def _pread_into(fd: int, buf: memoryview, offset: int, path: str) -> None:

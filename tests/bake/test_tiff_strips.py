@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from texstream.bake.source import VipsSource
-from texstream.bake.tiff_strips import StripRows
+from texstream.bake.tiff_strips import StripRows, worker_rows
 from texstream.errors import SourceError
 
 from .conftest import ASSETS, load_photo
@@ -71,7 +71,7 @@ def _hand_tiff(path: Path, rows: np.ndarray, rows_per_strip: int, *, reverse: bo
 
 
 def _strips_of(path: Path) -> StripRows | None:
-    return VipsSource(path).parallel_rows()
+    return worker_rows(VipsSource(path))
 
 
 @pytest.mark.parametrize("bands", [1, 2, 3, 4])
@@ -108,7 +108,7 @@ def test_other_layouts_are_left_to_libvips(tmp_path: Path, options: dict) -> Non
     path = tmp_path / "other.tif"
     img.tiffsave(str(path), **{"compression": "none", **options})
     source = VipsSource(path)
-    assert source.parallel_rows() is None
+    assert worker_rows(source) is None
     assert source.read_rows(0, 10).shape == (10, source.width, 4)  # streamed through libvips as before
 
 
