@@ -13,10 +13,13 @@ gets the mode a plain ``open()`` would give it (0666 less the umask), not mkstem
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +134,36 @@ class PackedTiles:
         return int(self.sizes.size)
 
 
+WRITEBACK_BYTES = 8 << 20
+"""Written bytes after which the writer asks the kernel to start writing them to disk (Linux's
+sync_file_range, without waiting): the fsync of `commit` then finds most of the pack on disk
+already, instead of writing all of it while the bake waits (30-45 ms of a 37 MiB pack on the
+2-core box)."""
+
+
+@functools.cache
+def _sync_file_range() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, start: int, end: int) -> int:
+    """Start writing bytes [start, end) of `fd` to disk, not waiting (an advice: where the system
+    has no such call, or it fails, nothing happens); returns `end`. Bytes still in a buffer of the
+    file object are not written yet: they go with a later call, or with the final fsync."""
+    fn = _sync_file_range()
+    if fn is not None and end > start:
+        fn(fd, start, end - start, 2)  # SYNC_FILE_RANGE_WRITE
+    return end
+
+
 def open_buffered(fd: int) -> BinaryIO:
     """The temporary file's descriptor as the buffered file the writer writes through."""
     return _io.fdopen(fd, "w+b", buffering=1 << 20)
@@ -159,6 +192,7 @@ class PackWriter:
         self._index = np.zeros(header.tile_count, INDEX_DTYPE)
         self._written = np.zeros(header.tile_count, bool)
         self._pos = header.payload_offset
+        self._written_back = 0  # payload bytes whose writeback to disk was started
         self._done = False
         fd, self._tmp = create_temp(self.path)
         try:
@@ -266,6 +300,8 @@ class PackWriter:
         self._index[index] = entries
         self._written[index] = True
         self._pos = int(offsets[-1] + sizes[-1])
+        if self._pos - self._written_back >= WRITEBACK_BYTES:
+            self._written_back = start_writeback(self._file.fileno(), self._written_back, self._pos)
 
     @property
     def tiles_written(self) -> int:

@@ -72,3 +72,26 @@ def test_a_buffer_too_small_gets_the_payload_inline_and_bad_batches_are_refused(
     with pytest.raises(ValueError, match="packed payload is"):
         w.add_encoded_batch(dataclasses.replace(tiles, payload=tiles.payload[:-1]))
     w.abort()
+
+
+def test_starting_writeback_is_only_advice(tmp_path: Path) -> None:
+    """The writer asks the kernel to start writing a pack's bytes early; the call changes no byte,
+    and a descriptor it cannot apply to (a pipe) is no error."""
+    import os
+
+    from texstream.pack.writer import start_writeback
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 10000)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert start_writeback(fd, 0, 10000) == 10000
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * 10000
+    r, w = os.pipe()
+    try:
+        assert start_writeback(w, 0, 5) == 5
+    finally:
+        os.close(r)
+        os.close(w)
