@@ -91,7 +91,7 @@ def _ispc(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], bytes]:
             red = np.ascontiguousarray(slot[..., 0])
             return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, s, s, s))
         if fmt is TexelFormat.BC5:
-            red_green = np.ascontiguousarray(slot[..., :2])
+            red_green = _red_green(slot)
             return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, s, s, s * 2))
         opaque_profile, alpha_profile = ISPC_BC7_PROFILES[quality]
         # The alpha profiles spend bits on alpha; a slot that is opaque throughout gains nothing from them.
@@ -122,7 +122,7 @@ def _ispc_stack(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], byt
             red = np.ascontiguousarray(tall[..., 0])
             return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, s, n * s, s))
         if fmt is TexelFormat.BC5:
-            red_green = np.ascontiguousarray(tall[..., :2])
+            red_green = _red_green(tall)
             return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, s, n * s, s * 2))
         opaque_profile, alpha_profile = ISPC_BC7_PROFILES[quality]
         # As `_ispc`: slots with alpha below 255 take the alpha profile, the others the opaque one.
@@ -143,6 +143,12 @@ def _ispc_stack(fmt: TexelFormat) -> Callable[[np.ndarray, str, bool, bool], byt
     return encode
 
 
+def _red_green(rgba: np.ndarray) -> np.ndarray:
+    """The R and G bytes of (..., 4) uint8 texels, packed: each texel's first two bytes copied as
+    one 2-byte element (numpy copies a trailing axis of 2 bytes element by element, ~70x slower)."""
+    return np.ascontiguousarray(rgba.view(np.uint16)[..., 0])
+
+
 def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
     if fmt is TexelFormat.BC7:
         return None
@@ -158,7 +164,7 @@ def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
         if fmt is TexelFormat.BC4:
             red = np.ascontiguousarray(surface[:, :w, 0])
             return ispc_texcomp.compress_blocks_bc4(ispc_texcomp.RGBASurface(red, w, h, w))
-        red_green = np.ascontiguousarray(surface[:, :w, :2])
+        red_green = _red_green(surface[:, :w])
         return ispc_texcomp.compress_blocks_bc5(ispc_texcomp.RGBASurface(red_green, w, h, w * 2))
 
     return encode
