@@ -19,7 +19,8 @@ numbers only (a band waits while its rows would overwrite rows still to be read)
 holds one payload slot per job in flight, which the main process writes to the pack from.
 Measured on the 2-core box for an 8192² BC1 + zstd bake from an uncompressed TIFF, the main
 process's share of the bake's CPU time went from 35-44 % (reading the source through libvips,
-unpickling levels and tiles, assembling windows) to 5-8 %.
+unpickling levels and tiles, assembling windows) to 7-8 % with 2 or 16 jobs, most of what is
+left the kernel's work of writing the pack (BC5's pack, twice the bytes: about 20 %).
 
 Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
 pickle small), and read an uncompressed strip TIFF's bands straight from the file
