@@ -97,6 +97,15 @@ def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
     return img.width * img.height / seconds / 1e6
 
 
+def _stage_spans(timeline: tuple) -> dict[str, list[float]]:
+    spans: dict[str, list[float]] = {}
+    for t in timeline:
+        key = "wrap rows" if t.stage < 0 else f"stage {t.stage}"
+        lo, hi = spans.get(key, [t.started, t.finished])
+        spans[key] = [min(lo, t.started), max(hi, t.finished)]
+    return {k: [round(v, 3) for v in span] for k, span in sorted(spans.items())}
+
+
 def _demo_first_use_seconds(folder: Path) -> float:
     """Wall time of `make demo`'s first-use bake: the default terrain and normal map
     (`assets.ensure_asset`), baked into an empty folder as on a first run."""
@@ -177,6 +186,10 @@ def bench_bake(size: int, jobs: int, quick: bool, demo: bool | None = None) -> d
                     "main_cpu_s": round(report.main_cpu_seconds, 3),
                     "worker_cpu_s": round(report.worker_cpu_seconds, 3),
                     "serial_fraction": round(report.serial_fraction, 3),
+                    # When the first job started (the workers' start-up) and, per stage, when its
+                    # first band started and its last one finished, in seconds since the bake began.
+                    "first_job_start_s": round(min((t.started for t in report.timeline), default=0.0), 3),
+                    "stage_spans_s": _stage_spans(report.timeline),
                 }
             )
         if not quick if demo is None else demo:

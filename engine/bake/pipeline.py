@@ -93,6 +93,21 @@ log = logging.getLogger(__name__)
 
 
 # ---- report -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class JobTiming:
+    """When one job of a bake was submitted, run in its worker and taken back, in seconds since the
+    bake began (`time.perf_counter`: the system's monotonic clock, the same in every process of a
+    machine), and the worker CPU it took: `BakeReport.timeline`, in the order the jobs were taken."""
+
+    stage: int  # -1: a deferred tile row (wrap)
+    band: int
+    submitted: float
+    started: float
+    finished: float
+    taken: float
+    cpu_seconds: float
+
+
 @dataclass(frozen=True)
 class BakeReport:
     """What a bake produced and how fast."""
@@ -109,6 +124,7 @@ class BakeReport:
     jobs: int
     main_cpu_seconds: float = 0.0  # CPU time of the baking process (all its threads) during the bake
     worker_cpu_seconds: float = 0.0  # CPU time the jobs took in their workers, summed
+    timeline: tuple[JobTiming, ...] = ()  # every job's timing (not in `as_dict`: one entry a band)
 
     @property
     def source_pixels(self) -> int:
@@ -151,20 +167,6 @@ class BakeReport:
             "source_pixels": self.source_pixels,
             "mpixels_per_s": self.mpixels_per_s,
         }
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobTiming:
-    """When one job of a bake was submitted, run in its worker, and taken back (`time.perf_counter`,
-    the system's monotonic clock in every process), and the worker CPU it took: the bake's timeline."""
-
-    stage: int  # -1: a deferred tile row (wrap)
-    band: int
-    submitted: float
-    started: float
-    finished: float
-    taken: float
-    cpu_seconds: float
 
 
 # ---- main side ---------------------------------------------------------------------------------------
@@ -328,6 +330,7 @@ class _Baker:
         self.feeds += [_Feed(st) for st in self.stages[1:]]
         self.pending: deque[tuple[Task, BandJob | CutJob, int | None, float]] = deque()
         self.timeline: list[JobTiming] = []
+        self.began = time.perf_counter()  # reset when `run` starts
         self.worker_cpu = 0.0
         self.ring: mmap.mmap | None = None
         self.free_slots: list[int] = []
@@ -414,7 +417,8 @@ class _Baker:
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
         if self.free_payloads:
             job.payload_at = (self.free_payloads.pop(), self.payload_bytes)
-        self.pending.append((pool.submit(job), job, slot, time.perf_counter()))
+        submitted = time.perf_counter()  # before: an in-process pool runs the job in `submit`
+        self.pending.append((pool.submit(job), job, slot, submitted))
 
     def _pump(self, pool: _Pool) -> None:
         progress = True
@@ -486,10 +490,10 @@ class _Baker:
             JobTiming(
                 stage=job.stage.index if isinstance(job, BandJob) else -1,
                 band=job.band if isinstance(job, BandJob) else job.ty,
-                submitted=submitted,
-                started=res.started,
-                finished=res.finished,
-                taken=time.perf_counter(),
+                submitted=submitted - self.began,
+                started=res.started - self.began,
+                finished=res.finished - self.began,
+                taken=time.perf_counter() - self.began,
                 cpu_seconds=res.cpu_seconds,
             )
         )
@@ -588,6 +592,7 @@ class _Baker:
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> BakeReport:
         start, cpu = time.perf_counter(), time.process_time()
+        self.began = start
         self.writer = PackWriter(self.out, self.header, self.metadata)
         pool = None
         failed = True
@@ -649,6 +654,7 @@ class _Baker:
             jobs=1 if self.in_process else self.jobs,
             main_cpu_seconds=main_cpu,
             worker_cpu_seconds=self.worker_cpu,
+            timeline=tuple(self.timeline),
         )
 
 
@@ -796,6 +802,7 @@ __all__ = [
     "ALPHA_FORMATS",
     "IN_PROCESS_PIXELS",
     "BakeReport",
+    "JobTiming",
     "FormatChoice",
     "Stage",
     "bake",

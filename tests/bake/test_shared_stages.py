@@ -73,6 +73,9 @@ def test_the_report_says_where_the_cpu_time_went(tmp_path: Path, small_bands: No
     assert report.jobs == 2
     assert report.worker_cpu_seconds > 0 and report.main_cpu_seconds > 0
     assert 0 < report.serial_fraction < 1
+    assert len(report.timeline) >= 4 and {t.stage for t in report.timeline} >= {0, 1}
+    for t in report.timeline:  # seconds since the bake began, in order
+        assert 0 <= t.submitted <= t.started <= t.finished <= t.taken <= report.seconds and t.cpu_seconds >= 0
     assert {"main_cpu_seconds", "worker_cpu_seconds", "serial_fraction"} <= set(report.as_dict())
     here = bake(source, tmp_path / "here.tpk", BakeConfig(tile_size=64, jobs=1, progress=False))
     assert here.jobs == 1 and here.main_cpu_seconds >= here.worker_cpu_seconds > 0  # the jobs ran here
