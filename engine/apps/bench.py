@@ -4,7 +4,9 @@ bench bake: first the block-compression encoders compared (`bench_encoders`), th
 in source MPixel/s per format, next to (a) the chosen encoder's own single-thread rate on slots of
 the same pixels (no mips, borders, supercompression or I/O: the encoder ceiling of one core) and (b)
 a plain libvips pyramid build of the same image (tiled pyramidal TIFF, uncompressed:
-the "just make mips and tiles" baseline), with the cores the bake used; then (unless --quick) the
+the "just make mips and tiles" baseline), with the cores the bake used, the CPU time of the baking
+process and of its workers and the baking process's share (the serial fraction: what more cores
+cannot speed up), and in the JSON the workers' start-up and each stage's span; then (unless --quick) the
 first-use time of `make demo`'s default bake (the 32768² BC1 terrain and the 16384² BC5 normal map,
 baked into an empty folder). Absolute times on shared machines are noise; the ratios are the result.
 """
