@@ -337,8 +337,8 @@ class _Baker:
         self.slot_bytes = 0
         self.free_payloads: list[int] = []  # offsets of free payload slots in `ring`
         self.payload_bytes = 0
-        self.payloads: mmap.mmap | None = None  # the payload slots, mapped apart (from `payload_base`)
-        self.payload_base = 0
+        self.payload_fd = -1  # the shared memory, where this process reads the payload slots
+        self.payload_buffer: bytearray | None = None  # what it reads them into (one slot, reused)
         self.writer: PackWriter | None = None
         self.bar: Any = None  # tqdm progress bar
         self.raw_bytes = 0
@@ -380,13 +380,11 @@ class _Baker:
                 state.ring_fd, state.ring_size = PassedFd(fd), size
                 early = self._read_first_bands()
                 pool = self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
-                # This process only reads the payload slots, and writes them to the pack: mapped
-                # apart with their pages set up at once (a fault per page, as each write would
-                # take it, costs this process more than the write itself).
-                payloads = self.payload_bytes * self.max_in_flight
-                populate = getattr(mmap, "MAP_POPULATE", 0)
-                self.payload_base = size - payloads
-                self.payloads = mmap.mmap(fd, payloads, flags=mmap.MAP_SHARED | populate, offset=self.payload_base)
+                # This process reads the payload slots (with preadv, into one reused buffer) rather
+                # than through its mapping: a page fault per 4 KiB of a slot it never touched
+                # costs it more than the copy, and setting up every slot's pages at once costs
+                # it the slots' whole size, most of which no band fills.
+                self.payload_fd = os.dup(fd)
                 return pool
             finally:
                 os.close(fd)  # the workers got their own copies at their start
@@ -505,9 +503,16 @@ class _Baker:
         raw = self.header.tile_raw_size
         tiles = res.tiles
         if isinstance(tiles, PackedTiles) and tiles.outside >= 0:  # laid out in shared memory
-            assert self.payloads is not None and job.payload_at is not None
-            start = job.payload_at[0] - self.payload_base
-            with memoryview(self.payloads)[start : start + tiles.outside] as payload:
+            assert self.payload_fd >= 0 and job.payload_at is not None
+            if self.payload_buffer is None:
+                self.payload_buffer = bytearray(self.payload_bytes)
+            with memoryview(self.payload_buffer)[: tiles.outside] as payload:
+                done = 0
+                while done < tiles.outside:
+                    got = os.preadv(self.payload_fd, [payload[done:]], job.payload_at[0] + done)
+                    if got <= 0:
+                        raise EngineError("internal error: a payload slot ended early")
+                    done += got
                 writer.add_encoded_batch(dataclasses.replace(tiles, payload=payload, outside=-1))
         else:
             writer.add_encoded_batch(tiles)
@@ -632,12 +637,13 @@ class _Baker:
                         pool.kill()  # at once: no result is wanted any more
                 finally:
                     self.writer.abort()
-            for shared in (self.ring, self.payloads):
-                if shared is not None:
-                    try:
-                        shared.close()
-                    except BufferError:  # a view outlived its job (only after an error): the GC frees it
-                        pass
+            if self.ring is not None:
+                try:
+                    self.ring.close()
+                except BufferError:  # a view outlived its job (only after an error): the GC frees it
+                    pass
+            if self.payload_fd >= 0:
+                os.close(self.payload_fd)
         seconds = time.perf_counter() - start
         main_cpu = time.process_time() - cpu
         h = self.header
