@@ -5,7 +5,9 @@ quality (`bench_encoders.bench_bc7_presets`), then bake throughput
 in source MPixel/s per format, next to (a) the chosen encoder's own single-thread rate on slots of
 the same pixels (no mips, borders, supercompression or I/O: the encoder ceiling of one core) and (b)
 a plain libvips pyramid build of the same image (tiled pyramidal TIFF, uncompressed:
-the "just make mips and tiles" baseline), with the cores the bake used; then (unless --quick) the
+the "just make mips and tiles" baseline), with the cores the bake used, the CPU time of the baking
+process and of its workers and the baking process's share (the serial fraction: what more cores
+cannot speed up), and in the JSON the workers' start-up and each stage's span; then (unless --quick) the
 first-use time of `make demo`'s default bake (the 32768² BC1 terrain and the 16384² BC5 normal map,
 baked into an empty folder). Absolute times on shared machines are noise; the ratios are the result.
 """
@@ -98,6 +100,15 @@ def _vips_pyramid_rate(path: Path, folder: Path, tile: int) -> float:
     return img.width * img.height / seconds / 1e6
 
 
+def _stage_spans(timeline: tuple) -> dict[str, list[float]]:
+    spans: dict[str, list[float]] = {}
+    for t in timeline:
+        key = "wrap rows" if t.stage < 0 else f"stage {t.stage}"
+        lo, hi = spans.get(key, [t.started, t.finished])
+        spans[key] = [min(lo, t.started), max(hi, t.finished)]
+    return {k: [round(v, 3) for v in span] for k, span in sorted(spans.items())}
+
+
 def _demo_first_use_seconds(folder: Path) -> float:
     """Wall time of `make demo`'s first-use bake: the default terrain and normal map
     (`assets.ensure_asset`), baked into an empty folder as on a first run."""
@@ -173,6 +184,15 @@ def bench_bake(size: int, jobs: int, quick: bool, demo: bool | None = None) -> d
                     "bake_vs_vips_pyramid": round(rate / vips, 2),
                     "cores_used": report.jobs,
                     "pack_mib": round(size_bytes / 2**20, 1),
+                    # Where the CPU went: the baking process (reading what workers cannot,
+                    # routing, writing) against the workers; its share is the serial part.
+                    "main_cpu_s": round(report.main_cpu_seconds, 3),
+                    "worker_cpu_s": round(report.worker_cpu_seconds, 3),
+                    "serial_fraction": round(report.serial_fraction, 3),
+                    # When the first job started (the workers' start-up) and, per stage, when its
+                    # first band started and its last one finished, in seconds since the bake began.
+                    "first_job_start_s": round(min((t.started for t in report.timeline), default=0.0), 3),
+                    "stage_spans_s": _stage_spans(report.timeline),
                 }
             )
         if not quick if demo is None else demo:
@@ -187,14 +207,15 @@ def print_bake(results: dict) -> None:
     print(f"libvips pyramid build (tiled TIFF, same image): {results['vips_pyramid_mpix_s']} MPixel/s")
     head = (
         f"{'format':<6} {'super':<5} {'size':>6} {'seconds':>8} {'MPix/s':>8} {'enc 1core':>10} "
-        f"{'x enc':>9} {'x vips':>7} {'cores':>6} {'MiB':>7}"
+        f"{'x enc':>9} {'x vips':>7} {'cores':>6} {'MiB':>7} {'main cpu':>9} {'work cpu':>9} {'serial':>7}"
     )
     print(head)
     for r in results["rows"]:
         print(
             f"{r['format']:<6} {r['supercompression']:<5} {r['source_size']:>6} {r['seconds']:>8} "
             f"{r['bake_mpix_s']:>8} {r['encoder_1core_mpix_s']:>10} {r['bake_vs_encoder_1core']:>9} "
-            f"{r['bake_vs_vips_pyramid']:>7} {r['cores_used']:>6} {r['pack_mib']:>7}"
+            f"{r['bake_vs_vips_pyramid']:>7} {r['cores_used']:>6} {r['pack_mib']:>7} "
+            f"{r['main_cpu_s']:>9} {r['worker_cpu_s']:>9} {r['serial_fraction']:>7}"
         )
     if "demo_first_use_s" in results:
         print(f"make demo's first-use bake (32768² BC1 terrain + 16384² BC5 normals): {results['demo_first_use_s']} s")

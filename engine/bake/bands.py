@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,10 +21,10 @@ import numpy as np
 
 from ..errors import EngineError
 from ..pack import codec
-from ..pack.format import AddressMode
+from ..pack.format import AddressMode, TexelFormat
 from ..pack.writer import EncodedTiles
 from . import bcn
-from .jobs import BandJob, CutJob, JobResult, RingRef, Settings
+from .jobs import BandJob, CutJob, JobResult, RingRef, RingWindow, Settings
 from .mips import BLEED_ROWS, LevelRows, Transfer, band_levels, bleed
 from .source import Source, texel_dtype
 from .tiler import LevelCutter, resolve
@@ -119,7 +121,23 @@ def _settled_state(settings: Settings) -> WorkerState:
 
 
 def execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
-    """Run one job (in a worker process, or inline when jobs == 1)."""
+    """Run one job (in a worker process, or inline when jobs == 1), timed (`JobResult.cpu_seconds`)."""
+    started, cpu = time.perf_counter(), time.thread_time()
+    res = _execute(job, state)
+    if isinstance(res.tiles, EncodedTiles):  # laid out here, in parallel: one write for the writer
+        at = job.payload_at if state.ring is not None else None
+        into = memoryview(state.ring)[at[0] : at[0] + at[1]] if at is not None else None  # type: ignore[arg-type]
+        try:
+            res.tiles = res.tiles.packed(state.settings.header.alignment, into)
+        finally:
+            if into is not None:
+                into.release()
+    res.cpu_seconds = time.thread_time() - cpu
+    res.started, res.finished = started, time.perf_counter()
+    return res
+
+
+def _execute(job: BandJob | CutJob, state: WorkerState) -> JobResult:
     if isinstance(job, CutJob):
         res = JobResult()
         h = state.settings.header
@@ -142,6 +160,17 @@ def _encode_row(
 
 def _band_input(job: BandJob, state: WorkerState, lo: int, hi: int) -> np.ndarray:
     ref = job.data
+    if isinstance(ref, RingWindow):
+        assert state.ring is not None
+        ring = ref.ring.view(state.ring)
+        pieces = ref.ring.pieces(ref.lo, ref.hi)
+        if len(pieces) == 1:
+            at, n, _ = pieces[0]
+            return ring[at : at + n]
+        rows = np.empty((ref.hi - ref.lo, ref.ring.width, 4), np.float32)
+        for at, n, k in pieces:
+            rows[k : k + n] = ring[at : at + n]
+        return rows
     if isinstance(ref, RingRef):
         assert state.ring is not None
         a = np.frombuffer(state.ring, np.dtype(ref.dtype), ref.rows * ref.width * 4, ref.offset)
@@ -187,7 +216,14 @@ def _run_band(job: BandJob, state: WorkerState) -> JobResult:
         ca = a0 >> d
         cb = lh if b0 >= st.height else b0 >> d
         if d == st.count:  # the next stage's input
-            res.output = lr.data[ca - lr.lo : cb - lr.lo].copy()
+            out = lr.data[ca - lr.lo : cb - lr.lo]
+            if job.output_ring is None:
+                res.output = out.copy()
+                break
+            assert state.ring is not None
+            ring = job.output_ring.view(state.ring)
+            for at, n, k in job.output_ring.pieces(ca, cb):
+                ring[at : at + n] = out[k : k + n]
             break
         elo, ehi = max(lr.lo, ca - b), min(lr.hi, cb + b)
         enc = _encoded_rows(lr, elo, ehi, transfer)
@@ -231,13 +267,20 @@ def _encode_rows_at_once(
     blocks). The same bytes as `_encode_row` per tile row, with no border texel encoded twice."""
     h = settings.header
     t, b, s = cutter.tile_size, cutter.border, cutter.slot_size
-    rows = resolve(np.arange(ty0 * t - b, ty1 * t + b), height, cutter.mode)
-    region = gather_rows(rows, enc, elo, job.top_rows.get(level), job.bottom_rows.get(level), height)
     n = cutter.tiles_x
-    left = resolve(np.arange(-b, 0), cutter.width, cutter.mode)
-    right = resolve(np.arange(cutter.width, n * t + b), cutter.width, cutter.mode)
-    surface = np.concatenate([region[:, left], region[:, : n * t + b], region[:, right]], axis=1)
-    grid = bcn.encode_surface(np.ascontiguousarray(surface), h.texel_format)
+    fmt = h.texel_format
+    rows = resolve(np.arange(ty0 * t - b, ty1 * t + b), height, cutter.mode)
+    grid = np.empty((rows.size // 4, (n * t + 2 * b) // 4, fmt.block_bytes), np.uint8)
+    # Rows: the longest run of consecutive level rows the band holds is encoded in place; the few
+    # rows before and after it (a border resolved by the address mode, padding) are gathered apart.
+    a, z = _rows_in_place(rows, elo, enc.shape[0])
+    for lo, hi in ((0, a), (a, z), (z, rows.size)):
+        if hi > lo:
+            if (lo, hi) == (a, z):
+                part = enc[rows[a] - elo : rows[a] - elo + (z - a)]
+            else:
+                part = gather_rows(rows[lo:hi], enc, elo, job.top_rows.get(level), job.bottom_rows.get(level), height)
+            _encode_columns(np.ascontiguousarray(part), cutter, fmt, grid[lo // 4 : hi // 4])
     bt, bs = t // 4, s // 4
     g0, g1, g2 = grid.strides
     slots = np.lib.stride_tricks.as_strided(
@@ -247,6 +290,40 @@ def _encode_rows_at_once(
     stored, digests = codec.encode_many(raw, h.tile_raw_size, h.supercompression, settings.zstd_level)
     for k, ty in enumerate(range(ty0, ty1)):
         out.add_row(level, ty, stored[k * n : (k + 1) * n], digests[k * n : (k + 1) * n])
+
+
+def _rows_in_place(rows: np.ndarray, elo: int, held: int) -> tuple[int, int]:
+    """[a, z): the longest run of `rows` (resolved level rows) that are consecutive rows of the
+    band's `held` rows from `elo`, cut to multiples of 4 (whole block rows); (0, 0) if none."""
+    inside = (rows >= elo) & (rows < elo + held)
+    ok = inside.copy()  # ok[e]: row e continues a run from row e - 1
+    ok[1:] &= (np.diff(rows) == 1) & inside[:-1]
+    ok[0] = False
+    ends = np.append(np.flatnonzero(~ok[1:]) + 1, rows.size)  # where a run cannot go on
+    best = (0, 0)
+    for k in np.flatnonzero(inside & ~ok).tolist():  # where each run starts
+        e = int(ends[np.searchsorted(ends, k + 1)])
+        a, z = -(-k // 4) * 4, e // 4 * 4
+        if z - a > best[1] - best[0]:
+            best = (a, z)
+    return best
+
+
+def _encode_columns(region: np.ndarray, cutter: LevelCutter, fmt: TexelFormat, out: np.ndarray) -> None:
+    """The blocks of slot rows `region` (full level rows, C-contiguous) into `out`, a slice of the
+    surface's block grid: the left border's columns, the level's and the right border's (and
+    padding's). Whole level columns are encoded in place; the few at either edge are gathered."""
+    t, b, n = cutter.tile_size, cutter.border, cutter.tiles_x
+    inner = min(cutter.width, n * t + b) // 4 * 4
+    lb, ib = b // 4, inner // 4
+    if lb:
+        left = region[:, resolve(np.arange(-b, 0), cutter.width, cutter.mode)]
+        out[:, :lb] = bcn.encode_surface(np.ascontiguousarray(left), fmt)
+    if ib:
+        out[:, lb : lb + ib] = bcn.encode_surface(region, fmt, inner)
+    if out.shape[1] > lb + ib:
+        right = region[:, resolve(np.arange(inner, n * t + b), cutter.width, cutter.mode)]
+        out[:, lb + ib :] = bcn.encode_surface(np.ascontiguousarray(right), fmt)
 
 
 def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.ndarray:
@@ -265,6 +342,10 @@ def _encoded_rows(lr: LevelRows, elo: int, ehi: int, transfer: Transfer) -> np.n
 
 def _opaque(rows: np.ndarray) -> bool:
     """Whether every alpha in a band is 255 (uint8) or exactly 1.0 (float32)."""
+    if rows.dtype == np.uint8 and rows.size and rows.flags.c_contiguous and sys.byteorder == "little":
+        # Each texel as one little-endian word: alpha is its top byte, so all alpha is 255 exactly
+        # when the smallest word is 0xFF000000 or more (one contiguous pass, not every fourth byte).
+        return bool(rows.view(np.uint32).min() >= 0xFF000000)
     alpha = rows[..., 3]
     return bool(alpha.min() == (255 if rows.dtype == np.uint8 else 1.0)) if alpha.size else True
 

@@ -121,10 +121,13 @@ def encodes_blocks_alone(fmt: TexelFormat) -> bool:
     return fmt is not TexelFormat.RGBA8 and chosen_encoder(fmt).encode_surface is not None
 
 
-def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
+def encode_surface(surface: np.ndarray, fmt: TexelFormat, columns: int | None = None) -> np.ndarray:
     """The blocks of an (H, W, 4) uint8 surface (H, W multiples of 4), as an (H/4, W/4, block
     bytes) uint8 array; only where `encodes_blocks_alone(fmt)`. Slots cut from this grid (block
-    rows and columns at multiples of T/4) are the bytes `encode_slot` gives each slot."""
+    rows and columns at multiples of T/4) are the bytes `encode_slot` gives each slot.
+
+    `columns`: only the first that many columns of each row (a multiple of 4), read in place from
+    the wider surface: the grid is then (H/4, columns/4, block bytes)."""
     fmt = TexelFormat(fmt)
     if (
         not isinstance(surface, np.ndarray)
@@ -133,7 +136,10 @@ def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
         or surface.shape[2] != 4
     ):
         raise ValueError(f"surface must be an (H, W, 4) uint8 array, got {getattr(surface, 'shape', type(surface))}")
-    h, w = surface.shape[:2]
+    h = surface.shape[0]
+    w = surface.shape[1] if columns is None else columns
+    if not 0 < w <= surface.shape[1]:
+        raise ValueError(f"columns must be in 1..{surface.shape[1]}, got {columns}")
     if h % 4 or w % 4 or not h or not w:
         raise ValueError(f"surface sides must be positive multiples of 4, got {h} x {w}")
     if not surface.flags.c_contiguous:
@@ -141,7 +147,7 @@ def encode_surface(surface: np.ndarray, fmt: TexelFormat) -> np.ndarray:
     enc = chosen_encoder(fmt)
     if enc.encode_surface is None:
         raise ValueError(f"the {fmt.name.lower()} encoder {enc.name} does not encode a surface block by block")
-    out = enc.encode_surface(surface)
+    out = enc.encode_surface(surface, w)
     bb = fmt.block_bytes
     if len(out) < (h // 4) * (w // 4) * bb:
         raise RuntimeError(f"{fmt.name.lower()} encoder {enc.name} returned {len(out)} bytes for {h} x {w} texels")

@@ -16,11 +16,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..pack.format import PackHeader
-from ..pack.writer import EncodedTiles
+from ..pack.writer import EncodedTiles, PackedTiles
 from .mips import Transfer
 from .source import Source
 
-__all__ = ["BAND_BYTES", "FINAL_BYTES", "BandJob", "CutJob", "JobResult", "RingRef", "Settings", "Stage", "plan_stages"]
+__all__ = [
+    "BAND_BYTES",
+    "FINAL_BYTES",
+    "BandJob",
+    "CutJob",
+    "JobResult",
+    "LevelRing",
+    "RingRef",
+    "RingWindow",
+    "Settings",
+    "Stage",
+    "plan_stages",
+]
 
 BAND_BYTES = 32 << 20  # input bytes of one band: bounds worker memory (~4x this) and the ring
 FINAL_BYTES = 4 << 20  # a level this small (as float32 RGBA) is finished by one job
@@ -112,11 +124,57 @@ class RingRef:
     dtype: str
 
 
+@dataclass(frozen=True)
+class LevelRing:
+    """One level's float32 RGBA rows in the shared ring, row ``r`` at ring row ``r % rows``: the
+    stage that makes the level writes its bands' output rows there, and the next stage's bands
+    read their windows from there (the main process passes only row numbers)."""
+
+    offset: int  # byte offset in the shared memory
+    rows: int
+    width: int
+
+    @property
+    def row_bytes(self) -> int:
+        return self.width * 16
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_bytes
+
+    def pieces(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Level rows [lo, hi) as (first ring row, count, index in [lo, hi)) runs: one, or two
+        where the rows pass the ring's end."""
+        if hi - lo > self.rows:
+            raise ValueError(f"{hi - lo} rows do not fit a ring of {self.rows}")
+        out, r = [], lo
+        while r < hi:
+            at = r % self.rows
+            n = min(hi - r, self.rows - at)
+            out.append((at, n, r - lo))
+            r += n
+        return out
+
+    def view(self, buffer: object) -> np.ndarray:
+        """The whole ring as an (rows, width, 4) float32 array over `buffer` (the shared memory)."""
+        a = np.frombuffer(buffer, np.float32, self.rows * self.width * 4, self.offset)  # type: ignore[call-overload]
+        return a.reshape(self.rows, self.width, 4)
+
+
+@dataclass(frozen=True)
+class RingWindow:
+    """A band's input rows [lo, hi) of a level held in a `LevelRing`."""
+
+    ring: LevelRing
+    lo: int
+    hi: int
+
+
 @dataclass
 class BandJob:
     stage: Stage
     band: int
-    data: RingRef | np.ndarray | None  # None: the worker reads the source itself
+    data: RingRef | RingWindow | np.ndarray | None  # None: the worker reads the source itself
     source: Source | None = None  # a picklable source (procedural); else see `data`
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)  # level -> uint8 rows [0, n)
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)  # level -> row 0 as filtered
@@ -124,6 +182,8 @@ class BandJob:
     skip_row0: bool = False  # leave each level's tile row 0 to a later CutJob (wrap)
     want_top: bool = False
     want_bottom: bool = False
+    output_ring: LevelRing | None = None  # where the next stage's rows go (else `JobResult.output`)
+    payload_at: tuple[int, int] | None = None  # (offset, bytes) in the shared memory for the tiles' payload
 
 
 @dataclass
@@ -131,13 +191,17 @@ class CutJob:
     level: int
     ty: int
     rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
+    payload_at: tuple[int, int] | None = None  # as for `BandJob`
 
 
 @dataclass
 class JobResult:
-    tiles: EncodedTiles = field(default_factory=EncodedTiles)
+    tiles: EncodedTiles | PackedTiles = field(default_factory=EncodedTiles)
     output: np.ndarray | None = None
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)
     top_row0: dict[int, np.ndarray] = field(default_factory=dict)
     bottom_rows: dict[int, np.ndarray] = field(default_factory=dict)
     alpha: bool = False  # a stage-0 band held alpha below 255
+    cpu_seconds: float = 0.0  # CPU time the job took in its worker
+    started: float = 0.0  # time.perf_counter() when the worker began it (the system's monotonic clock)
+    finished: float = 0.0  # and when it had its result

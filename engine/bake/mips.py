@@ -141,8 +141,8 @@ _use_native = True
 
 
 def use_native_reduce(enabled: bool) -> bool:
-    """Reduce 8-bit rows with the compiled helper when it is built (the default) or with numpy
-    (False); both give the same bits. Returns the previous setting (for tests and benchmarks)."""
+    """Reduce rows and encode texels with the compiled helper when it is built (the default) or
+    with numpy (False); both give the same bits. Returns the previous setting (for tests and benchmarks)."""
     global _use_native
     previous, _use_native = _use_native, bool(enabled)
     return previous
@@ -154,6 +154,14 @@ def _native_reduce(dtype: type):  # noqa: ANN202 (a ctypes function or None)
     from ..native import reduce_f32, reduce_rgba8
 
     return reduce_rgba8() if dtype is np.uint8 else reduce_f32()
+
+
+def _native_encode():  # noqa: ANN202 (a ctypes function or None)
+    if not _use_native:
+        return None
+    from ..native import encode_f32
+
+    return encode_f32()
 
 
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -207,6 +215,13 @@ class Transfer:
         n, w, _ = f32.shape
         if out is None:
             out = np.empty((n, w, 4), np.uint8)
+        native = _native_encode() if n and w and out.flags.c_contiguous else None
+        if native is not None:  # the same bits in one pass (_native.c)
+            src = np.ascontiguousarray(f32)
+            table = _encode_table(True)
+            mask = (0b0111 if self.alpha else 0b1111) if self.srgb else 0
+            native(src.ctypes.data, n, w, w * 4, table.ctypes.data, mask, out.ctypes.data, w * 4)
+            return out
         if not self.srgb:
             return _encode_plain(f32, out)
         table = _encode_table(True)

@@ -6,18 +6,29 @@ and hands level ``s+k`` to the next stage. Its input is cut into *bands* of ``T 
 so that a band holds whole tile rows at every level it tiles, plus a margin of ``B * 2^(k-1)``
 rows on each side: the 2x2 box filter of `mips` needs nothing outside a band, and the margin
 yields the B border rows of every level. A worker process turns one band into finished tiles
-(mips, slots, BCn, supercompression, checksum) and the band's rows of level ``s+k``; the main
-process writes the tiles through `PackWriter` (in a deterministic order: results are taken in
-submission order) and passes each stage's output on to the next. The last stage holds what is
-left (a small level) and tiles it down to one tile.
+(mips, slots, BCn, supercompression, checksum, the tiles' payload laid out as the pack stores it)
+and the band's rows of level ``s+k``; the main process writes each band's payload with one write
+through `PackWriter` (in a deterministic order: results are taken in submission order). The last
+stage holds what is left (a small level) and tiles it down to one tile.
+
+What the main process does is all that more cores cannot share, so it only routes: on Linux one
+anonymous shared memory (a memfd each worker maps at its start) holds every level after the
+first in a *ring of rows* (`jobs.LevelRing`): a stage's workers write their output rows into it
+and the next stage's workers read their windows from it in place, the main process passing row
+numbers only (a band waits while its rows would overwrite rows still to be read); the same memory
+holds one payload slot per job in flight, which the main process writes to the pack from.
+Measured on the 2-core box for an 8192² BC1 + zstd bake from an uncompressed TIFF, the main
+process's share of the bake's CPU time went from 35-44 % (reading the source through libvips,
+unpickling levels and tiles, assembling windows) to 7-8 % with 2 or 16 jobs, most of what is
+left the kernel's work of writing the pack (BC5's pack, twice the bytes: about 20 %).
 
 Who reads the source: workers generate procedural bands themselves (``parallel`` sources, which
-pickle small); anything else (in-memory images, libvips streams) is read by the main process, top to
-bottom, once (with one job, in-memory ``forkable`` sources are read in place). Band inputs the main
-process holds reach the workers through an anonymous shared-memory ring (a memfd handed to each
-worker at its start, on Linux), not pickles. (Workers reading a TIFF's bands themselves through
-libvips was measured slower than this on 2 cores, for uncompressed TIFF: 3.8 s against 3.0 s for an
-8192² BC5 bake.)
+pickle small), and read an uncompressed strip TIFF's bands straight from the file
+(`tiff_strips.StripRows`); anything else (in-memory images, PNG
+and JPEG, compressed TIFF: libvips streams, which decode top to bottom and are serial by nature)
+is read by the main process, top to bottom, once (with one job, in-memory ``forkable`` sources are
+read in place), into slots of the same shared memory. Without memfd (not Linux) band inputs and
+outputs travel pickled.
 
 Small images (`IN_PROCESS_PIXELS`, with the default job count) bake in process: no workers.
 
@@ -27,7 +38,8 @@ bands run on a Dask cluster's workers instead (`cluster`): no shared ring there,
 inside their tasks, and the pack is the same.
 
 Memory is bounded by the band size (`jobs.BAND_BYTES`, about four times that per worker) times the jobs
-in flight, whatever the image size: neither the source nor any level is ever held whole.
+in flight, whatever the image size: neither the source nor any level is ever held whole (a ring
+holds two band windows and the output of every job in flight, `ring_rows`).
 
 Wrap address mode needs the other end of each level: the first band of a stage returns its
 levels' top rows, which the bands at the bottom use (odd-edge texel, padding and bottom border),
@@ -63,13 +75,14 @@ import numpy as np
 from ..config import BakeConfig
 from ..errors import EngineError
 from ..pack.format import MAX_METADATA, AddressMode, PackHeader, TexelFormat
-from ..pack.writer import PackWriter
+from ..pack.writer import PackedTiles, PackWriter
 from . import jobs
 from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, warm_tables
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
-from .jobs import BandJob, CutJob, JobResult, RingRef, Settings, Stage, plan_stages
+from .jobs import BandJob, CutJob, JobResult, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
 from .source import Source, open_source, texel_dtype
+from .tiff_strips import worker_rows
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -80,6 +93,21 @@ log = logging.getLogger(__name__)
 
 
 # ---- report -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class JobTiming:
+    """When one job of a bake was submitted, run in its worker and taken back, in seconds since the
+    bake began (`time.perf_counter`: the system's monotonic clock, the same in every process of a
+    machine), and the worker CPU it took: `BakeReport.timeline`, in the order the jobs were taken."""
+
+    stage: int  # -1: a deferred tile row (wrap)
+    band: int
+    submitted: float
+    started: float
+    finished: float
+    taken: float
+    cpu_seconds: float
+
+
 @dataclass(frozen=True)
 class BakeReport:
     """What a bake produced and how fast."""
@@ -94,10 +122,20 @@ class BakeReport:
     file_bytes: int  # size of the pack file
     seconds: float
     jobs: int
+    main_cpu_seconds: float = 0.0  # CPU time of the baking process (all its threads) during the bake
+    worker_cpu_seconds: float = 0.0  # CPU time the jobs took in their workers, summed
+    timeline: tuple[JobTiming, ...] = ()  # every job's timing (not in `as_dict`: one entry a band)
 
     @property
     def source_pixels(self) -> int:
         return self.width * self.height
+
+    @property
+    def serial_fraction(self) -> float:
+        """The share of the bake's CPU time spent outside its jobs, in the baking process (what
+        more cores cannot speed up): its own CPU time, less the jobs it ran itself in process."""
+        serial = self.main_cpu_seconds - (self.worker_cpu_seconds if self.jobs == 1 else 0.0)
+        return max(0.0, serial) / max(1e-9, max(0.0, serial) + self.worker_cpu_seconds)
 
     @property
     def mpixels_per_s(self) -> float:
@@ -123,6 +161,9 @@ class BakeReport:
             "file_bytes": self.file_bytes,
             "seconds": self.seconds,
             "jobs": self.jobs,
+            "main_cpu_seconds": self.main_cpu_seconds,
+            "worker_cpu_seconds": self.worker_cpu_seconds,
+            "serial_fraction": self.serial_fraction,
             "source_pixels": self.source_pixels,
             "mpixels_per_s": self.mpixels_per_s,
         }
@@ -150,6 +191,11 @@ class _Feed:
         self.top: JobResult | None = None
         self.bottom: JobResult | None = None
         self.deferred_sent = False
+        # Where the rows are held: `chunks` (arrays taken from results), or a `LevelRing` in the
+        # shared memory that the previous stage's bands write to directly (`add_rows` then only
+        # counts them); `in_flight` holds the window starts of this stage's unfinished bands.
+        self.ring: LevelRing | None = None
+        self.in_flight: deque[int] = deque()
 
     @property
     def finished(self) -> bool:
@@ -160,6 +206,17 @@ class _Feed:
         if rows.shape[0]:
             self.chunks.append((start, rows))
             self.have += rows.shape[0]
+
+    def add_rows(self, start: int, count: int) -> None:
+        """Rows [start, start + count) are in `ring` now."""
+        assert start == self.have, f"stage {self.stage.index}: rows {start}.. arrived after {self.have}"
+        self.have += count
+
+    def lowest_needed(self) -> int:
+        """The first row an unfinished or future band of this stage still reads from `ring`."""
+        if self.in_flight:
+            return self.in_flight[0]
+        return self.stage.window(self.next_band)[0] if not self.finished else self.have
 
     def ready(self) -> bool:
         if self.finished:
@@ -263,6 +320,8 @@ class _Baker:
         # process reads in-memory ones in place; else this process reads it into the ring.
         # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
         self.band_source: Source | None = source if getattr(source, "parallel", False) else None
+        if self.band_source is None and cluster is None:
+            self.band_source = worker_rows(source)  # None unless an uncompressed strip TIFF
         if cluster is not None:
             from .cluster import worker_source
 
@@ -273,10 +332,17 @@ class _Baker:
         remote = self.pickled_source or self.shared_source
         self.feeds = [_Feed(self.stages[0], None if remote else source, remote, texel_dtype(source))]
         self.feeds += [_Feed(st) for st in self.stages[1:]]
-        self.pending: deque[tuple[Task, BandJob | CutJob, int | None]] = deque()
+        self.pending: deque[tuple[Task, BandJob | CutJob, int | None, float]] = deque()
+        self.timeline: list[JobTiming] = []
+        self.began = time.perf_counter()  # reset when `run` starts
+        self.worker_cpu = 0.0
         self.ring: mmap.mmap | None = None
         self.free_slots: list[int] = []
         self.slot_bytes = 0
+        self.free_payloads: list[int] = []  # offsets of free payload slots in `ring`
+        self.payload_bytes = 0
+        self.payload_fd = -1  # the shared memory, where this process reads the payload slots
+        self.payload_buffer: bytearray | None = None  # what it reads them into (one slot, reused)
         self.writer: PackWriter | None = None
         self.bar: Any = None  # tqdm progress bar
         self.raw_bytes = 0
@@ -290,25 +356,41 @@ class _Baker:
         state = WorkerState(self.settings, None, self.source if self.shared_source else None)
         if self.in_process:
             warm_tables(self.settings)
+            size = self._layout_rings(0)
+            if size:
+                self.ring = state.ring = mmap.mmap(-1, size)
             return InlinePool(state)
-        # Band inputs the main process holds travel through a shared ring, not pickles.
-        sizes = [
-            (st.band + 2 * st.margin) * st.width * 4 * self.feeds[st.index].dtype.itemsize
-            for st in self.stages
-            if st.index > 0 or self.feeds[0].source is not None
-        ]
+        # Everything the main process would pass between stages stays in shared memory: band
+        # inputs it reads from the source in slots, every later level in a ring of rows that one
+        # stage's workers write and the next stage's workers read.
         memfd = getattr(os, "memfd_create", None)
-        if sizes and memfd is not None:
-            self.slot_bytes = -(-max(sizes) // mmap.PAGESIZE) * mmap.PAGESIZE
-            size = self.slot_bytes * self.max_in_flight
+        size = 0
+        if memfd is not None:
+            if self.feeds[0].source is not None:
+                st = self.stages[0]
+                row_bytes = st.width * 4 * self.feeds[0].dtype.itemsize  # uint8 texels, or float32 (HDR)
+                self.slot_bytes = -(-((st.band + 2 * st.margin) * row_bytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+            size = self._layout_rings(self.slot_bytes * self.max_in_flight)
+            # The tiles' payloads come back the same way: each job lays its tiles out in a slot of
+            # its own, which this process writes to the pack from there.
+            self.payload_bytes = -(-self._payload_bound() // mmap.PAGESIZE) * mmap.PAGESIZE
+            self.free_payloads = [size + k * self.payload_bytes for k in range(self.max_in_flight)]
+            size += self.payload_bytes * self.max_in_flight
+        if memfd is not None and size:
             fd = memfd("texstream-bake-ring", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(fd, size)
                 self.ring = mmap.mmap(fd, size)
-                self.free_slots = list(range(self.max_in_flight))
+                self.free_slots = list(range(self.max_in_flight)) if self.slot_bytes else []
                 state.ring_fd, state.ring_size = PassedFd(fd), size
                 early = self._read_first_bands()
-                return self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
+                pool = self._submitted(WorkerPool(self.jobs, init_worker, (state,), run_job), early)
+                # This process reads the payload slots (with preadv, into one reused buffer) rather
+                # than through its mapping: a page fault per 4 KiB of a slot it never touched
+                # costs it more than the copy, and setting up every slot's pages at once costs
+                # it the slots' whole size, most of which no band fills.
+                self.payload_fd = os.dup(fd)
+                return pool
             finally:
                 os.close(fd)  # the workers got their own copies at their start
         early = self._read_first_bands()
@@ -336,7 +418,10 @@ class _Baker:
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _submit(self, pool: _Pool, job: BandJob | CutJob, slot: int | None) -> None:
-        self.pending.append((pool.submit(job), job, slot))
+        if self.free_payloads:
+            job.payload_at = (self.free_payloads.pop(), self.payload_bytes)
+        submitted = time.perf_counter()  # before: an in-process pool runs the job in `submit`
+        self.pending.append((pool.submit(job), job, slot, submitted))
 
     def _pump(self, pool: _Pool) -> None:
         progress = True
@@ -357,11 +442,22 @@ class _Baker:
         needs_top = wrap and i > 0 and st.window(i)[1] >= st.height
         if needs_top and feed.top is None:
             return None, None  # waits for band 0's result
+        output_ring = None
+        after = self.feeds[st.index + 1] if st.index + 1 < len(self.feeds) else None
+        if after is not None and after.ring is not None:
+            _, end = self._output_rows(st, i)
+            if end - after.lowest_needed() > after.ring.rows:
+                return None, None  # its rows would overwrite rows the next stage still reads
+            output_ring = after.ring
         slot = None
-        data: RingRef | np.ndarray | None = None
+        data: RingRef | RingWindow | np.ndarray | None = None
         if feed.remote:
             pass
-        elif self.ring is not None:
+        elif feed.ring is not None:
+            lo, hi = st.window(i)
+            data = RingWindow(feed.ring, lo, hi)
+            feed.in_flight.append(lo)
+        elif self.slot_bytes:
             if not self.free_slots:
                 return None, None
             slot = self.free_slots.pop()
@@ -381,6 +477,7 @@ class _Baker:
             skip_row0=wrap and i == 0,
             want_top=wrap and i == 0,
             want_bottom=wrap and i == st.bands - 1,
+            output_ring=output_ring,
         )
         if needs_top:
             assert feed.top is not None
@@ -389,32 +486,105 @@ class _Baker:
         return job, slot
 
     def _process_oldest(self, pool: _Pool) -> None:
-        task, job, slot = self.pending.popleft()
+        task, job, slot, submitted = self.pending.popleft()
         res = pool.result(task)
+        self.worker_cpu += res.cpu_seconds
+        self.timeline.append(
+            JobTiming(
+                stage=job.stage.index if isinstance(job, BandJob) else -1,
+                band=job.band if isinstance(job, BandJob) else job.ty,
+                submitted=submitted - self.began,
+                started=res.started - self.began,
+                finished=res.finished - self.began,
+                taken=time.perf_counter() - self.began,
+                cpu_seconds=res.cpu_seconds,
+            )
+        )
         if slot is not None:
             self.free_slots.append(slot)
         writer = self.writer
         assert writer is not None
         self.alpha_seen |= res.alpha
         raw = self.header.tile_raw_size
-        writer.add_encoded_batch(res.tiles)
+        tiles = res.tiles
+        if isinstance(tiles, PackedTiles) and tiles.outside >= 0:  # laid out in shared memory
+            assert self.payload_fd >= 0 and job.payload_at is not None
+            if self.payload_buffer is None:
+                self.payload_buffer = bytearray(self.payload_bytes)
+            with memoryview(self.payload_buffer)[: tiles.outside] as payload:
+                done = 0
+                while done < tiles.outside:
+                    got = os.preadv(self.payload_fd, [payload[done:]], job.payload_at[0] + done)
+                    if got <= 0:
+                        raise EngineError("internal error: a payload slot ended early")
+                    done += got
+                writer.add_encoded_batch(dataclasses.replace(tiles, payload=payload, outside=-1))
+        else:
+            writer.add_encoded_batch(tiles)
+        if job.payload_at is not None:
+            self.free_payloads.append(job.payload_at[0])
         self.raw_bytes += raw * len(res.tiles)
         if self.bar is not None:
             self.bar.update(len(res.tiles))
         if isinstance(job, CutJob):
             return
         feed = self.feeds[job.stage.index]
+        if feed.ring is not None:
+            feed.in_flight.popleft()
         if job.want_top:
             feed.top = res
         if job.want_bottom:
             feed.bottom = res
-        if res.output is not None:
+        if job.output_ring is not None:
+            start, end = self._output_rows(job.stage, job.band)
+            self.feeds[job.stage.index + 1].add_rows(start, end - start)
+        elif res.output is not None:
             st = job.stage
             self.feeds[st.index + 1].add(st.content(job.band)[0] >> st.count, res.output)
         if feed.top is not None and feed.bottom is not None and not feed.deferred_sent:
             feed.deferred_sent = True
             for cut in self._deferred_cuts(feed):
                 self._submit(pool, cut, None)
+
+    def _output_rows(self, st: Stage, band: int) -> tuple[int, int]:
+        """The rows of level ``st.level + st.count`` that band `band` of stage `st` makes (the
+        next stage's input; the same rows `bands._run_band` writes)."""
+        a0, b0 = st.content(band)
+        height = self.header.level_dims(st.level + st.count)[1]
+        return a0 >> st.count, height if b0 >= st.height else b0 >> st.count
+
+    def _payload_bound(self) -> int:
+        """The most bytes one job's tiles can take, laid out (the codec's worst case per tile)."""
+        h = self.header
+        a = h.alignment
+        per_tile = -(-h.supercompression.stored_bound(h.tile_raw_size) // a) * a
+        most = h.level_table["tiles_x"][0]  # a deferred tile row (wrap)
+        for st in self.stages:
+            for i in range(st.bands):
+                a0, b0 = st.content(i)
+                tiles = 0
+                for d in range(st.count):
+                    lw, lh = h.level_dims(st.level + d)
+                    ca, cb = a0 >> d, lh if b0 >= st.height else b0 >> d
+                    tiles += (-(-cb // h.tile_size) - ca // h.tile_size) * -(-lw // h.tile_size)
+                most = max(most, tiles)
+        return int(most) * per_tile
+
+    def _layout_rings(self, base: int) -> int:
+        """Place a `LevelRing` for each stage after the first, from byte `base` of the shared
+        memory; returns where they end. A ring holds every window a stage's bands read at once
+        and the rows the previous stage's bands in flight write, with room to spare, so that it
+        never holds back a band the plan would start (the pack's tile order stays the same)."""
+        page = mmap.PAGESIZE
+        at = base
+        for prev, feed in zip(self.feeds, self.feeds[1:], strict=False):
+            st = feed.stage
+            window = min(st.height, st.band + 2 * st.margin)
+            out = max(b - a for a, b in (self._output_rows(prev.stage, i) for i in range(prev.stage.bands)))
+            rows = min(st.height, ring_rows(window, out, self.max_in_flight))
+            feed.ring = LevelRing(at, rows, st.width)
+            at += -(-feed.ring.nbytes // page) * page
+        return at
 
     def _deferred_cuts(self, feed: _Feed) -> list[CutJob]:
         """Tile row 0 of each level of a wrapped stage, from its top rows and the level's bottom rows."""
@@ -431,7 +601,8 @@ class _Baker:
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> BakeReport:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
+        self.began = start
         self.writer = PackWriter(self.out, self.header, self.metadata)
         pool = None
         failed = True
@@ -476,7 +647,10 @@ class _Baker:
                     self.ring.close()
                 except BufferError:  # a view outlived its job (only after an error): the GC frees it
                     pass
+            if self.payload_fd >= 0:
+                os.close(self.payload_fd)
         seconds = time.perf_counter() - start
+        main_cpu = time.process_time() - cpu
         h = self.header
         return BakeReport(
             path=self.out,
@@ -489,7 +663,20 @@ class _Baker:
             file_bytes=self.out.stat().st_size,
             seconds=seconds,
             jobs=1 if self.in_process else self.jobs,
+            main_cpu_seconds=main_cpu,
+            worker_cpu_seconds=self.worker_cpu,
+            timeline=tuple(self.timeline),
         )
+
+
+def ring_rows(window: int, output: int, in_flight: int) -> int:
+    """Rows of a `LevelRing` whose stage reads bands of `window` rows (margins included) from a
+    stage whose bands write `output` rows each, with `in_flight` jobs at a time. ``window +
+    output`` always makes progress (a band is held back only while rows it would overwrite are
+    still read); this leaves room for two windows and every job in flight, enough that no plan
+    tried was held back (a held band changes the order of the pack's tiles, not their bytes: the
+    pack-bytes tests would see it)."""
+    return 2 * window + (in_flight + 2) * output
 
 
 # ---- public API ---------------------------------------------------------------------------------------
@@ -626,6 +813,7 @@ __all__ = [
     "ALPHA_FORMATS",
     "IN_PROCESS_PIXELS",
     "BakeReport",
+    "JobTiming",
     "FormatChoice",
     "Stage",
     "bake",

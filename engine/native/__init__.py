@@ -22,7 +22,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Codecs", "Native", "hdr_scanlines", "load", "rgbe_to_float", "load_library", "reduce_f32", "reduce_rgba8"]
+__all__ = [
+    "Codecs",
+    "HdrFunctions",
+    "Native",
+    "encode_f32",
+    "hdr_functions",
+    "load",
+    "load_library",
+    "reduce_f32",
+    "reduce_rgba8",
+]
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +269,32 @@ def reduce_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_int64,
         ctypes.c_int64,
         ctypes.c_int64,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    )
+    return fn
+
+
+@functools.cache
+def encode_f32() -> ctypes._CFuncPtr | None:
+    """``ts_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
+    `reduce_rgba8`: `mips` then encodes with numpy, to the same bits."""
+    path = _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).ts_encode_f32
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no texel encoding (%s): numpy encodes", exc)
+        return None
+    fn.restype = None
+    fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
         ctypes.c_int,
         ctypes.c_void_p,
         ctypes.c_int64,

@@ -17,6 +17,7 @@
  *                   bytes; the twin of assets/hdr.py's `_scanline`, same results and errors.
  *   ts_rgbe_to_float (HDR reader) RGBE bytes -> float32 RGB through hdr.py's 65536-entry table (the
  *                   twin of its numpy path, bit for bit: the same table lookups).
+ *   ts_encode_f32   (bake workers) float32 linear texels back to 8-bit codes (mips.Transfer.encode's twin).
  *
  * No library is linked: the decoders and the hash are the C functions the zstandard, lz4 and
  * xxhash Python packages already carry, passed in as function pointers (engine/native/__init__.py
@@ -363,6 +364,39 @@ void ts_rgbe_to_float(const uint8_t *rgbe, int64_t n, const float *table, float 
         out[3 * i] = row[t[0]];
         out[3 * i + 1] = row[t[1]];
         out[3 * i + 2] = row[t[2]];
+    }
+}
+
+/* (bake workers) float32 linear texels -> 8-bit codes, in one pass: the twin of mips.Transfer.encode's
+ * numpy path, bit for bit. A channel whose bit is set in `table_mask` takes table[bits >> 12] (the sRGB
+ * curve: one rounded code per float32 bin, 2^20 entries); the others take round(v * 255) as numpy
+ * computes it: v * 255.0f, then + (0.5f + 1/512) (two float32 roundings, so no multiply-add may be
+ * contracted), NaN or below 0 -> 0, above 255 -> 255, truncated. Strides: floats (src), bytes (dst). */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, const uint8_t *table,
+                   int table_mask, uint8_t *dst, int64_t dst_stride) {
+    const float bias = 0.501953125f; /* float32(0.5 + 1/512), exact */
+    for (int64_t r = 0; r < rows; r++) {
+        const float *a = src + r * src_stride;
+        uint8_t *o = dst + r * dst_stride;
+        for (int64_t i = 0; i < 4 * width; i++) {
+            const int c = (int)(i & 3);
+            if (table_mask >> c & 1) {
+                uint32_t bits;
+                memcpy(&bits, a + i, 4);
+                o[i] = table[bits >> 12];
+            } else {
+                float t = a[i] * 255.0f;
+                t = t + bias;
+                if (!(t > 0.0f)) t = 0.0f; /* NaN too, as numpy's fmax(t, 0) */
+                if (t > 255.0f) t = 255.0f;
+                o[i] = (uint8_t)t;
+            }
+        }
     }
 }
 

@@ -13,10 +13,13 @@ gets the mode a plain ``open()`` would give it (0666 less the umask), not mkstem
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +72,97 @@ class EncodedTiles:
     def __len__(self) -> int:
         return len(self.stored)
 
+    def packed(self, alignment: int, into: memoryview | None = None) -> PackedTiles:
+        """The same tiles as one payload laid out as `PackWriter` writes them (each tile padded
+        with zeros to a multiple of `alignment`, the last one not), with their coordinates, sizes
+        and checksums as arrays: one write for the writer, and a small pickle between processes.
+
+        `into`: a buffer (shared memory) to lay the payload out in when it fits; the result then
+        says how long it is (`PackedTiles.outside`) and carries no bytes itself."""
+        n = len(self.stored)
+        sizes = np.fromiter((len(b) for b in self.stored), np.int64, n)
+        pads = (-sizes % alignment).tolist()
+        zeros = b"\0" * alignment
+        total = int(sizes.sum()) + sum(pads[:-1]) if n else 0
+        payload = b""
+        outside = -1
+        if into is not None and total <= len(into):
+            at = 0
+            for blob, pad in zip(self.stored, pads, strict=True):
+                end = at + len(blob)
+                into[at:end] = blob
+                if pad and end < total:
+                    into[end : end + pad] = zeros[:pad]
+                at = end + pad
+            outside = total
+        else:
+            parts: list[bytes] = []
+            for blob, pad in zip(self.stored, pads, strict=True):
+                parts.append(blob)
+                if pad:
+                    parts.append(zeros[:pad])
+            if n and pads[-1]:
+                parts.pop()
+            payload = b"".join(parts)
+        return PackedTiles(
+            levels=np.asarray(self.levels, np.int64),
+            xs=np.asarray(self.xs, np.int64),
+            ys=np.asarray(self.ys, np.int64),
+            sizes=sizes,
+            digests=np.asarray(self.digests, np.uint64),
+            payload=payload,
+            alignment=alignment,
+            outside=outside,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedTiles:
+    """Supercompressed tiles as one payload (`EncodedTiles.packed`): tile k's stored bytes start
+    at the sum of the earlier tiles' sizes rounded up to `alignment`."""
+
+    levels: np.ndarray  # int64
+    xs: np.ndarray
+    ys: np.ndarray
+    sizes: np.ndarray  # int64 stored sizes
+    digests: np.ndarray  # uint64 xxh3-64 of each raw tile
+    payload: bytes | memoryview
+    alignment: int
+    outside: int = -1  # >= 0: the payload (this many bytes) lies in a buffer the tiles' maker named
+
+    def __len__(self) -> int:
+        return int(self.sizes.size)
+
+
+WRITEBACK_BYTES = 8 << 20
+"""Written bytes after which the writer asks the kernel to start writing them to disk (Linux's
+sync_file_range, without waiting): the fsync of `commit` then finds most of the pack on disk
+already, instead of writing all of it while the bake waits (30-45 ms of a 37 MiB pack on the
+2-core box)."""
+
+
+@functools.cache
+def _sync_file_range() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, start: int, end: int) -> int:
+    """Start writing bytes [start, end) of `fd` to disk, not waiting (an advice: where the system
+    has no such call, or it fails, nothing happens); returns `end`. Bytes still in a buffer of the
+    file object are not written yet: they go with a later call, or with the final fsync."""
+    fn = _sync_file_range()
+    if fn is not None and end > start:
+        fn(fd, start, end - start, 2)  # SYNC_FILE_RANGE_WRITE
+    return end
+
 
 def open_buffered(fd: int) -> BinaryIO:
     """The temporary file's descriptor as the buffered file the writer writes through."""
@@ -98,6 +192,7 @@ class PackWriter:
         self._index = np.zeros(header.tile_count, INDEX_DTYPE)
         self._written = np.zeros(header.tile_count, bool)
         self._pos = header.payload_offset
+        self._written_back = 0  # payload bytes whose writeback to disk was started
         self._done = False
         fd, self._tmp = create_temp(self.path)
         try:
@@ -140,15 +235,19 @@ class PackWriter:
         one.add(level, x, y, stored, digest)
         self.add_encoded_batch(one)
 
-    def add_encoded_batch(self, tiles: EncodedTiles) -> None:
+    def add_encoded_batch(self, tiles: EncodedTiles | PackedTiles) -> None:
         """Add many supercompressed tiles at once (a bake band's): the same checks as `add_encoded`,
-        over arrays, and one write for their payloads."""
+        over arrays, and one write for their payloads (`PackedTiles` come laid out already)."""
         if self._done:
             raise RuntimeError("pack writer is closed")
         n = len(tiles)
         if n == 0:
             return
         h = self.header
+        if isinstance(tiles, PackedTiles) and tiles.outside >= 0:
+            raise ValueError("packed tiles without their payload (it lies outside them)")
+        if isinstance(tiles, PackedTiles) and tiles.alignment != h.alignment:
+            raise ValueError(f"tiles packed at alignment {tiles.alignment}, the pack's is {h.alignment}")
         level = np.asarray(tiles.levels, np.int64)
         x, y = np.asarray(tiles.xs, np.int64), np.asarray(tiles.ys, np.int64)
         if level.min() < 0 or level.max() >= h.level_count:
@@ -163,7 +262,10 @@ class PackWriter:
         if outside.any():
             raise ValueError(f"{first(outside)} does not exist")
         index = h.level_first.astype(np.int64)[level] + y * tx + x
-        sizes = np.fromiter((len(b) for b in tiles.stored), np.int64, n)
+        if isinstance(tiles, PackedTiles):
+            sizes = np.asarray(tiles.sizes, np.int64)
+        else:
+            sizes = np.fromiter((len(b) for b in tiles.stored), np.int64, n)
         bad_size = (sizes <= 0) | (sizes > h.supercompression.stored_bound(h.tile_raw_size))
         if bad_size.any():
             raise ValueError(f"{first(bad_size)} stored size is out of range")
@@ -177,20 +279,29 @@ class PackWriter:
         padded = -(-sizes // align) * align  # each payload starts aligned (pad before the next one)
         start = self._pos + (-self._pos % align)
         offsets = start + np.concatenate([[0], np.cumsum(padded[:-1])])
-        pads = padded - sizes
-        parts: list[bytes] = [b"\0" * (start - self._pos)]
-        for blob, pad in zip(tiles.stored, pads.tolist(), strict=True):
-            parts.append(blob)
-            parts.append(b"\0" * pad)
-        parts.pop()  # no padding after the last one: the next write pads as it needs
-        with self._writing():
-            self._file.write(b"".join(parts))
+        if isinstance(tiles, PackedTiles):
+            if len(tiles.payload) != int(offsets[-1] - start + sizes[-1]):
+                raise ValueError(f"packed payload is {len(tiles.payload)} bytes, its tiles' sizes say otherwise")
+            with self._writing():
+                self._file.write(b"\0" * (start - self._pos))
+                self._file.write(tiles.payload)
+        else:
+            pads = padded - sizes
+            parts: list[bytes] = [b"\0" * (start - self._pos)]
+            for blob, pad in zip(tiles.stored, pads.tolist(), strict=True):
+                parts.append(blob)
+                parts.append(b"\0" * pad)
+            parts.pop()  # no padding after the last one: the next write pads as it needs
+            with self._writing():
+                self._file.write(b"".join(parts))
         entries = self._index[index]
         entries["offset"], entries["stored_size"] = offsets, sizes
         entries["raw_size"], entries["checksum"] = h.tile_raw_size, np.asarray(tiles.digests, np.uint64)
         self._index[index] = entries
         self._written[index] = True
         self._pos = int(offsets[-1] + sizes[-1])
+        if self._pos - self._written_back >= WRITEBACK_BYTES:
+            self._written_back = start_writeback(self._file.fileno(), self._written_back, self._pos)
 
     @property
     def tiles_written(self) -> int:

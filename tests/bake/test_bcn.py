@@ -288,6 +288,22 @@ def test_slots_cut_from_an_encoded_surface_are_the_slots_encoded(fmt: TexelForma
             assert np.ascontiguousarray(blocks).tobytes() == encode_slot(slot, fmt), (x, y)
 
 
+@pytest.mark.parametrize("fmt", [TexelFormat.BC1, TexelFormat.BC3, TexelFormat.BC4, TexelFormat.BC5])
+def test_a_surfaces_first_columns_encode_in_place(fmt: TexelFormat) -> None:
+    """`columns`: the blocks of the first columns of each row, read from the wider rows in place,
+    are the blocks of those columns copied out."""
+    from texstream.bake.bcn import encode_surface
+
+    rows = np.ascontiguousarray(load_photo("coffee.png")[:40, :203])
+    for columns in (4, 100, 200):
+        copied = encode_surface(np.ascontiguousarray(rows[:, :columns]), fmt)
+        assert np.array_equal(encode_surface(rows, fmt, columns), copied), columns
+    with pytest.raises(ValueError, match="columns must be in 1..203"):
+        encode_surface(rows, fmt, 204)
+    with pytest.raises(ValueError, match="multiples of 4"):
+        encode_surface(rows, fmt, 6)
+
+
 def test_encode_surface_checks_its_input() -> None:
     from texstream.bake.bcn import encode_surface, encodes_blocks_alone
 
