@@ -210,9 +210,9 @@ def _ispc_surface(fmt: TexelFormat) -> Callable[[np.ndarray], bytes] | None:
     def encode(surface: np.ndarray, w: int) -> bytes:
         import ispc_texcomp
 
-        h, w, stride = surface.shape[0], w, surface.shape[1] * 4
+        h, stride = surface.shape[0], surface.shape[1] * 4  # `surface` may be wider than the `w` columns encoded
         if fmt is TexelFormat.BC6H:
-            return _ispc_bc6h(surface, w, h)
+            return _ispc_bc6h(np.ascontiguousarray(surface[:, :w]), w, h)
         if fmt is TexelFormat.BC1:
             return ispc_texcomp.compress_blocks_bc1(ispc_texcomp.RGBASurface(surface, w, h, stride))[: h * w // 2]
         if fmt is TexelFormat.BC3:

@@ -65,8 +65,6 @@ import mmap
 import os
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,9 +76,11 @@ from ..pack.format import MAX_METADATA, AddressMode, PackHeader, TexelFormat
 from ..pack.writer import PackedTiles, PackWriter
 from . import jobs
 from .bands import InlinePool, WorkerState, gather_rows, init_worker, run_job, warm_tables
+from .feeds import StageFeed
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
-from .jobs import BandJob, CutJob, JobResult, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
+from .jobs import BandJob, CutJob, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
+from .report import BakeReport, JobTiming
 from .source import Source, open_source, texel_dtype
 from .tiff_strips import worker_rows
 from .tiler import LevelCutter
@@ -92,183 +92,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# ---- report -----------------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class JobTiming:
-    """When one job of a bake was submitted, run in its worker and taken back, in seconds since the
-    bake began (`time.perf_counter`: the system's monotonic clock, the same in every process of a
-    machine), and the worker CPU it took: `BakeReport.timeline`, in the order the jobs were taken."""
-
-    stage: int  # -1: a deferred tile row (wrap)
-    band: int
-    submitted: float
-    started: float
-    finished: float
-    taken: float
-    cpu_seconds: float
-
-
-@dataclass(frozen=True)
-class BakeReport:
-    """What a bake produced and how fast."""
-
-    path: Path
-    width: int
-    height: int
-    levels: int
-    tiles: int
-    texel_format: str
-    raw_bytes: int  # encoded tile bytes before supercompression
-    file_bytes: int  # size of the pack file
-    seconds: float
-    jobs: int
-    main_cpu_seconds: float = 0.0  # CPU time of the baking process (all its threads) during the bake
-    worker_cpu_seconds: float = 0.0  # CPU time the jobs took in their workers, summed
-    timeline: tuple[JobTiming, ...] = ()  # every job's timing (not in `as_dict`: one entry a band)
-
-    @property
-    def source_pixels(self) -> int:
-        return self.width * self.height
-
-    @property
-    def serial_fraction(self) -> float:
-        """The share of the bake's CPU time spent outside its jobs, in the baking process (what
-        more cores cannot speed up): its own CPU time, less the jobs it ran itself in process."""
-        serial = self.main_cpu_seconds - (self.worker_cpu_seconds if self.jobs == 1 else 0.0)
-        return max(0.0, serial) / max(1e-9, max(0.0, serial) + self.worker_cpu_seconds)
-
-    @property
-    def mpixels_per_s(self) -> float:
-        return self.source_pixels / 1e6 / max(self.seconds, 1e-9)
-
-    def summary(self) -> str:
-        ratio = self.raw_bytes / max(1, self.file_bytes)
-        return (
-            f"{self.path}: {self.width} x {self.height}, {self.levels} levels, {self.tiles:,} tiles "
-            f"{self.texel_format}, {self.file_bytes / 2**20:,.1f} MiB (x{ratio:.2f}) in "
-            f"{self.seconds:.2f} s, {self.mpixels_per_s:,.1f} MPixel/s on {self.jobs} jobs"
-        )
-
-    def as_dict(self) -> dict:
-        return {
-            "path": str(self.path),
-            "width": self.width,
-            "height": self.height,
-            "levels": self.levels,
-            "tiles": self.tiles,
-            "format": self.texel_format,
-            "raw_bytes": self.raw_bytes,
-            "file_bytes": self.file_bytes,
-            "seconds": self.seconds,
-            "jobs": self.jobs,
-            "main_cpu_seconds": self.main_cpu_seconds,
-            "worker_cpu_seconds": self.worker_cpu_seconds,
-            "serial_fraction": self.serial_fraction,
-            "source_pixels": self.source_pixels,
-            "mpixels_per_s": self.mpixels_per_s,
-        }
-
-
 # ---- main side ---------------------------------------------------------------------------------------
-class _Feed:
-    """The input rows of one stage, arriving in order, handed out as overlapping band windows.
-
-    Stage 0 either reads the source here (`source`), or leaves reading to the workers (`remote`);
-    later stages receive the previous stage's output rows through `add`.
-    """
-
-    def __init__(
-        self, stage: Stage, source: Source | None = None, remote: bool = False, texels: np.dtype | None = None
-    ) -> None:
-        self.stage = stage
-        self.source = source
-        self.remote = remote
-        self.next_band = 0
-        self.chunks: list[tuple[int, np.ndarray]] = []
-        self.have = 0  # rows [0, have) have arrived
-        # stage 0: the source's texels (uint8, or a float source's float32); later stages: float32
-        self.dtype = np.dtype(texels or np.uint8) if stage.index == 0 else np.dtype(np.float32)
-        self.top: JobResult | None = None
-        self.bottom: JobResult | None = None
-        self.deferred_sent = False
-        # Where the rows are held: `chunks` (arrays taken from results), or a `LevelRing` in the
-        # shared memory that the previous stage's bands write to directly (`add_rows` then only
-        # counts them); `in_flight` holds the window starts of this stage's unfinished bands.
-        self.ring: LevelRing | None = None
-        self.in_flight: deque[int] = deque()
-
-    @property
-    def finished(self) -> bool:
-        return self.next_band >= self.stage.bands
-
-    def add(self, start: int, rows: np.ndarray) -> None:
-        assert start == self.have, f"stage {self.stage.index}: rows {start}.. arrived after {self.have}"
-        if rows.shape[0]:
-            self.chunks.append((start, rows))
-            self.have += rows.shape[0]
-
-    def add_rows(self, start: int, count: int) -> None:
-        """Rows [start, start + count) are in `ring` now."""
-        assert start == self.have, f"stage {self.stage.index}: rows {start}.. arrived after {self.have}"
-        self.have += count
-
-    def lowest_needed(self) -> int:
-        """The first row an unfinished or future band of this stage still reads from `ring`."""
-        if self.in_flight:
-            return self.in_flight[0]
-        return self.stage.window(self.next_band)[0] if not self.finished else self.have
-
-    def ready(self) -> bool:
-        if self.finished:
-            return False
-        if self.source is not None or self.remote:
-            return True
-        return self.have >= self.stage.window(self.next_band)[1]
-
-    def window_rows(self, out: np.ndarray | None = None) -> np.ndarray:
-        """Rows of the next band's window (reading the source as needed), copied into `out` if given
-        (else a view when possible); then drops the rows no later band needs."""
-        lo, hi = self.stage.window(self.next_band)
-        into = getattr(self.source, "read_rows_into", None)
-        if out is not None and self.source is not None and self.have < hi and callable(into):
-            return self._window_into(lo, hi, out, into)
-        if self.source is not None and self.have < hi:
-            rows = self.source.read_rows(self.have, hi)
-            if rows.shape != (hi - self.have, self.stage.width, 4) or rows.dtype != self.dtype:
-                raise EngineError(
-                    f"source {self.source.name} returned {rows.shape} {rows.dtype} for rows "
-                    f"{self.have}..{hi}, expected ({hi - self.have}, {self.stage.width}, 4) {self.dtype}"
-                )
-            self.add(self.have, rows)
-        parts = [(s, c) for s, c in self.chunks if s < hi and s + c.shape[0] > lo]
-        if out is None and len(parts) == 1 and parts[0][0] <= lo and parts[0][0] + parts[0][1].shape[0] >= hi:
-            s, c = parts[0]
-            rows = c[lo - s : hi - s]
-        else:
-            rows = out if out is not None else np.empty((hi - lo, self.stage.width, 4), self.dtype)
-            for s, c in parts:
-                a, z = max(lo, s), min(hi, s + c.shape[0])
-                rows[a - lo : z - lo] = c[a - s : z - s]
-        self._drop(hi)
-        return rows
-
-    def _window_into(self, lo: int, hi: int, out: np.ndarray, into: Callable) -> np.ndarray:
-        """The source writes the new rows straight into `out`; rows later bands share are kept."""
-        for s, c in self.chunks:  # rows [lo, have) from the previous window's tail
-            a, z = max(lo, s), min(self.have, s + c.shape[0])
-            if z > a:
-                out[a - lo : z - lo] = c[a - s : z - s]
-        into(self.have, hi, out[self.have - lo :])
-        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
-        self.chunks = [(nxt, out[nxt - lo :].copy())] if nxt < hi else []  # `out` is recycled later
-        self.have = hi
-        return out
-
-    def _drop(self, hi: int) -> None:
-        nxt = self.stage.window(self.next_band + 1)[0] if self.next_band + 1 < self.stage.bands else hi
-        self.chunks = [(s, c) if s >= nxt else (nxt, c[nxt - s :]) for s, c in self.chunks if s + c.shape[0] > nxt]
-
-
 _Pool = WorkerPool | InlinePool  # or cluster.ClusterPool (dask is optional: not imported here)
 
 
@@ -330,8 +154,8 @@ class _Baker:
         in_place = self.in_process and bool(getattr(source, "forkable", False))
         self.shared_source = not self.pickled_source and in_place
         remote = self.pickled_source or self.shared_source
-        self.feeds = [_Feed(self.stages[0], None if remote else source, remote, texel_dtype(source))]
-        self.feeds += [_Feed(st) for st in self.stages[1:]]
+        self.feeds = [StageFeed(self.stages[0], None if remote else source, remote, texel_dtype(source))]
+        self.feeds += [StageFeed(st) for st in self.stages[1:]]
         self.pending: deque[tuple[Task, BandJob | CutJob, int | None, float]] = deque()
         self.timeline: list[JobTiming] = []
         self.began = time.perf_counter()  # reset when `run` starts
@@ -436,7 +260,7 @@ class _Baker:
                     self._submit(pool, job, slot)
                     progress = True
 
-    def _next_band(self, feed: _Feed) -> tuple[BandJob | None, int | None]:
+    def _next_band(self, feed: StageFeed) -> tuple[BandJob | None, int | None]:
         st, i = feed.stage, feed.next_band
         wrap = self.header.address_mode is AddressMode.WRAP and st.bands > 1
         needs_top = wrap and i > 0 and st.window(i)[1] >= st.height
@@ -586,7 +410,7 @@ class _Baker:
             at += -(-feed.ring.nbytes // page) * page
         return at
 
-    def _deferred_cuts(self, feed: _Feed) -> list[CutJob]:
+    def _deferred_cuts(self, feed: StageFeed) -> list[CutJob]:
         """Tile row 0 of each level of a wrapped stage, from its top rows and the level's bottom rows."""
         assert feed.top is not None and feed.bottom is not None
         h = self.header
