@@ -326,7 +326,10 @@ def scene_update(
     from ..scene.paths import flythrough
 
     scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms)
+    from ..runtime.frame_stats import PHASES
+
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
+    phases = []
     try:
         w, h = scene.ground
         path = flythrough(w, h, seconds=seconds)
@@ -341,6 +344,7 @@ def scene_update(
                 uploads.append(st.uploads)
                 requested.append(st.requested)
                 evicted.append(st.evicted)
+                phases.append([getattr(st, p) for p in PHASES])
         ctx.finish()
         elapsed = time.perf_counter() - t0
         pools = sorted(p.name for p in scene.streamer.pools.values())
@@ -349,6 +353,8 @@ def scene_update(
         scene.release()
     after = np.asarray(wall[int(fps) :] or wall)
     up = np.asarray(uploads)
+    streaming = (up > 0) | (np.asarray(requested) > 0)
+    ph, w = np.asarray(phases), np.asarray(wall)
     worst = np.argsort(wall)[::-1][:3]
     return {
         "frame_size": list(size),
@@ -366,6 +372,17 @@ def scene_update(
         "update_cpu_ms_p95": percentile(cpu, 95),
         "wanted_pages_p50": percentile(wanted, 50),
         "frames_with_uploads": float(np.mean(up > 0)),
+        "streaming_frames": int(np.count_nonzero(streaming)),
+        "streaming_update_ms": {
+            "p50": percentile(w[streaming], 50),
+            "p95": percentile(w[streaming], 95),
+            "p99": percentile(w[streaming], 99),
+            "max": float(w[streaming].max()) if streaming.any() else 0.0,
+        },
+        "phases_ms": {  # mean ms per update() phase (FrameStats), on frames that stream and on the rest
+            kind: {p: float(ph[sel, k].mean()) if sel.any() else 0.0 for k, p in enumerate(PHASES)}
+            for kind, sel in (("streaming", streaming), ("idle", ~streaming))
+        },
         "uploads": int(up.sum()),
         "uploads_per_frame_p95": percentile(up, 95),
         "gc": pauses.summary(),
@@ -438,6 +455,7 @@ def camera_cuts(
         "hold_frames": hold,
         "paced_fps": fps,
         "frames_to_complete": r.tolist(),
+        "mean": float(r.mean()),
         "p50": percentile(r, 50),
         "p95": percentile(r, 95),
         "max": int(r.max()),
@@ -567,6 +585,20 @@ def print_stream(r: dict) -> None:
             f"pauses, max {sc['gc']['max_ms']:.1f} ms",
         ),
         (
+            "    frames that stream",
+            f"{sc['streaming_update_ms']['p50']:.2f} ms p50",
+            f"p95 {sc['streaming_update_ms']['p95']:.2f}, p99 {sc['streaming_update_ms']['p99']:.2f}, max "
+            f"{sc['streaming_update_ms']['max']:.2f} ms over {sc['streaming_frames']} frames that upload or request",
+        ),
+        (
+            "    phases, mean ms",
+            "streaming | idle",
+            " ".join(
+                f"{k.removesuffix('_ms')} {sc['phases_ms']['streaming'][k]:.3f}|{sc['phases_ms']['idle'][k]:.3f}"
+                for k in sc["phases_ms"]["streaming"]
+            ),
+        ),
+        (
             "    again",
             f"{sc2['update_ms_p50']:.2f} ms p50",
             f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
@@ -588,7 +620,8 @@ def print_stream(r: dict) -> None:
         (
             "(e) camera cuts",
             f"{cuts['p95']:.0f} frames p95",
-            f"p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is missing, {cuts['cuts']} cuts, "
+            f"mean {cuts['mean']:.1f}, p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is "
+            f"missing, {cuts['cuts']} cuts, "
             "as fast as the GPU goes (2 frames queued)",
         ),
         (

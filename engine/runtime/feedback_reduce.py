@@ -7,8 +7,10 @@ a texture closed while its draws were in flight, or garbage), counts each unique
 how many feedback samples wanted it) and applies the budget's mip bias (each page replaced by its
 ancestor ``floor(bias)`` levels up, clamped at the coarsest level; counts of merged pages add up).
 
-Unique-with-counts is done by sorting (`unique_counts`): numpy 2's ``np.unique`` takes a hash path
-that is several times slower on these arrays.
+Unique-with-counts is a histogram over the tile id space (`np.bincount`, one pass over the entries and
+one over the ids in use) when the space is not much larger than the entries, else a sort
+(`unique_counts`): at 1920x1080 the histogram is about 5x faster than the sort; numpy 2's ``np.unique``
+takes a hash path that is several times slower than either on these arrays.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from .tiles import TileSpace
 
-__all__ = ["FeedbackReducer", "FeedbackResult", "Wanted", "unique_counts", "unique_sums"]
+__all__ = ["FeedbackReducer", "FeedbackResult", "Wanted", "histogram_counts", "unique_counts", "unique_sums"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,25 @@ def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v[starts], counts.astype(np.int64)
 
 
+HISTOGRAM_IDS_PER_ENTRY = 8  # the histogram path while the id space is at most this many ids per entry
+
+
+def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sorted unique values below `n_ids`, how often each occurs, and how many values were not below
+    `n_ids` (a histogram of `n_ids` bins: never larger, whatever the values)."""
+    v = np.asarray(values).ravel()
+    if v.size == 0 or n_ids <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), int(v.size)
+    outside = 0
+    if int(v.max()) >= n_ids or (v.dtype.kind == "i" and int(v.min()) < 0):
+        inside = (v >= 0) & (v < n_ids)
+        outside = int(v.size - np.count_nonzero(inside))
+        v = v[inside]
+    hist = np.bincount(v, minlength=n_ids)
+    uniq = np.flatnonzero(hist)
+    return uniq, hist[uniq].astype(np.int64), outside
+
+
 def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys and the summed weight of each (sort-based)."""
     k = np.asarray(keys).ravel()
@@ -102,10 +123,15 @@ class FeedbackReducer:
         if not (math.isfinite(bias) and bias >= 0):
             raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
         total = int(ids.size)
-        uniq, counts = unique_counts(ids)
+        n_ids = self.space.used
+        outside = 0
+        if total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
+            uniq, counts, outside = histogram_counts(ids, n_ids)
+        else:
+            uniq, counts = unique_counts(ids)
         uniq = uniq.astype(np.int64)
         valid = self.space.is_tile(uniq)
-        invalid = int(counts[~valid].sum())
+        invalid = outside + int(counts[~valid].sum())
         if invalid:
             log.debug("feedback: %d of %d entries name no tile and were dropped", invalid, total)
         uniq, counts = uniq[valid], counts[valid]

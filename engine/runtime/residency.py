@@ -24,6 +24,7 @@ synthetic feedback (tests/runtime/test_residency.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class Orders:
     runs: np.ndarray  # POOL_RUN_DTYPE
     evicted: Evictions
     cancelled: int
+    select_ms: float = 0.0  # wall ms of the scheduler's step (the rest of `orders` reserves slots)
 
     def __len__(self) -> int:
         return int(self.tiles.size)
@@ -368,6 +370,7 @@ class Residency:
         gap). Prefetch takes free slots only, and not the reserve kept for demand: evicting for it would
         trade tiles the screen used a few frames ago for tiles it may never use.
         """
+        t0 = time.perf_counter()
         requests = self.scheduler.update(self.frame, self.wanted, free_ring_slots)
         cancelled = requests.cancelled
         if len(self._feedback_frames) == self._feedback_frames.maxlen:
@@ -375,6 +378,7 @@ class Residency:
             if len(stale):
                 self.free_loads(stale)
                 cancelled += len(stale)
+        select_ms = (time.perf_counter() - t0) * 1e3
         self._totals["cancelled"] += cancelled
         ids, prefetch = requests.ids, requests.prefetch
         evicted: list[Evictions] = []
@@ -415,6 +419,7 @@ class Residency:
                 np.concatenate([e.age for e in evicted]) if evicted else np.zeros(0, np.int64),
             ),
             cancelled=cancelled,
+            select_ms=select_ms,
         )
 
     def missing_pages(self, wanted: Wanted) -> int:

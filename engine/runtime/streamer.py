@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 
@@ -26,10 +25,10 @@ from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters
-from .budget import BudgetManager
+from .budget import BudgetManager, budget_bytes
 from .budget_advice import open_error
 from .feedback import FeedbackRing
-from .frame_stats import FrameStats, IOStatus
+from .frame_stats import FrameStats, IOStatus, PhaseClock
 from .io_workers import ReadHook
 from .origin import Origin
 from .ownership import RenderThreadOwned
@@ -303,11 +302,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
             The streamer is released.
         """
         self._check_open()
-        if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or not math.isfinite(megabytes):
-            raise ValueError(f"budget must be a finite number of MiB, got {megabytes!r}")
-        nbytes = int(megabytes * (1 << 20))
-        if nbytes <= 0:
-            raise ValueError(f"budget must be positive, got {megabytes!r} MiB")
+        nbytes = budget_bytes(megabytes)
         if nbytes < self.budget.budget:
             self._plan_pools(budget=nbytes)  # shrink first, then lower the budget
             self.budget.set_budget(nbytes)
@@ -336,7 +331,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         """
         self._check_open()
         self._watch.updated()
-        t0, c0 = time.perf_counter(), time.thread_time()
+        c0, clock = time.thread_time(), PhaseClock()
         core, up = self._core, self._uploader
         st = FrameStats(frame=core.begin_frame())
         if up is not None:
@@ -344,29 +339,36 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._feedback = self._feedback.fitted(self.ctx.viewport, self.budget, self.config)
         self._feedback.end_frame()
         raw = self._feedback.collect(st.frame)
+        st.feedback_ms = clock.lap()
         wanted = core.observe([] if self.freeze_feedback else raw)
         st.feedback_age, st.wanted_pages = self._feedback.age, len(wanted)
+        st.reduce_ms = clock.lap()
         if up is not None:
             drained = up.drain()
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed = len(core.apply(drained=drained))
-            tu = time.perf_counter()
+            st.drain_ms = clock.lap()
             uploaded = up.upload(st.frame, self._pool_set.by_index)  # caps and time budget: the config's
             core.apply(uploaded=uploaded)
-            st.upload_ms = (time.perf_counter() - tu) * 1e3
+            st.upload_ms = clock.lap()
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
                 st.upload_calls = up.last_calls
                 st.latency_frames = uploaded.latency_frames
             orders = core.orders(up.free_slots, up.cancel_stale)
+            st.select_ms, st.reserve_ms = orders.select_ms, clock.lap() - orders.select_ms
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)
             st.evicted, st.evicted_tiles, st.evicted_age = len(orders.evicted), orders.evicted.tiles, orders.evicted.age
             st.in_flight, st.stalls = up.in_flight, up.ring.stall_count
+            st.submit_ms = clock.lap()
         self._pages.upload(core.tables)
+        st.page_table_ms = clock.lap()
         st.missing_pages = core.missing_pages(wanted)
-        self._feedback.begin_frame(st.frame)
         st.queued = core.scheduler.queued_count
-        st.update_ms = (time.perf_counter() - t0) * 1e3
+        st.stats_ms = clock.lap()
+        self._feedback.begin_frame(st.frame)
+        st.feedback_ms += clock.lap()
+        st.update_ms = clock.total()
         st.update_cpu_ms = (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
