@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .tiles import TileSpace
 
-__all__ = ["FeedbackReducer", "FeedbackResult", "Wanted", "histogram_counts", "unique_counts", "unique_sums"]
+__all__ = [
+    "CompactFeedback",
+    "FeedbackReducer",
+    "FeedbackResult",
+    "Wanted",
+    "histogram_counts",
+    "unique_counts",
+    "unique_sums",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,18 @@ class FeedbackResult:
     samples: int  # entries read
     invalid: int  # entries naming no tile of an open texture (dropped)
     bias_levels: int  # whole levels the pages were coarsened by
+
+
+@dataclass(frozen=True)
+class CompactFeedback:
+    """One feedback buffer already reduced on the GPU (shaders/vt_feedback_compact.glsl): unique ids, in
+    no particular order, with how many entries named each; `samples` entries were read, `invalid` of
+    them named an id past the id space (dropped on the GPU)."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+    samples: int
+    invalid: int
 
 
 def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,6 +160,33 @@ class FeedbackReducer:
         if b and uniq.size:
             uniq, counts = unique_sums(self.space.ancestors(uniq, b), counts)
         return FeedbackResult(Wanted(uniq, counts), total, invalid, b)
+
+    def reduce_batches(self, batches: Sequence[np.ndarray | CompactFeedback], bias: float = 0.0) -> FeedbackResult:
+        """`reduce` over several buffers at once: raw ones (uint32 entries) and ones compacted on the
+        GPU (`CompactFeedback`) alike; the same pages and counts as reducing all their entries."""
+        raw = [b for b in batches if not isinstance(b, CompactFeedback)]
+        compact = [b for b in batches if isinstance(b, CompactFeedback)]
+        if not compact:
+            return self.reduce(np.concatenate(raw) if len(raw) != 1 else raw[0], bias)
+        if not (math.isfinite(bias) and bias >= 0):
+            raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
+        ids = [np.asarray(c.ids, np.int64) for c in compact]
+        counts = [np.asarray(c.counts, np.int64) for c in compact]
+        samples = sum(c.samples for c in compact)
+        invalid = sum(c.invalid for c in compact)
+        if raw:
+            r = self.reduce(np.concatenate(raw))
+            ids.append(r.wanted.ids)
+            counts.append(r.wanted.counts)
+            samples, invalid = samples + r.samples, invalid + r.invalid
+        uniq, total = unique_sums(np.concatenate(ids), np.concatenate(counts))  # a few thousand: sorted here
+        valid = self.space.is_tile(uniq)
+        invalid += int(total[~valid].sum())
+        uniq, total = uniq[valid], total[valid]
+        b = math.floor(bias)
+        if b and uniq.size:
+            uniq, total = unique_sums(self.space.ancestors(uniq, b), total)
+        return FeedbackResult(Wanted(uniq, total), samples, invalid, b)
 
     def coarsen(self, wanted: Wanted, levels: int) -> Wanted:
         """`wanted` with each page replaced by its ancestor `levels` levels up (counts merged)."""

@@ -134,6 +134,7 @@ class FeedbackInfo:
     capacity: int  # entries each buffer holds
     dropped: int  # entries lost to a full buffer so far
     frozen: bool  # feedback is read but ignored (`Streamer.freeze_feedback`)
+    compacted: bool = False  # reduced to unique pages on the GPU before the readback (compute shaders)
 
 
 @dataclass(frozen=True)

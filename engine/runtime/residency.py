@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +36,7 @@ from ..errors import BudgetError
 from ..pack.format import PackHeader
 from .budget import BudgetManager
 from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
-from .feedback_reduce import FeedbackReducer, Wanted, unique_counts
+from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, unique_counts
 from .page_table import PageTables, TexturePages
 from .records import Drained, LoadRecords, Uploaded
 from .requests import RequestScheduler
@@ -318,15 +318,16 @@ class Residency:
         self.wanted = Wanted.empty()
         return self.frame
 
-    def observe(self, feedback: list[np.ndarray]) -> Wanted:
-        """Fold in the feedback read this frame (raw page ids, possibly none): this frame's wanted
+    def observe(self, feedback: Sequence[np.ndarray | CompactFeedback]) -> Wanted:
+        """Fold in the feedback read this frame (raw page ids or buffers compacted on the GPU, possibly
+        none): this frame's wanted
         pages, bias applied. Until newer feedback arrives, the newest wanted pages are assumed to be
         needed still and their slots are touched every frame. Under a bias, finer tiles the draws still
         sample are not touched: they age out and make room for what the budget can hold (a frame in
         flight never loses a tile it samples: the slots' overwrite gate)."""
         wanted = Wanted.empty()
         if feedback and self.headers:
-            result = self.reducer.reduce(np.concatenate(feedback) if len(feedback) > 1 else feedback[0])
+            result = self.reducer.reduce_batches(feedback)
             self.sampled = result.wanted
             bias_levels = self.budget.bias_levels
             wanted = self.reducer.coarsen(result.wanted, bias_levels)
