@@ -82,17 +82,34 @@ class CompactFeedback:
     invalid: int
 
 
+HISTOGRAM_IDS_PER_ENTRY = 8  # the histogram path while the id space is at most this many ids per entry
+
+
+def _histogram_bound(v: np.ndarray) -> int:
+    """One past the largest value when `v` (integers) is dense enough for a histogram, else 0."""
+    if v.size < 64 or v.dtype.kind not in "iu":
+        return 0
+    hi = int(v.max())
+    if hi >= HISTOGRAM_IDS_PER_ENTRY * v.size or (v.dtype.kind == "i" and int(v.min()) < 0):
+        return 0
+    return hi + 1
+
+
 def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique values and how often each occurs (sort-based)."""
-    v = np.sort(np.asarray(values).ravel())
+    """Sorted unique values and how often each occurs (a histogram when the values are dense, else a
+    sort)."""
+    v = np.asarray(values).ravel()
+    bound = _histogram_bound(v)
+    if bound:
+        hist = np.bincount(v, minlength=bound)
+        uniq = np.flatnonzero(hist)
+        return uniq.astype(v.dtype), hist[uniq].astype(np.int64)
+    v = np.sort(v)
     if v.size == 0:
         return v, np.zeros(0, np.int64)
     starts = np.concatenate([[0], np.flatnonzero(v[1:] != v[:-1]) + 1])
     counts = np.diff(np.append(starts, v.size))
     return v[starts], counts.astype(np.int64)
-
-
-HISTOGRAM_IDS_PER_ENTRY = 8  # the histogram path while the id space is at most this many ids per entry
 
 
 def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -112,10 +129,16 @@ def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.nda
 
 
 def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique keys and the summed weight of each (sort-based)."""
+    """Sorted unique keys and the summed weight of each (a histogram when the keys are dense, else a
+    sort)."""
     k = np.asarray(keys).ravel()
     if k.size == 0:
         return k.astype(np.int64), np.zeros(0, np.int64)
+    bound = _histogram_bound(k)
+    if bound:
+        present = np.flatnonzero(np.bincount(k, minlength=bound))
+        sums = np.bincount(k, weights=np.asarray(weights, np.float64).ravel(), minlength=bound)[present]
+        return present.astype(np.int64), np.rint(sums).astype(np.int64)
     order = np.argsort(k, kind="stable")
     ks = k[order]
     starts = np.concatenate([[0], np.flatnonzero(ks[1:] != ks[:-1]) + 1])

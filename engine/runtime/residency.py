@@ -162,6 +162,8 @@ class Residency:
         self._totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
         self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
+        # the slots `_touch` last found per pool, for (the pages, the tables' version) they were found for
+        self._touched: tuple[Wanted | None, int, list[tuple[int, np.ndarray]]] = (None, -1, [])
 
     def _grow(self, capacity: int) -> None:
         self.failed_tile = np.concatenate([self.failed_tile, np.zeros(capacity - self.failed_tile.size, bool)])
@@ -382,6 +384,9 @@ class Residency:
         select_ms = (time.perf_counter() - t0) * 1e3
         self._totals["cancelled"] += cancelled
         ids, prefetch = requests.ids, requests.prefetch
+        if ids.size == 0:  # nothing to reserve (and a still view keeps its tiles: no keep_free)
+            z = np.zeros(0, np.int64)
+            return Orders(z, z, z, np.zeros(0, POOL_RUN_DTYPE), Evictions.empty(), cancelled, select_ms)
         evicted: list[Evictions] = []
         runs: list[np.ndarray] = []
         slots = np.full(ids.size, -1, np.int64)
@@ -454,13 +459,18 @@ class Residency:
         """Record a use of every slot `wanted` samples, and its parent's (trilinear reads both)."""
         if not len(wanted) or not self.headers:
             return
-        ids = np.concatenate([wanted.ids, self.space.parent[wanted.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        slots = self.tables.sample_slot(ids)
-        pool_of = self.pool_of[self.space.tex[ids].astype(np.int64)]
-        for p, ledger in enumerate(self.ledgers):
+        pages, version, per_pool = self._touched
+        if pages is not wanted or version != self.tables.version:  # else the same slots as last frame
+            ids = np.concatenate([wanted.ids, self.space.parent[wanted.ids].astype(np.int64)])
+            ids = ids[ids >= 0]
+            slots = self.tables.sample_slot(ids)
+            pool_of = self.pool_of[self.space.tex[ids].astype(np.int64)]
+            per_pool = [(p, slots[pool_of == p]) for p, ledger in enumerate(self.ledgers) if ledger is not None]
+            self._touched = (wanted, self.tables.version, per_pool)
+        for p, slots in per_pool:
+            ledger = self.ledgers[p]
             if ledger is not None:
-                ledger.touch(slots[pool_of == p], self.frame)
+                ledger.touch(slots, self.frame)
 
     def stream_capacity(self, pool: int) -> int:
         """Slots a pool has for streamed tiles (those pinned for the coarsest levels do not count;
