@@ -163,6 +163,7 @@ class FeedbackRing:
         self._current: _Entry | None = None
         self._spare_entry: _Entry | None = None
         self.age = -1  # frames between the newest feedback read and the frame it was read in
+        self.completed = -1  # the newest frame whose buffer's fence signalled: the GPU finished its draws
         self.dropped = 0  # entries lost because the buffer was full
         self.skipped_frames = 0  # frames without a free buffer (GPU far behind): no feedback recorded
 
@@ -354,6 +355,7 @@ class FeedbackRing:
                 out.append(e.read((HEADER_UINTS + n) * 4)[HEADER_UINTS:])
             self.dropped += count - n
             self.age = frame - e.frame
+            self.completed = max(self.completed, e.frame)
             e.fence.release()
             e.fence, e.frame = None, -1
         return out

@@ -29,7 +29,10 @@ Slot lifecycle (`CacheSlotState`)::
 A RESIDENT slot is evicted only when unpinned and unused (per feedback) for ``frames_in_flight``
 frames. Independently, a slot whose tile left it at frame E is not overwritten before frame
 ``E + frames_in_flight`` (`writable_at`): draws issued before E may still be in flight and sample
-it through their page tables, and waiting avoids an implicit GPU sync on the upload.
+it through their page tables, and waiting avoids an implicit GPU sync on the upload. When the GPU
+is known to have finished every draw issued before E (a fence behind frame E - 1 signalled:
+`open_gates_before`), the slot is writable at once: a view cut then loads into the slots it evicts
+in the next frame instead of ``frames_in_flight`` frames later.
 
 Pools are sized together (`plan_capacities`): what the budget leaves after the fixed costs is shared
 in proportion to the number of textures per pool times the slot bytes (equal slots per texture:
@@ -258,6 +261,7 @@ class SlotLedger:
         self.last_used = np.zeros(0, np.int64)
         self.pinned = np.zeros(0, bool)
         self.writable_at = np.zeros(0, np.int64)  # frame from which the slot may be overwritten
+        self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
         self.grow(capacity)
 
@@ -317,7 +321,7 @@ class SlotLedger:
         evicted_last_used = self.last_used[victims].copy()
         if victims.size:
             out[take : take + victims.size] = np.sort(victims)  # slot order: runs for the uploads
-            self.writable_at[victims] = frame + self.frames_in_flight
+            self._gate(victims, frame)
         got = out >= 0
         s = out[got]
         self.state[s] = _LOADING
@@ -337,7 +341,7 @@ class SlotLedger:
             return Allocation.empty()
         victims = self._pick_victims(frame, short)
         tiles, last = self.tile[victims].copy(), self.last_used[victims].copy()
-        self.writable_at[victims] = frame + self.frames_in_flight
+        self._gate(victims, frame)
         self._clear(victims)
         self._push_free(victims)
         e = np.zeros(0, np.int64)
@@ -416,6 +420,7 @@ class SlotLedger:
         resident = s[self.state[s] == _RESIDENT]
         out = (self.tile[loading].copy(), loading.copy())
         self.writable_at[resident] = np.maximum(self.writable_at[resident], frame + self.frames_in_flight)
+        self._gated = np.concatenate([self._gated, resident])
         self._clear(s)
         self._push_free(s)
         return out
@@ -543,9 +548,30 @@ class SlotLedger:
         changed = new != old
         return ResizeResult(old[changed], new[changed], evicted_tiles, cancelled_tiles, cancelled_slots)
 
+    def _gate(self, slots: np.ndarray, frame: int) -> None:
+        """Slots whose tiles leave them at `frame`: not overwritten before frame + frames_in_flight."""
+        self.writable_at[slots] = frame + self.frames_in_flight
+        self._gated = np.concatenate([self._gated, slots])
+
+    def open_gates_before(self, done_frame: int, frame: int) -> int:
+        """The GPU has finished every draw of frames up to `done_frame` (a fence behind them signalled):
+        slots whose tiles left them at a frame E <= done_frame + 1 are writable from `frame` on (no
+        draw still in flight was issued before E). Costs a pass over the slots still gated only.
+        Returns how many gates opened early."""
+        g = self._gated
+        if g.size == 0:
+            return 0
+        g = g[g < self.capacity]
+        g = g[self.writable_at[g] > frame]  # the rest passed their gates already
+        early = g[self.writable_at[g] - self.frames_in_flight <= done_frame + 1]
+        self.writable_at[early] = frame
+        self._gated = np.unique(g[self.writable_at[g] > frame])
+        return int(np.unique(early).size)
+
     def open_gates(self) -> None:
         """Every slot writable now: the pool moved to a fresh array no draw in flight samples."""
         self.writable_at[:] = NEVER
+        self._gated = np.zeros(0, np.int64)
 
     def check(self) -> None:
         """Assert internal consistency (tests and debugging)."""

@@ -344,7 +344,7 @@ class Streamer(RenderThreadOwned, StreamerViews):
         self._pages.bind(VT_PAGES_BINDING)  # the feedback compaction's dispatches used its binding
         raw = self._feedback.collect(st.frame)
         st.feedback_ms = clock.lap()
-        wanted = core.observe([] if self.freeze_feedback else raw)
+        wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
         st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
         if up is not None:
             drained = up.drain()

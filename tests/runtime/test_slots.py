@@ -226,6 +226,24 @@ def test_lru_order_of_eviction(make_ledger: MakeLedger) -> None:
     ledger.check()
 
 
+def test_gates_open_once_the_gpu_finished_the_draws_before_the_eviction(make_ledger: MakeLedger) -> None:
+    """A slot evicted at frame 20 may be sampled by draws of frames up to 19 only: writable as soon as a
+    fence behind frame 19 signalled, never before; other gates keep their frame."""
+    ledger = make_ledger(4)
+    load(ledger, 0, [100, 101, 102, 103])
+    allocate(ledger, 20, [200, 201])  # evicts slots 0 and 1 at frame 20
+    (late,) = ledger.keep_free(22, 1).evicted_slots  # one more evicted at frame 22
+    assert ledger.writable_at[[0, 1, late]].tolist() == [20 + FIF, 20 + FIF, 22 + FIF]
+    assert ledger.open_gates_before(18, 21) == 0  # frame 19's draws may still run
+    assert ledger.writable_at[[0, 1, late]].tolist() == [20 + FIF, 20 + FIF, 22 + FIF]
+    assert ledger.open_gates_before(19, 21) == 2
+    assert ledger.writable_at[[0, 1]].tolist() == [21, 21] and ledger.writable_at[late] == 22 + FIF
+    assert ledger.open_gates_before(20, 22) == 0  # `late` left at 22: draws of 21 may sample it
+    assert ledger.open_gates_before(21, 23) == 1 and ledger.writable_at[late] == 23
+    assert ledger.open_gates_before(30, 40) == 0  # nothing gated any more
+    ledger.check()
+
+
 def test_free_slots_before_eviction(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(4)
     load(ledger, 0, [0, 1])
