@@ -153,6 +153,7 @@ class FeedbackRing:
         compact = compact and FeedbackCompactor.available(ctx, gl)
         self.compactor = FeedbackCompactor(ctx, capacity) if compact else None
         self._compacting = False  # the compactor's work buffer is sized and reserved (`track_ids`)
+        self.n_ids = 0  # tile ids in use, as `track_ids` was last told
         readback = max(self.nbytes_each, self.compactor.list_bytes if self.compactor else 0)
         self._entries = [
             _Entry(
@@ -185,7 +186,7 @@ class FeedbackRing:
     def resized(self, size: tuple[int, int], budget: BudgetManager, config: StreamerConfig) -> FeedbackRing:
         """A ring for draws of `size` pixels in place of this one (released); BudgetError keeps this one."""
         budget.release("feedback")
-        n_ids = self.compactor.n_ids if self.compactor is not None else 0
+        n_ids = self.n_ids
         try:
             new = FeedbackRing.reserved(self.ctx, self.gl, budget, size, config)
         except BudgetError:
@@ -199,6 +200,7 @@ class FeedbackRing:
         """Tile ids in use are below `n_ids` (called when textures open): the compaction's work buffer
         follows, its bytes reserved as "feedback-compaction"; where the budget cannot hold them the CPU
         reduces the raw entries instead (nothing fails)."""
+        self.n_ids = n_ids
         c = self.compactor
         if c is None or n_ids <= 0:
             return
