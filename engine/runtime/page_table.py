@@ -41,10 +41,7 @@ SLOT_MASK = (1 << LEVEL_SHIFT) - 1
 MAX_SLOT = SLOT_MASK - 1
 NO_LEVEL = 255  # resident level of a page with nothing resident (CPU answers)
 NO_SLOT = -1
-# Dirty id ranges closer than this many entries upload as one range: a buffer write call costs the
-# driver a few microseconds, about what copying 16 KiB more does, so a frame's scattered arrivals go
-# up in a few calls rather than one per tile.
-MERGE_GAP = 4096
+MERGE_GAP = 512  # dirty id ranges closer than this many entries upload as one range
 ENTRY_BYTES = 4
 
 

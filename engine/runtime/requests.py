@@ -25,9 +25,7 @@ Policy:
 - Prefetch (``config.prefetch``, below any demand, only when this frame's queued demand leaves room
   under the caps; recomputed every other frame, as the candidates move slowly with the view):
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
-  their parent is resident. On the frames between, when there is demand, the neighbours of the
-  missing wanted pages only: what the view has just revealed (after a camera cut, the pages the
-  sparse feedback names in the next frames), at a cost that grows with the new pages alone.
+  their parent is resident.
 - Caps: at most ``max_tiles`` tiles, the free staging-ring slots, and ``max_bytes`` bytes per frame.
 """
 
@@ -254,13 +252,9 @@ class RequestScheduler:
         if len(wanted):
             dk, dw, resident = self._demand(wanted)
             queued = self._merge(frame, dk, dw, DEMAND)
-            # prefetch candidates follow the view slowly: recomputed every other frame (half the cost);
-            # between, only around the pages that went missing (they grow with the view's new pages)
-            if self.config.prefetch and queued < room and (queued or frame % 2 == 0):
-                if frame % 2 == 0:
-                    pk, pw = self._prefetch(wanted, resident)
-                else:
-                    pk, pw = self._prefetch(wanted.select(~resident), np.zeros(len(wanted) - int(resident.sum()), bool))
+            # prefetch candidates follow the view slowly: recomputed every other frame (half the cost)
+            if self.config.prefetch and queued < room and frame % 2 == 0:
+                pk, pw = self._prefetch(wanted, resident)
                 self._merge(frame, pk[self.last_wanted[pk] != frame], pw[self.last_wanted[pk] != frame], PREFETCH)
 
         # Drop what was issued, failed, became resident or loading, was closed, or went stale.

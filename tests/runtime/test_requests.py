@@ -411,19 +411,6 @@ def test_prefetch_weights_add_up_and_skip_resident_and_in_flight_tiles() -> None
     assert r.prefetch.all()
 
 
-def test_between_full_prefetches_the_neighbours_of_missing_pages_are_prefetched() -> None:
-    """On an odd frame with demand, the missing pages' neighbours (parents resident) are prefetched; the
-    resident wanted pages' neighbours and children wait for the next full pass."""
-    w = World(prefetch=True)
-    w.resident_levels(0, 4, 3, 2, 1)
-    r = w.update(1, (0, 0, 4, 4, 2), (0, 1, 5, 5, 3))  # (0, 4, 4) missing; (1, 5, 5) resident
-    assert w.names(r.ids[~r.prefetch]) == [(0, 0, 4, 4)]
-    assert set(w.names(r.ids[r.prefetch])) == {(0, 0, 3, 4), (0, 0, 5, 4), (0, 0, 4, 3), (0, 0, 4, 5)}
-    w2 = World(prefetch=True)  # an odd frame without demand computes no prefetch at all
-    w2.resident_levels(0, 4, 3, 2, 1)
-    assert len(w2.update(1, (0, 1, 5, 5, 3))) == 0 and w2.sched.queued_count == 0
-
-
 def test_no_prefetch_when_disabled() -> None:
     w = World(prefetch=False)
     w.resident_levels(0, 4, 3, 2)
