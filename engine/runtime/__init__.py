@@ -31,7 +31,9 @@ report results as records, and change no residency state of their own accord):
   layers at one cell, read from consecutive ring slots); ``io_workers.py``: the I/O thread pool;
   ``byte_sources.py``: where a tile's bytes come from (local pread, remote ranges) and how they
   are decoded;
-- ``feedback.py``: the feedback buffers and their asynchronous readback;
+- ``feedback.py``: the feedback buffers, their compaction on the GPU (unique pages with counts,
+  shaders/vt_feedback_compact.glsl) and their asynchronous readback; its fences also tell the core
+  which frames' draws the GPU has finished (cache slots evicted after them are writable at once);
 - ``texture.py``: `VirtualTexture`, the handle a shader binds (given callbacks at construction; it
   does not import the streamer).
 
@@ -51,7 +53,7 @@ Threading contract
 - Only the movers listed above may import ``moderngl``, ``texstream.gl`` or ``threading``; the
   deciders and what they import may not (tests/runtime/test_layout.py checks it).
 
-One frame (`Streamer.update`)::
+One frame (`Streamer.update`; `FrameStats` times each phase: ``feedback_ms`` ... ``stats_ms``)::
 
     reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
             -> upload page tables -> begin the next feedback frame

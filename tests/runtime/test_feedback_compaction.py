@@ -40,6 +40,7 @@ def compacted(gl_context: moderngl.Context, r: FeedbackRing, frame: int, entries
     gl_context.finish()
     (got,) = r.collect(frame + 1)
     assert isinstance(got, CompactFeedback)
+    assert r.completed == frame  # its fence signalled: the GPU finished that frame's work
     return got
 
 
