@@ -359,6 +359,9 @@ class StreamerConfig:
         more than the upload cap lets read tiles wait for their upload
     feedback_divisor : int
         feedback buffer is the framebuffer size / this
+    feedback_compaction : bool
+        reduce the feedback to unique pages on the GPU before reading it back (compute shaders, GL
+        4.3; where the context lacks them, or the budget lacks room, the CPU reduces the entries)
     cancel_after_frames : int
         a queued request not wanted again for this long is dropped
     prefetch : bool
@@ -391,6 +394,7 @@ class StreamerConfig:
     upload_time_budget_ms: float | None = None
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
+    feedback_compaction: bool = True
     cancel_after_frames: int = 8
     prefetch: bool = True
     pinned_levels: int = 2

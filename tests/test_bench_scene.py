@@ -49,6 +49,22 @@ REQUIRED_PATH_FIELDS = {
     "refetches",
     "refetch_rate",
     "max_mip_bias",
+    "update_ms_p99",
+    "update_ms_max",
+    "streaming_frames",
+    "streaming_update_ms",
+    "phases_ms",
+}
+PHASE_NAMES = {
+    "feedback_ms",
+    "reduce_ms",
+    "drain_ms",
+    "upload_ms",
+    "select_ms",
+    "reserve_ms",
+    "submit_ms",
+    "page_table_ms",
+    "stats_ms",
 }
 
 
@@ -96,11 +112,24 @@ def test_every_field(bench: tuple[dict, Path, str]) -> None:
             if key == "cache_slots":
                 assert p[key] and all(isinstance(v, int) and v > 0 for v in p[key].values()), (name, p[key])
                 continue
+            if key == "streaming_update_ms":  # frames that upload or request tiles: every path has some
+                u = p[key]
+                assert set(u) == {"p50", "p95", "p99", "max"} and all(finite(v) for v in u.values()), (name, u)
+                assert u["p50"] <= u["p95"] <= u["p99"] <= u["max"] <= p["update_ms_max"], (name, u)
+                continue
+            if key == "phases_ms":
+                assert set(p[key]) == {"streaming", "idle"}, (name, p[key])
+                for phases in p[key].values():
+                    assert set(phases) == PHASE_NAMES and all(finite(v) and v >= 0 for v in phases.values())
+                # the phases are parts of update(): on average they cannot add up to more than it
+                assert sum(p[key]["streaming"].values()) <= p["streaming_update_ms"]["max"], name
+                continue
             assert finite(p[key]), (name, key, p[key])
         assert p["frames"] > 0 and p["uploads"] > 0 and p["duration_s"] == pytest.approx(p["frames"] / 60)
         assert p["latency_p50_frames"] <= p["latency_p95_frames"] <= p["latency_p99_frames"]
         assert 0 <= p["refetches"] <= p["uploads"] and 0 <= p["refetch_rate"] <= 1
-        assert p["update_ms_p50"] <= p["update_ms_p95"]
+        assert p["update_ms_p50"] <= p["update_ms_p95"] <= p["update_ms_p99"] <= p["update_ms_max"]
+        assert 0 < p["streaming_frames"] <= p["frames"]
         assert p["failed"] == 0
         assert name in stdout
     up = r["upload_ceiling"]
@@ -130,6 +159,11 @@ def test_region_cuts_converge(bench: tuple[dict, Path, str]) -> None:
         assert finite(cut["psnr_first_db"])
     assert rc["converged_all"] is True
     assert finite(rc["converge_frames_max"]) and finite(rc["converge_frames_mean"])
+    assert rc["converge_frames_mean"] <= rc["converge_frames_p95"] <= rc["converge_frames_max"]
+    settled = [c["settle_frames"] for c in rc["cuts"]]
+    assert all(isinstance(n, int) and 0 <= n for n in settled), settled  # every cut settles within its hold
+    assert rc["settle_frames_max"] == max(settled) and rc["settle_frames_mean"] == pytest.approx(np.mean(settled))
+    assert rc["settle_frames_mean"] <= rc["settle_frames_p95"] <= rc["settle_frames_max"]
 
 
 @run_test

@@ -46,7 +46,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import moderngl
 import numpy as np
@@ -117,6 +117,12 @@ PATH_FIELDS = (
     "ceiling_fraction_wall",  # MB/s over the ceiling's MB/s
     "update_ms_p50",
     "update_ms_p95",
+    "update_ms_p99",
+    "update_ms_max",
+    "update_ms_max_after_1s",
+    "streaming_frames",  # frames that uploaded or requested tiles; their update() ms below
+    "streaming_update_ms",  # p50, p95, p99, max
+    "phases_ms",  # mean ms per update() phase (FrameStats), on streaming and on idle frames
     "update_cpu_ms_p50",
     "update_cpu_ms_p95",
     "gpu_ms_p50",
@@ -137,8 +143,37 @@ PATH_FIELDS = (
     "ring_stalls",
     "telemetry_lines",
 )
-CUTS_FIELDS = ("cuts", "converged_all", "converge_frames_max", "converge_frames_mean")  # region_cuts
-CUT_FIELDS = ("cut_time_s", "frame", "hold_frames", "frames_to_converge", "psnr_first_db", "psnr_converged_db")
+CUTS_FIELDS = (  # region_cuts
+    "cuts",
+    "converged_all",
+    "converge_frames_max",
+    "converge_frames_mean",
+    "converge_frames_p95",
+    "settle_frames_max",  # settle: frames until the feedback drawn after the cut finds nothing missing
+    "settle_frames_mean",
+    "settle_frames_p95",
+)
+CUT_FIELDS = (
+    "cut_time_s",
+    "frame",
+    "hold_frames",
+    "frames_to_converge",
+    "psnr_first_db",
+    "psnr_converged_db",
+    "settle_frames",
+)
+# update()'s phases as the frame records time them (FrameStats / FRAME_FIELDS)
+PHASES = (
+    "feedback_ms",
+    "reduce_ms",
+    "drain_ms",
+    "upload_ms",
+    "select_ms",
+    "reserve_ms",
+    "submit_ms",
+    "page_table_ms",
+    "stats_ms",
+)
 OVERSUBSCRIBED_FIELDS = ("working_set_tiles", "working_set_samples", "oversubscription", "oversubscription_by_pool")
 COMPARISON_FIELDS = ("size", "attempts", "naive", "texstream", "first_frame_speedup", "vram_ratio", "frame_time_ratio")
 NAIVE_FIELDS = (
@@ -286,6 +321,37 @@ def _reference_budget_mb(packs: Packs) -> float:
     return (need * 1.05 + 112 * MIB) / MIB
 
 
+def _spread(values: np.ndarray) -> dict[str, float | None]:
+    """p50, p95, p99 and max of `values` (None each when empty)."""
+    if not values.size:
+        return dict.fromkeys(("p50", "p95", "p99", "max"))
+    p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
+    return {"p50": p50, "p95": p95, "p99": p99, "max": float(values.max())}
+
+
+class _Settle:
+    """Per cut of a path: frames from the cut frame (0) until a frame whose feedback was drawn after
+    the cut finds nothing missing (every page it wants resident at its level)."""
+
+    def __init__(self, path: CameraPath) -> None:
+        self.starts = [math.ceil(t * FPS - 1e-9) for t in path.cut_times()]
+        self.ends = (self.starts[1:] + [path.frames(FPS)]) if self.starts else []
+        self.cut_update: dict[int, int] = {}  # cut index -> streamer frame of the update before its first draw
+        self.settled: dict[int, int] = {}
+
+    def frame(self, i: int, rec: Any) -> None:  # noqa: ANN401 (a FrameRecord)
+        for k, (a, b) in enumerate(zip(self.starts, self.ends, strict=True)):
+            if not a <= i < b or k in self.settled:
+                continue
+            first = self.cut_update.setdefault(k, rec.frame)
+            fresh = rec.feedback_age >= 0 and rec.frame - rec.feedback_age >= first
+            if fresh and rec.wanted_pages and rec.missing_pages == 0:
+                self.settled[k] = i - a
+
+    def frames_to_settle(self) -> list[int | None]:
+        return [self.settled.get(k) for k in range(len(self.starts))]
+
+
 # ---- one path ---------------------------------------------------------------------------------------
 def run_path(
     ctx: moderngl.Context,
@@ -308,6 +374,10 @@ def run_path(
         refetch = RefetchWindow(s, REFETCH_WINDOW)
         frames = path.frames(FPS)
         cpu_ms = np.zeros(frames)
+        update_ms = np.zeros(frames)
+        streaming = np.zeros(frames, bool)
+        phases = np.zeros((frames, len(PHASES)))
+        settle = _Settle(path)
         mb_s_peak = pressure_peak = 0.0
         lines = 0
         throttle = s.gl.throttle(2)  # a swap chain's frames in flight: headless has none
@@ -316,7 +386,10 @@ def run_path(
         for i in range(frames):
             pose = path.pose(i * DT)
             rec = telemetry.update()
-            cpu_ms[i] = s.last.update_cpu_ms
+            cpu_ms[i], update_ms[i] = s.last.update_cpu_ms, rec.update_ms
+            streaming[i] = bool(rec.uploads or rec.requested)
+            phases[i] = [getattr(rec, p) for p in PHASES]
+            settle.frame(i, rec)
             telemetry.gpu_begin()
             rig.draw(pose)
             telemetry.gpu_end()
@@ -360,6 +433,15 @@ def run_path(
             "ceiling_fraction_wall": sm["upload_bytes"] / MB / wall / ceil_mb_s,
             "update_ms_p50": sm["update_ms_p50"],
             "update_ms_p95": sm["update_ms_p95"],
+            "update_ms_p99": float(np.percentile(update_ms, 99)),
+            "update_ms_max": float(update_ms.max()),
+            "update_ms_max_after_1s": float(update_ms[int(FPS) :].max() if frames > FPS else update_ms.max()),
+            "streaming_frames": int(np.count_nonzero(streaming)),
+            "streaming_update_ms": _spread(update_ms[streaming]),
+            "phases_ms": {
+                kind: {p: float(phases[sel, k].mean()) if sel.any() else 0.0 for k, p in enumerate(PHASES)}
+                for kind, sel in (("streaming", streaming), ("idle", ~streaming))
+            },
             "update_cpu_ms_p50": float(np.percentile(cpu_ms, 50)),
             "update_cpu_ms_p95": float(np.percentile(cpu_ms, 95)),
             "gpu_ms_p50": sm["gpu_ms_p50"],
@@ -387,6 +469,13 @@ def run_path(
             ok = [g for g in got if g is not None]
             out["converge_frames_max"] = max(ok) if ok else None
             out["converge_frames_mean"] = float(np.mean(ok)) if ok else None
+            out["converge_frames_p95"] = float(np.percentile(ok, 95)) if ok else None
+            for c, n in zip(conv.cuts, settle.frames_to_settle(), strict=True):
+                c["settle_frames"] = n
+            done = [c["settle_frames"] for c in conv.cuts if c["settle_frames"] is not None]
+            out["settle_frames_max"] = max(done) if done else None
+            out["settle_frames_mean"] = float(np.mean(done)) if done else None
+            out["settle_frames_p95"] = float(np.percentile(done, 95)) if done else None
         assert set(PATH_FIELDS) <= set(out), set(PATH_FIELDS) - set(out)
         return out
     finally:
@@ -584,6 +673,18 @@ def print_scene(r: dict) -> None:
         for c in rc.get("cuts", [])
     )
     print(f"  region_cuts, frames to >= {r['converged_db']:.0f} dB vs all-resident after each cut: {conv}")
+    print(
+        f"  region_cuts, frames until the feedback drawn after a cut finds nothing missing: "
+        f"{[c['settle_frames'] for c in rc.get('cuts', [])]} (mean {_f(rc.get('settle_frames_mean'), '.1f')}, "
+        f"p95 {_f(rc.get('settle_frames_p95'), '.1f')}, max {_f(rc.get('settle_frames_max'))})"
+    )
+    print("  update() ms on streaming frames (p50/p95/p99/max), and mean ms per phase (streaming | idle):")
+    for name, p in r["paths"].items():
+        u = p["streaming_update_ms"]
+        spread = "/".join(_f(u[k], ".2f") for k in ("p50", "p95", "p99", "max"))
+        ph = p["phases_ms"]
+        cells = " ".join(f"{k.removesuffix('_ms')} {ph['streaming'][k]:.2f}|{ph['idle'][k]:.2f}" for k in PHASES)
+        print(f"    {name:<15}{p['streaming_frames']:>5} frames {spread:<24} {cells}")
     c = r["naive_comparison"]
     nv, ts = c["naive"], c["texstream"]
     print(f"  naive vs texstream on the same {c['size']}^2 image (flythrough, {nv['frames']} frames):")

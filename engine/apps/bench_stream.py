@@ -334,7 +334,10 @@ def scene_update(
     from ..scene.paths import flythrough
 
     scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms)
+    from ..runtime.frame_stats import PHASES
+
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
+    phases = []
     try:
         w, h = scene.ground
         path = flythrough(w, h, seconds=seconds)
@@ -349,6 +352,7 @@ def scene_update(
                 uploads.append(st.uploads)
                 requested.append(st.requested)
                 evicted.append(st.evicted)
+                phases.append([getattr(st, p) for p in PHASES])
         ctx.finish()
         elapsed = time.perf_counter() - t0
         pools = sorted(p.name for p in scene.streamer.pools.values())
@@ -357,6 +361,8 @@ def scene_update(
         scene.release()
     after = np.asarray(wall[int(fps) :] or wall)
     up = np.asarray(uploads)
+    streaming = (up > 0) | (np.asarray(requested) > 0)
+    ph, w = np.asarray(phases), np.asarray(wall)
     worst = np.argsort(wall)[::-1][:3]
     return {
         "frame_size": list(size),
@@ -374,6 +380,17 @@ def scene_update(
         "update_cpu_ms_p95": percentile(cpu, 95),
         "wanted_pages_p50": percentile(wanted, 50),
         "frames_with_uploads": float(np.mean(up > 0)),
+        "streaming_frames": int(np.count_nonzero(streaming)),
+        "streaming_update_ms": {
+            "p50": percentile(w[streaming], 50),
+            "p95": percentile(w[streaming], 95),
+            "p99": percentile(w[streaming], 99),
+            "max": float(w[streaming].max()) if streaming.any() else 0.0,
+        },
+        "phases_ms": {  # mean ms per update() phase (FrameStats), on frames that stream and on the rest
+            kind: {p: float(ph[sel, k].mean()) if sel.any() else 0.0 for k, p in enumerate(PHASES)}
+            for kind, sel in (("streaming", streaming), ("idle", ~streaming))
+        },
         "uploads": int(up.sum()),
         "uploads_per_frame_p95": percentile(up, 95),
         "gc": pauses.summary(),
@@ -446,6 +463,7 @@ def camera_cuts(
         "hold_frames": hold,
         "paced_fps": fps,
         "frames_to_complete": r.tolist(),
+        "mean": float(r.mean()),
         "p50": percentile(r, 50),
         "p95": percentile(r, 95),
         "max": int(r.max()),

@@ -108,6 +108,20 @@ def print_stream(r: dict) -> None:
             f"pauses, max {sc['gc']['max_ms']:.1f} ms",
         ),
         (
+            "    frames that stream",
+            f"{sc['streaming_update_ms']['p50']:.2f} ms p50",
+            f"p95 {sc['streaming_update_ms']['p95']:.2f}, p99 {sc['streaming_update_ms']['p99']:.2f}, max "
+            f"{sc['streaming_update_ms']['max']:.2f} ms over {sc['streaming_frames']} frames that upload or request",
+        ),
+        (
+            "    phases, mean ms",
+            "streaming | idle",
+            " ".join(
+                f"{k.removesuffix('_ms')} {sc['phases_ms']['streaming'][k]:.3f}|{sc['phases_ms']['idle'][k]:.3f}"
+                for k in sc["phases_ms"]["streaming"]
+            ),
+        ),
+        (
             "    again",
             f"{sc2['update_ms_p50']:.2f} ms p50",
             f"p95 {sc2['update_ms_p95']:.2f}, p99 {sc2['update_ms_p99']:.2f}, max after 1 s "
@@ -129,7 +143,8 @@ def print_stream(r: dict) -> None:
         (
             "(e) camera cuts",
             f"{cuts['p95']:.0f} frames p95",
-            f"p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is missing, {cuts['cuts']} cuts, "
+            f"mean {cuts['mean']:.1f}, p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is "
+            f"missing, {cuts['cuts']} cuts, "
             "as fast as the GPU goes (2 frames queued)",
         ),
         (

@@ -5,8 +5,8 @@ Layout
 Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic feedback):
 
 - ``slots.py``: `SlotLedger`, one per cache pool (allocate, keep free, LRU victims, pins, release,
-  shrink plans, invariant checks; slots handed out as runs of consecutive layers), `SlotGeometry`,
-  `plan_capacities`;
+  shrink plans, invariant checks; slots handed out as runs of consecutive layers), `SlotGeometry`;
+  ``pool_sizing.py``: `plan_capacities`, the budget's cache bytes shared between the pools;
 - ``residency.py``: `Residency`, the only owner of residency state: the tile id space (``tiles.py``),
   the page tables as arrays (``page_table.py``), the ledgers, the request scheduler
   (``requests.py``), the feedback reduction (``feedback_reduce.py``), the mip-bias steps of the
@@ -38,7 +38,9 @@ report results as records, and change no residency state of their own accord):
   (pinned levels at open, all-resident references); ``io_workers.py``: the I/O thread pool;
   ``byte_sources.py``: where a tile's bytes come from (local pread, remote ranges) and how they
   are decoded;
-- ``feedback.py``: the feedback buffers and their asynchronous readback;
+- ``feedback.py``: the feedback buffers, their compaction on the GPU (unique pages with counts,
+  shaders/vt_feedback_compact.glsl) and their asynchronous readback; its fences also tell the core
+  which frames' draws the GPU has finished (cache slots evicted after them are writable at once);
 - ``texture.py``: `VirtualTexture`, the handle a shader binds (given callbacks at construction; it
   does not import the streamer).
 
@@ -59,7 +61,7 @@ Threading contract
 - Only the movers listed above may import ``moderngl``, ``texstream.gl`` or ``threading``; the
   deciders and what they import may not (tests/runtime/test_layout.py checks it).
 
-One frame (`Streamer.update`)::
+One frame (`Streamer.update`; `FrameStats` times each phase: ``feedback_ms`` ... ``stats_ms``)::
 
     reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
             -> upload page tables -> begin the next feedback frame

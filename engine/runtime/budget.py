@@ -26,7 +26,7 @@ from ..config import BudgetConfig
 from ..errors import BudgetError
 from ..units import MIB
 
-__all__ = ["BudgetManager", "MIB"]
+__all__ = ["BudgetManager", "MIB", "budget_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,16 @@ def describe_allocation(name: str, nbytes: int) -> str:
 
 def _mib(nbytes: float) -> str:
     return f"{nbytes / MIB:.1f} MiB"
+
+
+def budget_bytes(megabytes: object) -> int:
+    """Bytes of a budget given in MiB; ValueError unless a finite positive number."""
+    if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or not math.isfinite(megabytes):
+        raise ValueError(f"budget must be a finite number of MiB, got {megabytes!r}")
+    nbytes = int(megabytes * MIB)
+    if nbytes <= 0:
+        raise ValueError(f"budget must be positive, got {megabytes!r} MiB")
+    return nbytes
 
 
 def _as_int(value: object, what: str) -> int:
@@ -116,7 +126,7 @@ class BudgetManager:
         """Change the budget at run time.
 
         Shrinking below current usage is refused with BudgetError: shrink the pools first (their
-        new sizes from `pools.plan_capacities` against the new budget), then lower the budget.
+        new sizes from `pool_sizing.plan_capacities` against the new budget), then lower the budget.
         """
         nbytes = _as_int(nbytes, "budget")
         if nbytes <= 0:

@@ -10,6 +10,15 @@ frames) is reported.
 
 Buffer layout (shaders/vt.glsl, `VTFeedback`): four uints (count, capacity, stride, phase) then
 `capacity` entries, each the tile id of a page a fragment wanted (engine/runtime/feedback_reduce.py).
+
+Compaction (`FeedbackCompactor`, where the context has compute shaders and persistent mapping): before
+the copy, two compute dispatches (shaders/vt_feedback_compact.glsl) turn the buffer's entries, up to
+four per 8x8 pixels (130k at 1920x1080), into the list of unique page ids with their counts (a few
+thousand), so the CPU reads and reduces that list instead of every entry. The dispatches use the
+shader storage bindings 7 (the feedback) and 6 (their work buffer, where the page tables are bound
+for drawing: the streamer binds the page tables again right after). Without compute shaders, or when
+the budget cannot hold the work buffer, the CPU reduces the raw entries (`FeedbackReducer`): the same
+pages and counts.
 """
 
 from __future__ import annotations
@@ -24,13 +33,94 @@ from ..config import StreamerConfig
 from ..errors import BudgetError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike, MappedBuffer
+from ..gl.shaders import compute_shader, shader_file
 from .budget import BudgetManager
+from .feedback_reduce import CompactFeedback
 
 log = logging.getLogger(__name__)
 
 FEEDBACK_BINDING = 7  # VT_FEEDBACK_BINDING in shaders/vt.glsl
 HEADER_UINTS = 4
 GL_BUFFER_UPDATE_BARRIER_BIT = 0x00000200
+GL_SHADER_STORAGE_BARRIER_BIT = 0x00002000
+COMPACT_WORK_BINDING = 6  # VTCompactWork in shaders/vt_feedback_compact.glsl (the page tables' binding)
+COMPACT_GROUP = 256  # local_size_x of the compaction shader
+COMPACT_IDS_STEP = 4096  # the work buffer's counters grow in steps of this many tile ids
+# The compaction's work buffer may take at most this share of the budget: it saves CPU time, never
+# room, so in a small budget the tile cache keeps those bytes and the CPU reduces the entries.
+COMPACT_BUDGET_SHARE = 1 / 32
+
+
+class FeedbackCompactor:
+    """The GPU half of the feedback reduction: unique page ids with counts, from one feedback buffer.
+
+    Owns the compute program and one work buffer: a 4-uint header, the id list and the count list
+    (`list_capacity` each: a feedback buffer's capacity), then one counter per tile id, all zero
+    between dispatches (pass 1 clears every counter pass 0 raised). Render thread only.
+    """
+
+    def __init__(self, ctx: moderngl.Context, list_capacity: int) -> None:
+        self.ctx, self.list_capacity = ctx, list_capacity
+        self.program = compute_shader(ctx, shader_file("texstream/vt_feedback_compact.glsl"))
+        self.n_ids = 0  # tile ids in use: entries at or past it are invalid
+        self._counters = 0  # counters the work buffer holds
+        self.work: moderngl.Buffer | None = None
+        self.groups = -(-list_capacity // COMPACT_GROUP)
+
+    @staticmethod
+    def available(ctx: moderngl.Context, gl: GLExt) -> bool:
+        """Compute shaders (GL 4.3) and persistent mapping (the readback of the list)."""
+        return ctx.version_code >= 430 and gl.has_buffer_storage
+
+    @property
+    def hits_at(self) -> int:
+        return HEADER_UINTS + 2 * self.list_capacity
+
+    @property
+    def list_bytes(self) -> int:
+        """Bytes of the header, id list and count list (what is read back)."""
+        return self.hits_at * 4
+
+    def bytes_for(self, n_ids: int) -> int:
+        """GPU bytes of the work buffer for `n_ids` tile ids."""
+        return (self.hits_at + max(1, -(-n_ids // COMPACT_IDS_STEP)) * COMPACT_IDS_STEP) * 4
+
+    @property
+    def nbytes(self) -> int:
+        return self.work.size if self.work is not None else 0
+
+    def track(self, n_ids: int) -> None:
+        """Count tile ids below `n_ids` from now on (the work buffer grows, zeroed, when it must)."""
+        need = self.bytes_for(n_ids)
+        if self.work is None or need > self.work.size:
+            old, self.work = self.work, self.ctx.buffer(bytes(need))
+            if old is not None:
+                old.release()
+        self.n_ids = n_ids
+
+    def run(self, feedback: moderngl.Buffer) -> moderngl.Buffer:
+        """Queue the two dispatches over `feedback` (drawn into, not yet barriered); returns the work
+        buffer, whose first `list_bytes` hold the list once the GPU has run them."""
+        assert self.work is not None, "track() sizes the work buffer first"
+        work, prog = self.work, self.program
+        work.write(bytes(HEADER_UINTS * 4))  # counters are zero already; the header restarts
+        feedback.bind_to_storage_buffer(FEEDBACK_BINDING)
+        work.bind_to_storage_buffer(COMPACT_WORK_BINDING)
+        prog["n_ids"] = self.n_ids
+        prog["list_capacity"] = self.list_capacity
+        prog["hits_at"] = self.hits_at
+        for pass_index in (0, 1):
+            self.ctx.memory_barrier(GL_SHADER_STORAGE_BARRIER_BIT)  # the draws' (then pass 0's) writes
+            prog["pass_index"] = pass_index
+            prog.run(self.groups)
+        self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)  # pass 1's writes, for the copy
+        return work
+
+    def release(self) -> None:
+        if self.work is not None:
+            self.work.release()
+            self.work = None
+        self.program.release()
 
 
 @dataclass
@@ -40,32 +130,41 @@ class _Entry:
     frame: int = -1  # frame whose draw wrote it; -1: free
     fence: FenceLike | None = None
 
-    def read(self, nbytes: int) -> np.ndarray:
-        """The first `nbytes` (after the fence signalled) as uint32 (a copy)."""
+    compacted: bool = False  # the readback holds a compacted list (`FeedbackCompactor`), not entries
+
+    def read(self, nbytes: int, offset: int = 0) -> np.ndarray:
+        """`nbytes` from byte `offset` (after the fence signalled) as uint32 (a copy)."""
         if self.readback is not None:
-            return self.readback.array()[:nbytes].view(np.uint32).copy()
-        return np.frombuffer(self.buffer.read(size=nbytes), np.uint32)
+            return self.readback.array()[offset : offset + nbytes].view(np.uint32).copy()
+        return np.frombuffer(self.buffer.read(size=nbytes, offset=offset), np.uint32)
 
 
 class FeedbackRing:
     """`depth` feedback SSBOs of `capacity` entries; one is bound for drawing at a time."""
 
-    def __init__(self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = 4) -> None:
+    def __init__(
+        self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = 4, *, compact: bool = False
+    ) -> None:
         if capacity < 1 or stride < 1 or depth < 2:
             raise ValueError(f"bad feedback ring: capacity {capacity!r}, stride {stride!r}, depth {depth!r}")
         self.ctx, self.gl = ctx, gl
         self.capacity, self.stride, self.depth = capacity, stride, depth
         mapped = gl.has_buffer_storage
+        compact = compact and FeedbackCompactor.available(ctx, gl)
+        self.compactor = FeedbackCompactor(ctx, capacity) if compact else None
+        self._compacting = False  # the compactor's work buffer is sized and reserved (`track_ids`)
+        self.n_ids = 0  # tile ids in use, as `track_ids` was last told
+        readback = max(self.nbytes_each, self.compactor.list_bytes if self.compactor else 0)
         self._entries = [
             _Entry(
-                ctx.buffer(reserve=self.nbytes_each),
-                gl.create_mapped_buffer(self.nbytes_each, read=True) if mapped else None,
+                ctx.buffer(reserve=self.nbytes_each), gl.create_mapped_buffer(readback, read=True) if mapped else None
             )
             for _ in range(depth)
         ]
         self._current: _Entry | None = None
         self._spare_entry: _Entry | None = None
         self.age = -1  # frames between the newest feedback read and the frame it was read in
+        self.completed = -1  # the newest frame whose buffer's fence signalled: the GPU finished its draws
         self.dropped = 0  # entries lost because the buffer was full
         self.skipped_frames = 0  # frames without a free buffer (GPU far behind): no feedback recorded
 
@@ -76,7 +175,7 @@ class FeedbackRing:
         """A ring for draws of `size` pixels, its bytes reserved in `budget` as "feedback" (BudgetError:
         nothing made)."""
         divisor = config.feedback_divisor
-        ring = cls(ctx, gl, cls.capacity_for(size, divisor), divisor)
+        ring = cls(ctx, gl, cls.capacity_for(size, divisor), divisor, compact=config.feedback_compaction)
         try:
             budget.reserve("feedback", ring.nbytes)
         except BaseException:
@@ -87,13 +186,63 @@ class FeedbackRing:
     def resized(self, size: tuple[int, int], budget: BudgetManager, config: StreamerConfig) -> FeedbackRing:
         """A ring for draws of `size` pixels in place of this one (released); BudgetError keeps this one."""
         budget.release("feedback")
+        n_ids = self.n_ids
         try:
             new = FeedbackRing.reserved(self.ctx, self.gl, budget, size, config)
         except BudgetError:
             budget.reserve("feedback", self.nbytes)
             raise
-        self.release()
+        self.release(budget)
+        new.track_ids(n_ids, budget)
         return new
+
+    def track_ids(self, n_ids: int, budget: BudgetManager) -> None:
+        """Tile ids in use are below `n_ids` (called when textures open): the compaction's work buffer
+        follows, its bytes reserved as "feedback-compaction"; where the budget cannot hold them the CPU
+        reduces the raw entries instead (nothing fails)."""
+        self.n_ids = n_ids
+        c = self.compactor
+        if c is None or n_ids <= 0:
+            return
+        need = c.bytes_for(n_ids)
+        if need > COMPACT_BUDGET_SHARE * budget.budget:
+            log.info("feedback: the compaction's %d bytes would take over 1/32 of the budget; the CPU reduces", need)
+            self._stop_compacting(budget)
+            return
+        if need > budget.reserved("feedback-compaction"):
+            try:
+                budget.reserve("feedback-compaction", need)
+            except BudgetError:
+                log.info("feedback: no room for the compaction's %d bytes; the CPU reduces the entries", need)
+                self._stop_compacting(budget)
+                return
+        c.track(n_ids)
+        self._compacting = True
+
+    def _stop_compacting(self, budget: BudgetManager) -> None:
+        if self.compactor is not None:
+            self.compactor.release()
+            self.compactor = None
+        self._compacting = False
+        budget.release("feedback-compaction")
+
+    def growth_bytes(self, n_ids: int, budget: BudgetManager) -> int:
+        """Bytes `track_ids(n_ids)` would add to the budget's reservations."""
+        c = self.compactor
+        if c is None or c.bytes_for(n_ids) > COMPACT_BUDGET_SHARE * budget.budget:
+            return 0
+        return max(0, c.bytes_for(n_ids) - budget.reserved("feedback-compaction"))
+
+    def fit_budget(self, budget: BudgetManager, nbytes: int) -> None:
+        """The budget becomes `nbytes`: the compaction stops (its bytes go back) if it would take more
+        than its share of it."""
+        if self._compacting and budget.reserved("feedback-compaction") > COMPACT_BUDGET_SHARE * nbytes:
+            self._stop_compacting(budget)
+
+    @property
+    def compacting(self) -> bool:
+        """The feedback is reduced to unique pages on the GPU before it is read back."""
+        return self._compacting
 
     def fitted(
         self, viewport: tuple[int, int, int, int] | None, budget: BudgetManager, config: StreamerConfig
@@ -128,10 +277,16 @@ class FeedbackRing:
         if self._current is not None:
             # Shader writes reach glGetBufferSubData / glMapBuffer only through this barrier; the
             # fence behind it tells when both the draw and the barrier are done.
-            self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
             cur = self._current
-            if cur.readback is not None:
-                self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, self.nbytes_each)
+            cur.compacted = self._compacting and cur.readback is not None
+            if cur.compacted:
+                assert self.compactor is not None and cur.readback is not None
+                work = self.compactor.run(cur.buffer)
+                self.gl.copy_buffer(work.glo, cur.readback.glo, self.compactor.list_bytes)
+            else:
+                self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
+                if cur.readback is not None:
+                    self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, self.nbytes_each)
             cur.fence = self.gl.fence()
             self._current = None
 
@@ -182,22 +337,39 @@ class FeedbackRing:
         if self._current is not None:
             self._current.buffer.bind_to_storage_buffer(FEEDBACK_BINDING)
 
-    def collect(self, frame: int) -> list[np.ndarray]:
-        """Entries of every closed buffer whose fence signalled, oldest first (never blocks)."""
+    def collect(self, frame: int) -> list[np.ndarray | CompactFeedback]:
+        """Entries of every closed buffer whose fence signalled, oldest first (never blocks): raw, or
+        compacted on the GPU (`CompactFeedback`)."""
         ready = [e for e in self._entries if e.fence is not None and e.fence.signalled()]
-        out = []
+        out: list[np.ndarray | CompactFeedback] = []
         for e in sorted(ready, key=lambda e: e.frame):
-            count = int(e.read(4)[0])
-            n = min(count, self.capacity)
+            if e.compacted:
+                assert self.compactor is not None
+                unique, invalid, count = (int(v) for v in e.read(12))
+                n = min(count, self.capacity)
+                unique = min(unique, n)  # the shader lists at most one id per entry read
+                ids = e.read(4 * unique, HEADER_UINTS * 4)
+                counts = e.read(4 * unique, (HEADER_UINTS + self.compactor.list_capacity) * 4)
+                out.append(CompactFeedback(ids, counts, n, invalid))
+            else:
+                count = int(e.read(4)[0])
+                n = min(count, self.capacity)
+                out.append(e.read((HEADER_UINTS + n) * 4)[HEADER_UINTS:])
             self.dropped += count - n
-            data = e.read((HEADER_UINTS + n) * 4)[HEADER_UINTS:]
-            out.append(data)
             self.age = frame - e.frame
+            self.completed = max(self.completed, e.frame)
             e.fence.release()
             e.fence, e.frame = None, -1
         return out
 
-    def release(self) -> None:
+    def release(self, budget: BudgetManager | None = None) -> None:
+        """Free the buffers (and give back the compaction's reservation in `budget` when given)."""
+        if self.compactor is not None:
+            self.compactor.release()
+            self.compactor = None
+        if budget is not None:
+            budget.release("feedback-compaction")
+        self._compacting = False
         for e in self._entries:
             if e.fence is not None:
                 e.fence.release()

@@ -7,21 +7,32 @@ a texture closed while its draws were in flight, or garbage), counts each unique
 how many feedback samples wanted it) and applies the budget's mip bias (each page replaced by its
 ancestor ``floor(bias)`` levels up, clamped at the coarsest level; counts of merged pages add up).
 
-Unique-with-counts is done by sorting (`unique_counts`): numpy 2's ``np.unique`` takes a hash path
-that is several times slower on these arrays.
+Unique-with-counts is a histogram over the tile id space (`np.bincount`, one pass over the entries and
+one over the ids in use) when the space is not much larger than the entries, else a sort
+(`unique_counts`): at 1920x1080 the histogram is about 5x faster than the sort; numpy 2's ``np.unique``
+takes a hash path that is several times slower than either on these arrays.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .tiles import TileSpace
 
-__all__ = ["FeedbackReducer", "FeedbackResult", "Wanted", "unique_counts", "unique_sums"]
+__all__ = [
+    "CompactFeedback",
+    "FeedbackReducer",
+    "FeedbackResult",
+    "Wanted",
+    "histogram_counts",
+    "unique_counts",
+    "unique_sums",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +70,41 @@ class FeedbackResult:
     bias_levels: int  # whole levels the pages were coarsened by
 
 
+@dataclass(frozen=True)
+class CompactFeedback:
+    """One feedback buffer already reduced on the GPU (shaders/vt_feedback_compact.glsl): unique ids, in
+    no particular order, with how many entries named each; `samples` entries were read, `invalid` of
+    them named an id past the id space (dropped on the GPU)."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+    samples: int
+    invalid: int
+
+
+HISTOGRAM_IDS_PER_ENTRY = 8  # the histogram path while the id space is at most this many ids per entry
+
+
+def _histogram_bound(v: np.ndarray) -> int:
+    """One past the largest value when `v` (integers) is dense enough for a histogram, else 0."""
+    if v.size < 64 or v.dtype.kind not in "iu":
+        return 0
+    hi = int(v.max())
+    if hi >= HISTOGRAM_IDS_PER_ENTRY * v.size or (v.dtype.kind == "i" and int(v.min()) < 0):
+        return 0
+    return hi + 1
+
+
 def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique values and how often each occurs (sort-based)."""
-    v = np.sort(np.asarray(values).ravel())
+    """Sorted unique values and how often each occurs (a histogram when the values are dense, else a
+    sort)."""
+    v = np.asarray(values).ravel()
+    bound = _histogram_bound(v)
+    if bound:
+        hist = np.bincount(v, minlength=bound)
+        uniq = np.flatnonzero(hist)
+        return uniq.astype(v.dtype), hist[uniq].astype(np.int64)
+    v = np.sort(v)
     if v.size == 0:
         return v, np.zeros(0, np.int64)
     starts = np.concatenate([[0], np.flatnonzero(v[1:] != v[:-1]) + 1])
@@ -69,11 +112,33 @@ def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v[starts], counts.astype(np.int64)
 
 
+def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sorted unique values below `n_ids`, how often each occurs, and how many values were not below
+    `n_ids` (a histogram of `n_ids` bins: never larger, whatever the values)."""
+    v = np.asarray(values).ravel()
+    if v.size == 0 or n_ids <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), int(v.size)
+    outside = 0
+    if int(v.max()) >= n_ids or (v.dtype.kind == "i" and int(v.min()) < 0):
+        inside = (v >= 0) & (v < n_ids)
+        outside = int(v.size - np.count_nonzero(inside))
+        v = v[inside]
+    hist = np.bincount(v, minlength=n_ids)
+    uniq = np.flatnonzero(hist)
+    return uniq, hist[uniq].astype(np.int64), outside
+
+
 def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique keys and the summed weight of each (sort-based)."""
+    """Sorted unique keys and the summed weight of each (a histogram when the keys are dense, else a
+    sort)."""
     k = np.asarray(keys).ravel()
     if k.size == 0:
         return k.astype(np.int64), np.zeros(0, np.int64)
+    bound = _histogram_bound(k)
+    if bound:
+        present = np.flatnonzero(np.bincount(k, minlength=bound))
+        sums = np.bincount(k, weights=np.asarray(weights, np.float64).ravel(), minlength=bound)[present]
+        return present.astype(np.int64), np.rint(sums).astype(np.int64)
     order = np.argsort(k, kind="stable")
     ks = k[order]
     starts = np.concatenate([[0], np.flatnonzero(ks[1:] != ks[:-1]) + 1])
@@ -102,10 +167,15 @@ class FeedbackReducer:
         if not (math.isfinite(bias) and bias >= 0):
             raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
         total = int(ids.size)
-        uniq, counts = unique_counts(ids)
+        n_ids = self.space.used
+        outside = 0
+        if total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
+            uniq, counts, outside = histogram_counts(ids, n_ids)
+        else:
+            uniq, counts = unique_counts(ids)
         uniq = uniq.astype(np.int64)
         valid = self.space.is_tile(uniq)
-        invalid = int(counts[~valid].sum())
+        invalid = outside + int(counts[~valid].sum())
         if invalid:
             log.debug("feedback: %d of %d entries name no tile and were dropped", invalid, total)
         uniq, counts = uniq[valid], counts[valid]
@@ -113,6 +183,33 @@ class FeedbackReducer:
         if b and uniq.size:
             uniq, counts = unique_sums(self.space.ancestors(uniq, b), counts)
         return FeedbackResult(Wanted(uniq, counts), total, invalid, b)
+
+    def reduce_batches(self, batches: Sequence[np.ndarray | CompactFeedback], bias: float = 0.0) -> FeedbackResult:
+        """`reduce` over several buffers at once: raw ones (uint32 entries) and ones compacted on the
+        GPU (`CompactFeedback`) alike; the same pages and counts as reducing all their entries."""
+        raw = [b for b in batches if not isinstance(b, CompactFeedback)]
+        compact = [b for b in batches if isinstance(b, CompactFeedback)]
+        if not compact:
+            return self.reduce(np.concatenate(raw) if len(raw) != 1 else raw[0], bias)
+        if not (math.isfinite(bias) and bias >= 0):
+            raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
+        ids = [np.asarray(c.ids, np.int64) for c in compact]
+        counts = [np.asarray(c.counts, np.int64) for c in compact]
+        samples = sum(c.samples for c in compact)
+        invalid = sum(c.invalid for c in compact)
+        if raw:
+            r = self.reduce(np.concatenate(raw))
+            ids.append(r.wanted.ids)
+            counts.append(r.wanted.counts)
+            samples, invalid = samples + r.samples, invalid + r.invalid
+        uniq, total = unique_sums(np.concatenate(ids), np.concatenate(counts))  # a few thousand: sorted here
+        valid = self.space.is_tile(uniq)
+        invalid += int(total[~valid].sum())
+        uniq, total = uniq[valid], total[valid]
+        b = math.floor(bias)
+        if b and uniq.size:
+            uniq, total = unique_sums(self.space.ancestors(uniq, b), total)
+        return FeedbackResult(Wanted(uniq, total), samples, invalid, b)
 
     def coarsen(self, wanted: Wanted, levels: int) -> Wanted:
         """`wanted` with each page replaced by its ancestor `levels` levels up (counts merged)."""

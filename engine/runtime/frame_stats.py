@@ -4,6 +4,7 @@ core, the budget and the movers' own status records; nothing here reads a stream
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,7 +18,29 @@ from .records import Uploaded
 from .residency import Residency, StreamTotals
 from .staging import RingStats
 
-__all__ = ["FeedbackInfo", "FrameStats", "IOStatus", "StreamTotals", "StreamerStats", "streamer_stats"]
+__all__ = [
+    "PHASES",
+    "FeedbackInfo",
+    "FrameStats",
+    "IOStatus",
+    "PhaseClock",
+    "StreamTotals",
+    "StreamerStats",
+    "streamer_stats",
+]
+
+#: `FrameStats` fields timing update()'s phases, in the order a frame runs them.
+PHASES = (
+    "feedback_ms",
+    "reduce_ms",
+    "drain_ms",
+    "upload_ms",
+    "select_ms",
+    "reserve_ms",
+    "submit_ms",
+    "page_table_ms",
+    "stats_ms",
+)
 
 _FRAME_KEYS = (
     "frame",
@@ -35,6 +58,22 @@ _FRAME_KEYS = (
 )
 
 
+class PhaseClock:
+    """Wall time between consecutive `lap()` calls, in ms (update()'s phase timings)."""
+
+    def __init__(self) -> None:
+        self._start = self._t = time.perf_counter()
+
+    def total(self) -> float:
+        """Ms since the clock started."""
+        return (time.perf_counter() - self._start) * 1e3
+
+    def lap(self) -> float:
+        t = time.perf_counter()
+        ms, self._t = (t - self._t) * 1e3, t
+        return ms
+
+
 def _empty() -> np.ndarray:
     return np.zeros(0, np.int64)
 
@@ -46,7 +85,16 @@ class FrameStats:
     frame: int = 0
     update_ms: float = 0.0
     update_cpu_ms: float = 0.0  # the render thread's own CPU time in update() (no driver or lock waits)
-    upload_ms: float = 0.0
+    upload_ms: float = 0.0  # issuing the uploads and folding them into the residency core
+    # update()'s other phases, wall ms (`PhaseClock`): their sum with upload_ms is nearly update_ms
+    feedback_ms: float = 0.0  # closing this frame's feedback buffer, collecting signalled ones, opening the next
+    reduce_ms: float = 0.0  # the feedback reduction, mip-bias step and LRU touch (`Residency.observe`)
+    drain_ms: float = 0.0  # taking the I/O threads' finished batches, folding failures in
+    select_ms: float = 0.0  # the request scheduler: dedup against resident and in-flight, order, caps
+    reserve_ms: float = 0.0  # cache slots for the chosen loads, evictions, the pools' free reserve
+    submit_ms: float = 0.0  # handing the loads to the I/O threads
+    page_table_ms: float = 0.0  # uploading the changed page-table entries
+    stats_ms: float = 0.0  # this record's counters (missing pages, queue depth)
     uploads: int = 0
     upload_calls: int = 0  # sub-image calls issued (one per run of consecutive cache layers)
     upload_bytes: int = 0
@@ -90,6 +138,7 @@ class FeedbackInfo:
     capacity: int  # entries each buffer holds
     dropped: int  # entries lost to a full buffer so far
     frozen: bool  # feedback is read but ignored (`Streamer.freeze_feedback`)
+    compacted: bool = False  # reduced to unique pages on the GPU before the readback (compute shaders)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class PageTables:
         self.resident_count = np.zeros(MAX_TEXTURES, np.int64)
         self._dirty_lo: list[np.ndarray] = []
         self._dirty_hi: list[np.ndarray] = []
+        self.version = 0  # advances with every change of an entry (answers derived from them can be kept)
         space.add_listener(self._grow)
 
     def _grow(self, capacity: int) -> None:
@@ -194,6 +195,7 @@ class PageTables:
 
     # ---- dirty ranges --------------------------------------------------------------------------
     def _mark(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.version += 1
         self._dirty_lo.append(np.asarray(lo, np.int64))
         self._dirty_hi.append(np.asarray(hi, np.int64))
 

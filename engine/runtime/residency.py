@@ -25,8 +25,9 @@ synthetic feedback (tests/runtime/test_residency.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,11 +37,12 @@ from ..errors import BudgetError
 from ..pack.format import PackHeader
 from .budget import BudgetManager
 from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
-from .feedback_reduce import FeedbackReducer, Wanted, unique_counts
+from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, unique_counts
 from .page_table import PageTables, TexturePages
+from .pool_sizing import PoolDemand, plan_capacities
 from .records import Drained, LoadRecords, Uploaded
 from .requests import RequestScheduler
-from .slots import MAX_POOLS, RUN_DTYPE, PoolDemand, ResizeResult, SlotGeometry, SlotLedger, plan_capacities
+from .slots import MAX_POOLS, RUN_DTYPE, ResizeResult, SlotGeometry, SlotLedger
 from .texture_sets import Priorities, SetTable, bias_levels, coarsen_by
 from .tiles import MAX_TEXTURES, TileRange, TileSpace
 
@@ -93,6 +95,7 @@ class Orders:
     runs: np.ndarray  # POOL_RUN_DTYPE
     evicted: Evictions
     cancelled: int
+    select_ms: float = 0.0  # wall ms of the scheduler's step (the rest of `orders` reserves slots)
 
     def __len__(self) -> int:
         return int(self.tiles.size)
@@ -166,6 +169,8 @@ class Residency:
         self._totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
         self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
+        # the slots `_touch` last found per pool, for (the pages, the tables' version) they were found for
+        self._touched: tuple[Wanted | None, int, list[tuple[int, np.ndarray]]] = (None, -1, [])
 
     def _grow(self, capacity: int) -> None:
         self.failed_tile = np.concatenate([self.failed_tile, np.zeros(capacity - self.failed_tile.size, bool)])
@@ -325,15 +330,21 @@ class Residency:
         self.wanted = Wanted.empty()
         return self.frame
 
-    def observe(self, feedback: list[np.ndarray]) -> Wanted:
-        """Fold in the feedback read this frame (raw page ids, possibly none): this frame's wanted
-        pages, bias applied. Until newer feedback arrives, the newest wanted pages are assumed to be
-        needed still and their slots are touched every frame. Under a bias, finer tiles the draws still
-        sample are not touched: they age out and make room for what the budget can hold (a frame in
-        flight never loses a tile it samples: the slots' overwrite gate)."""
+    def observe(self, feedback: Sequence[np.ndarray | CompactFeedback], gpu_done: int | None = None) -> Wanted:
+        """Fold in the feedback read this frame (raw page ids or buffers compacted on the GPU, possibly
+        none): this frame's wanted pages, bias applied. Until newer feedback arrives, the newest wanted
+        pages are assumed to be needed still and their slots are touched every frame. Under a bias,
+        finer tiles the draws still sample are not touched: they age out and make room for what the
+        budget can hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
+        `gpu_done`: the newest frame whose draws the GPU has finished (a fence behind them signalled),
+        if known: slots evicted after it are writable at once (`SlotLedger.open_gates_before`)."""
+        if gpu_done is not None:
+            for ledger in self.ledgers:
+                if ledger is not None:
+                    ledger.open_gates_before(gpu_done, self.frame)
         wanted = Wanted.empty()
         if feedback and self.headers:
-            result = self.reducer.reduce(np.concatenate(feedback) if len(feedback) > 1 else feedback[0])
+            result = self.reducer.reduce_batches(feedback)
             self.sampled = self.sets.expand(result.wanted)
             bias = self.budget.bias
             wanted = self.coarsen(self.sampled, bias)
@@ -385,6 +396,7 @@ class Residency:
         gap). Prefetch takes free slots only, and not the reserve kept for demand: evicting for it would
         trade tiles the screen used a few frames ago for tiles it may never use.
         """
+        t0 = time.perf_counter()
         requests = self.scheduler.update(self.frame, self.wanted, free_ring_slots)
         cancelled = requests.cancelled
         if len(self._feedback_frames) == self._feedback_frames.maxlen:
@@ -392,8 +404,12 @@ class Residency:
             if len(stale):
                 self.free_loads(stale)
                 cancelled += len(stale)
+        select_ms = (time.perf_counter() - t0) * 1e3
         self._totals["cancelled"] += cancelled
         ids, prefetch = requests.ids, requests.prefetch
+        if ids.size == 0:  # nothing to reserve (and a still view keeps its tiles: no keep_free)
+            z = np.zeros(0, np.int64)
+            return Orders(z, z, z, np.zeros(0, POOL_RUN_DTYPE), Evictions.empty(), cancelled, select_ms)
         evicted: list[Evictions] = []
         runs: list[np.ndarray] = []
         slots = np.full(ids.size, -1, np.int64)
@@ -432,6 +448,7 @@ class Residency:
                 np.concatenate([e.age for e in evicted]) if evicted else np.zeros(0, np.int64),
             ),
             cancelled=cancelled,
+            select_ms=select_ms,
         )
 
     def missing_pages(self, wanted: Wanted) -> int:
@@ -465,13 +482,18 @@ class Residency:
         """Record a use of every slot `wanted` samples, and its parent's (trilinear reads both)."""
         if not len(wanted) or not self.headers:
             return
-        ids = np.concatenate([wanted.ids, self.space.parent[wanted.ids].astype(np.int64)])
-        ids = ids[ids >= 0]
-        slots = self.tables.sample_slot(ids)
-        pool_of = self.pool_of[self.space.tex[ids].astype(np.int64)]
-        for p, ledger in enumerate(self.ledgers):
+        pages, version, per_pool = self._touched
+        if pages is not wanted or version != self.tables.version:  # else the same slots as last frame
+            ids = np.concatenate([wanted.ids, self.space.parent[wanted.ids].astype(np.int64)])
+            ids = ids[ids >= 0]
+            slots = self.tables.sample_slot(ids)
+            pool_of = self.pool_of[self.space.tex[ids].astype(np.int64)]
+            per_pool = [(p, slots[pool_of == p]) for p, ledger in enumerate(self.ledgers) if ledger is not None]
+            self._touched = (wanted, self.tables.version, per_pool)
+        for p, slots in per_pool:
+            ledger = self.ledgers[p]
             if ledger is not None:
-                ledger.touch(slots[pool_of == p], self.frame)
+                ledger.touch(slots, self.frame)
 
     def stream_capacity(self, pool: int) -> int:
         """Slots a pool has for streamed tiles (those pinned for the coarsest levels do not count;

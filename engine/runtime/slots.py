@@ -31,7 +31,10 @@ frames. Victims are the longest idle, idle time divided by their texture's prior
 priority-weighted least recently used; a priority-2 tile idle 8 frames goes after a priority-1 tile
 idle 5). Independently, a slot whose tile left it at frame E is not overwritten before frame
 ``E + frames_in_flight`` (`writable_at`): draws issued before E may still be in flight and sample
-it through their page tables, and waiting avoids an implicit GPU sync on the upload.
+it through their page tables, and waiting avoids an implicit GPU sync on the upload. When the GPU
+is known to have finished every draw issued before E (a fence behind frame E - 1 signalled:
+`open_gates_before`), the slot is writable at once: a view cut then loads into the slots it evicts
+in the next frame instead of ``frames_in_flight`` frames later.
 
 Pools are sized together (`plan_capacities`): what the budget leaves after the fixed costs is shared
 in proportion to the number of textures per pool times the slot bytes (equal slots per texture:
@@ -260,6 +263,7 @@ class SlotLedger:
         self.last_used = np.zeros(0, np.int64)
         self.pinned = np.zeros(0, bool)
         self.writable_at = np.zeros(0, np.int64)  # frame from which the slot may be overwritten
+        self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
         self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
         self.grow(capacity)
@@ -320,7 +324,7 @@ class SlotLedger:
         evicted_last_used = self.last_used[victims].copy()
         if victims.size:
             out[take : take + victims.size] = np.sort(victims)  # slot order: runs for the uploads
-            self.writable_at[victims] = frame + self.frames_in_flight
+            self._gate(victims, frame)
         got = out >= 0
         s = out[got]
         self.state[s] = _LOADING
@@ -340,7 +344,7 @@ class SlotLedger:
             return Allocation.empty()
         victims = self._pick_victims(frame, short)
         tiles, last = self.tile[victims].copy(), self.last_used[victims].copy()
-        self.writable_at[victims] = frame + self.frames_in_flight
+        self._gate(victims, frame)
         self._clear(victims)
         self._push_free(victims)
         e = np.zeros(0, np.int64)
@@ -430,6 +434,7 @@ class SlotLedger:
         resident = s[self.state[s] == _RESIDENT]
         out = (self.tile[loading].copy(), loading.copy())
         self.writable_at[resident] = np.maximum(self.writable_at[resident], frame + self.frames_in_flight)
+        self._gated = np.concatenate([self._gated, resident])
         self._clear(s)
         self._push_free(s)
         return out
@@ -557,9 +562,30 @@ class SlotLedger:
         changed = new != old
         return ResizeResult(old[changed], new[changed], evicted_tiles, cancelled_tiles, cancelled_slots)
 
+    def _gate(self, slots: np.ndarray, frame: int) -> None:
+        """Slots whose tiles leave them at `frame`: not overwritten before frame + frames_in_flight."""
+        self.writable_at[slots] = frame + self.frames_in_flight
+        self._gated = np.concatenate([self._gated, slots])
+
+    def open_gates_before(self, done_frame: int, frame: int) -> int:
+        """The GPU has finished every draw of frames up to `done_frame` (a fence behind them signalled):
+        slots whose tiles left them at a frame E <= done_frame + 1 are writable from `frame` on (no
+        draw still in flight was issued before E). Costs a pass over the slots still gated only.
+        Returns how many gates opened early."""
+        g = self._gated
+        if g.size == 0:
+            return 0
+        g = g[g < self.capacity]
+        g = g[self.writable_at[g] > frame]  # the rest passed their gates already
+        early = g[self.writable_at[g] - self.frames_in_flight <= done_frame + 1]
+        self.writable_at[early] = frame
+        self._gated = np.unique(g[self.writable_at[g] > frame])
+        return int(np.unique(early).size)
+
     def open_gates(self) -> None:
         """Every slot writable now: the pool moved to a fresh array no draw in flight samples."""
         self.writable_at[:] = NEVER
+        self._gated = np.zeros(0, np.int64)
 
     def check(self) -> None:
         """Assert internal consistency (tests and debugging)."""
@@ -571,57 +597,3 @@ class SlotLedger:
         assert not (self.pinned & ~used).any()
         t = self.tile[used]
         assert np.unique(t).size == t.size, "a tile holds two slots"
-
-
-# ---- sizing ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PoolDemand:
-    """What one pool needs from the budget: its geometry and its textures' pinned and total tiles."""
-
-    geometry: SlotGeometry
-    textures: int
-    pinned_tiles: int
-    total_tiles: int
-    current: int  # slots now
-
-
-def plan_capacities(demands: dict[str, PoolDemand], available: int, max_layers: int) -> dict[str, int]:
-    """Slots per pool: `available` bytes shared in proportion to textures x slot bytes, rounded down to
-    whole layers, never more than a pool's textures' tiles; a pool whose share is below its pinned
-    tiles gets those (whole layers, at least one layer) and the others share what is left.
-    BudgetError when the pinned tiles alone do not fit."""
-
-    def nbytes(k: str, slots: int) -> int:
-        g = demands[k].geometry
-        return slots // g.cells * g.layer_bytes
-
-    need = {}
-    for k, d in demands.items():
-        g = d.geometry
-        need[k] = min(max(g.round_up(d.pinned_tiles), g.cells), max_layers * g.cells)
-    if available < 0:
-        raise BudgetError(f"VRAM budget too small: page tables, ring and feedback leave {available / 2**20:.1f} MiB")
-    if sum(nbytes(k, n) for k, n in need.items()) > available:
-        total = sum(nbytes(k, n) for k, n in need.items())
-        raise BudgetError(
-            f"VRAM budget too small: the pinned levels alone need {total / 2**20:.1f} MiB of cache, "
-            f"{available / 2**20:.1f} MiB is left after page tables, ring and feedback"
-        )
-    weight = {k: d.textures * d.geometry.slot_bytes for k, d in demands.items()}
-    held: set[str] = set()  # pools given their pinned minimum; the rest share what those leave
-    while True:
-        spare = available - sum(nbytes(k, need[k]) for k in held)
-        total_w = sum(weight[k] for k in demands if k not in held) or 1
-        plan = {k: need[k] for k in held}
-        short = []
-        for k, d in demands.items():
-            if k in held:
-                continue
-            g = d.geometry
-            share = g.round_capacity(int(spare * weight[k] / total_w) // g.slot_bytes)
-            plan[k] = min(share, g.round_up(d.total_tiles), max_layers * g.cells)
-            if plan[k] < need[k]:
-                short.append(k)
-        if not short:
-            return plan
-        held.update(short)

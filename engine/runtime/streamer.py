@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 
@@ -26,10 +25,10 @@ from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters
-from .budget import BudgetManager
+from .budget import BudgetManager, budget_bytes
 from .budget_advice import open_error
 from .feedback import FeedbackRing
-from .frame_stats import FrameStats, IOStatus
+from .frame_stats import FrameStats, IOStatus, PhaseClock
 from .io_workers import ReadHook
 from .origin import Origin
 from .ownership import RenderThreadOwned
@@ -183,6 +182,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
             core.register(tex_id, h)
             try:
                 self._pages.fit(core.space.used, core.tables)
+                self._feedback.track_ids(core.space.used, self.budget)
                 pool = self._pool_set.attach(key, tex_id, core.pinned_tiles(h), h)
             except BaseException:
                 core.unregister(tex_id)
@@ -246,6 +246,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         """Share what the budget leaves after fixed costs among the pools (the core decides, the pools
         move), let the loads follow their renamed cache slots, and cancel the loads whose cache
         slots a shrink removed (nothing to free)."""
+        self._feedback.fit_budget(self.budget, self.budget.budget if budget is None else budget)
         for r in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
             if self._uploader is not None:
                 self._uploader.move_cache_slots(r.pool.index, r.result.moved_from, r.result.moved_to)
@@ -254,7 +255,8 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
 
     def _make_room(self, h: PackHeader, key: PoolKey) -> None:
         """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        extra = self._pages.growth_bytes(self._core.space.used + HEADER + h.tile_count)
+        used = self._core.space.used + HEADER + h.tile_count
+        extra = self._pages.growth_bytes(used) + self._feedback.growth_bytes(used, self.budget)
         extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
         if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
             ring = Uploader.ring_size(self.config, self.budget, h.tile_raw_size)
@@ -320,11 +322,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
             The streamer is released.
         """
         self._check_open()
-        if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or not math.isfinite(megabytes):
-            raise ValueError(f"budget must be a finite number of MiB, got {megabytes!r}")
-        nbytes = int(megabytes * (1 << 20))
-        if nbytes <= 0:
-            raise ValueError(f"budget must be positive, got {megabytes!r} MiB")
+        nbytes = budget_bytes(megabytes)
         if nbytes < self.budget.budget:
             self._plan_pools(budget=nbytes)  # shrink first, then lower the budget
             self.budget.set_budget(nbytes)
@@ -353,38 +351,40 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         """
         self._check_open()
         self._watch.updated()
-        t0, c0 = time.perf_counter(), time.thread_time()
+        c0, clock = time.thread_time(), PhaseClock()
         core, up = self._core, self._uploader
         st = FrameStats(frame=core.begin_frame())
         if up is not None:
             up.reclaim()  # staging slots whose upload fences signalled
         self._feedback = self._feedback.fitted(self.ctx.viewport, self.budget, self.config)
         self._feedback.end_frame()
+        self._pages.bind(VT_PAGES_BINDING)  # the feedback compaction's dispatches used its binding
         raw = self._feedback.collect(st.frame)
-        wanted = core.observe([] if self.freeze_feedback else raw)
-        st.feedback_age, st.wanted_pages = self._feedback.age, len(wanted)
+        st.feedback_ms = clock.lap()
+        wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
+        st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
         if up is not None:
             drained = up.drain()
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
-            st.failed = len(core.apply(drained=drained))
-            tu = time.perf_counter()
+            st.failed, st.drain_ms = len(core.apply(drained=drained)), clock.lap()
             uploaded = up.upload(st.frame, self._pool_set.by_index)  # caps and time budget: the config's
             core.apply(uploaded=uploaded)
-            st.upload_ms = (time.perf_counter() - tu) * 1e3
+            st.upload_ms = clock.lap()
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
-                st.upload_calls = up.last_calls
-                st.latency_frames = uploaded.latency_frames
+                st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames
             orders = core.orders(up.free_slots, up.cancel_stale)
+            st.select_ms, st.reserve_ms = orders.select_ms, clock.lap() - orders.select_ms
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)
             st.evicted, st.evicted_tiles, st.evicted_age = len(orders.evicted), orders.evicted.tiles, orders.evicted.age
-            st.in_flight, st.stalls = up.in_flight, up.ring.stall_count
+            st.in_flight, st.stalls, st.submit_ms = up.in_flight, up.ring.stall_count, clock.lap()
         self._pages.upload(core.tables)
-        st.missing_pages = core.missing_pages(wanted)
+        st.page_table_ms = clock.lap()
+        st.missing_pages, st.queued = core.missing_pages(wanted), core.scheduler.queued_count
+        st.stats_ms = clock.lap()
         self._feedback.begin_frame(st.frame)
-        st.queued = core.scheduler.queued_count
-        st.update_ms = (time.perf_counter() - t0) * 1e3
-        st.update_cpu_ms = (time.thread_time() - c0) * 1e3
+        st.feedback_ms += clock.lap()
+        st.update_ms, st.update_cpu_ms = clock.total(), (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
@@ -438,7 +438,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
             tset.closed = True
         self._pool_set.release()
         self._pages.release()
-        self._feedback.release()
+        self._feedback.release(self.budget)
         self.budget.release("feedback")
 
     def __repr__(self) -> str:

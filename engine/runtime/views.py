@@ -107,7 +107,9 @@ class StreamerViews:
     def feedback_info(self) -> FeedbackInfo:
         """The feedback buffers now (`FeedbackInfo`)."""
         fb = self._feedback
-        return FeedbackInfo(fb.depth, fb.nbytes_each, fb.stride, fb.capacity, fb.dropped, self.freeze_feedback)
+        return FeedbackInfo(
+            fb.depth, fb.nbytes_each, fb.stride, fb.capacity, fb.dropped, self.freeze_feedback, fb.compacting
+        )
 
     def network(self) -> NetworkSummary:
         """Requests, bytes, latency and cache figures of the textures read by URL (zeros without any)."""

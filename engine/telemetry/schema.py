@@ -58,6 +58,18 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("update_ms", "number", "ms", "CPU time of `Streamer.update()` (timed by `Telemetry.update()`; the "
        "streamer's own figure when `record()` is called directly)."),
     _f("upload_ms", "number", "ms", "Part of `update()` spent issuing tile uploads."),
+    _f("feedback_ms", "number", "ms", "Part of `update()` closing the frame's feedback buffer, collecting the "
+       "signalled ones and opening the next (`FrameStats.feedback_ms`)."),
+    _f("reduce_ms", "number", "ms", "Part of `update()` reducing the feedback to wanted pages (with the mip-bias "
+       "step and the LRU touch of the pages sampled)."),
+    _f("drain_ms", "number", "ms", "Part of `update()` taking the I/O threads' finished reads."),
+    _f("select_ms", "number", "ms", "Part of `update()` choosing this frame's loads (dedup against resident and "
+       "in-flight tiles, order, caps)."),
+    _f("reserve_ms", "number", "ms", "Part of `update()` reserving cache slots for the loads (evictions)."),
+    _f("submit_ms", "number", "ms", "Part of `update()` handing the loads to the I/O threads."),
+    _f("page_table_ms", "number", "ms", "Part of `update()` uploading changed page-table entries."),
+    _f("stats_ms", "number", "ms", "Part of `update()` counting this frame's figures (missing pages)."),
+    _f("record_ms", "number", "ms", "Time `Telemetry` took to build this record (outside `update()`)."),
     _f("gpu_ms", "number|null", "ms", "Newest finished GPU time of the draw bracketed by `gpu_begin()`/`gpu_end()`; "
        "read without waiting, so up to `timer_depth - 1` (3) frames old; null when none finished since the "
        "previous record."),

@@ -71,6 +71,8 @@ HISTORY_SERIES = (
 )
 _LATENCY_BINS = 4096  # run-wide latency histogram: one bin per frame, the last bin collects the rest
 _TOTALS = ("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled")
+# update()'s phases besides upload_ms, as FrameStats times them (runtime.frame_stats.PHASES)
+_PHASES = ("feedback_ms", "reduce_ms", "drain_ms", "select_ms", "reserve_ms", "submit_ms", "page_table_ms", "stats_ms")
 
 
 class History:
@@ -258,6 +260,7 @@ class Telemetry:
     def record(self, update_ms: float | None = None) -> FrameRecord:
         """Record the frame the latest `streamer.update()` produced; returns its `FrameRecord`
         (``.as_dict()`` is the JSON record)."""
+        t_record = time.perf_counter()
         s = self.streamer.stats()
         if self.dt is not None:
             dt = self.dt
@@ -303,6 +306,7 @@ class Telemetry:
             "dt_s": float(dt),
             "update_ms": float(update_ms),
             "upload_ms": float(s.upload_ms),
+            **{name: float(getattr(self.streamer.last, name)) for name in _PHASES},
             "gpu_ms": gpu_ms,
             "uploads": uploads,
             "upload_bytes": upload_bytes,
@@ -348,6 +352,7 @@ class Telemetry:
             "cache_bytes": int(s.cache_bytes),
             "cache_capacity_bytes": int(s.cache_capacity_bytes),
         }
+        frame["record_ms"] = (time.perf_counter() - t_record) * 1e3
         assert len(frame) == len(FRAME_FIELDS), "frame record and FRAME_FIELDS disagree"
         for name in (
             "update_ms",

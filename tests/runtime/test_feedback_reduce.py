@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from texstream.pack.format import PackHeader
-from texstream.runtime.feedback_reduce import FeedbackReducer, Wanted, unique_counts, unique_sums
+from texstream.runtime.feedback_reduce import FeedbackReducer, Wanted, histogram_counts, unique_counts, unique_sums
 from texstream.runtime.tiles import HEADER, TileSpace
 
 SMALL = PackHeader(width=1000, height=700, tile_size=64)  # levels 0..4: tiles 16x11, 8x6, 4x3, 2x2, 1x1
@@ -53,6 +53,42 @@ def test_unique_counts_matches_a_counter() -> None:
     assert u.size == 0 and c.size == 0
     u, c = unique_counts(np.array([7, 7, 7]))
     assert u.tolist() == [7] and c.tolist() == [3]
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_histogram_counts_equal_the_sort_below_the_bound(dtype: type) -> None:
+    """The histogram path gives what the sort gives for the values below its bound, and counts the rest
+    (huge or negative values never size the histogram)."""
+    rng = np.random.default_rng(5)
+    v = rng.integers(0, 3000, 20000)
+    v[rng.random(v.size) < 0.05] = 0xFFFFFFFF
+    if dtype is np.int64:
+        v[rng.random(v.size) < 0.05] = -(1 << 40)
+    v = v.astype(dtype)
+    u, c, outside = histogram_counts(v, 2500)
+    su, sc = unique_counts(v)
+    inside = (su >= 0) & (su < 2500)
+    assert u.tolist() == su[inside].tolist() and c.tolist() == sc[inside].tolist()
+    assert outside == int(sc[~inside].sum()) and outside > 0
+    assert u.dtype == np.int64 and c.dtype == np.int64
+    u, c, outside = histogram_counts(np.zeros(0, dtype), 10)
+    assert u.size == c.size == outside == 0
+
+
+def test_reduce_takes_the_same_pages_through_either_path() -> None:
+    """Few entries over a large id space go through the sort, many through the histogram: the same answer."""
+    headers = {0: PackHeader(width=8192, height=8192, tile_size=64), 1: TINY}
+    space = space_of(headers)
+    valid = np.concatenate([np.arange(r.first_tile, r.stop) for r in space.ranges.values()])
+    rng = np.random.default_rng(6)
+    base = rng.choice(valid, 40).astype(np.uint32)
+    base[:3] = [space.ranges[0].start, 0xFFFFFFFF, space.capacity + 7]  # a header entry, junk, past the end
+    r = FeedbackReducer(space)
+    few = r.reduce(base)  # 40 entries, thousands of ids: the sort
+    many = r.reduce(np.tile(base, space.used // base.size + 1))  # the histogram
+    k = space.used // base.size + 1
+    assert pairs(many.wanted) == [(i, c * k) for i, c in pairs(few.wanted)]
+    assert few.invalid == 3 and many.invalid == 3 * k
 
 
 def test_unique_sums_matches_a_dict() -> None:

@@ -18,6 +18,7 @@ import texstream
 ROOT = Path(texstream.__file__).parent
 DECIDERS = [
     "runtime.slots",
+    "runtime.pool_sizing",
     "runtime.residency",
     "runtime.texture_sets",
     "runtime.records",

@@ -16,15 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from texstream.errors import BudgetError
+from texstream.runtime.pool_sizing import PoolDemand, plan_capacities
 from texstream.runtime.slots import (
     RUN_DTYPE,
     Allocation,
     CacheSlotState,
-    PoolDemand,
     ResizeResult,
     SlotGeometry,
     SlotLedger,
-    plan_capacities,
     slot_runs,
 )
 
@@ -223,6 +222,24 @@ def test_lru_order_of_eviction(make_ledger: MakeLedger) -> None:
     assert a.runs.tolist() == [(0, 0, 4)]
     assert (ledger.state == CacheSlotState.LOADING).all() and (ledger.tex == 1).all()
     assert (ledger.writable_at == 20 + FIF).all()  # the overwrite gate of every evicted slot
+    ledger.check()
+
+
+def test_gates_open_once_the_gpu_finished_the_draws_before_the_eviction(make_ledger: MakeLedger) -> None:
+    """A slot evicted at frame 20 may be sampled by draws of frames up to 19 only: writable as soon as a
+    fence behind frame 19 signalled, never before; other gates keep their frame."""
+    ledger = make_ledger(4)
+    load(ledger, 0, [100, 101, 102, 103])
+    allocate(ledger, 20, [200, 201])  # evicts slots 0 and 1 at frame 20
+    (late,) = ledger.keep_free(22, 1).evicted_slots  # one more evicted at frame 22
+    assert ledger.writable_at[[0, 1, late]].tolist() == [20 + FIF, 20 + FIF, 22 + FIF]
+    assert ledger.open_gates_before(18, 21) == 0  # frame 19's draws may still run
+    assert ledger.writable_at[[0, 1, late]].tolist() == [20 + FIF, 20 + FIF, 22 + FIF]
+    assert ledger.open_gates_before(19, 21) == 2
+    assert ledger.writable_at[[0, 1]].tolist() == [21, 21] and ledger.writable_at[late] == 22 + FIF
+    assert ledger.open_gates_before(20, 22) == 0  # `late` left at 22: draws of 21 may sample it
+    assert ledger.open_gates_before(21, 23) == 1 and ledger.writable_at[late] == 23
+    assert ledger.open_gates_before(30, 40) == 0  # nothing gated any more
     ledger.check()
 
 

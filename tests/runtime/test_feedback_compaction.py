@@ -1,0 +1,121 @@
+"""Feedback compaction on the GPU (shaders/vt_feedback_compact.glsl): the unique pages and counts it
+reads back equal the CPU reduction of the same entries, frame after frame (its counters start from
+zero each time), and a streamer reduces the same wanted pages with it as without it."""
+
+from __future__ import annotations
+
+import moderngl
+import numpy as np
+import pytest
+
+from texstream.bake.pipeline import bake_procedural
+from texstream.config import BakeConfig, BudgetConfig, StreamerConfig
+from texstream.gl.gl_ext import GLExt
+from texstream.runtime.budget import BudgetManager
+from texstream.runtime.feedback import FeedbackCompactor, FeedbackRing
+from texstream.runtime.feedback_reduce import CompactFeedback, histogram_counts
+from texstream.runtime.streamer import Streamer
+
+pytestmark = pytest.mark.gl
+
+
+@pytest.fixture
+def ring(gl_context: moderngl.Context):  # noqa: ANN201
+    gl = GLExt(gl_context)
+    if not FeedbackCompactor.available(gl_context, gl):
+        pytest.skip("no compute shaders or persistent mapping on this context")
+    budget = BudgetManager(BudgetConfig(budget_mb=64))
+    r = FeedbackRing(gl_context, gl, capacity=6000, stride=8, depth=3, compact=True)
+    budget.reserve("feedback", r.nbytes)
+    r.track_ids(5000, budget)
+    yield r, budget
+    r.release(budget)
+
+
+def compacted(gl_context: moderngl.Context, r: FeedbackRing, frame: int, entries: np.ndarray) -> CompactFeedback:
+    """`entries` injected into frame `frame`'s buffer, compacted and read back."""
+    r.begin_frame(frame)
+    assert r.inject(entries)
+    r.end_frame()
+    gl_context.finish()
+    (got,) = r.collect(frame + 1)
+    assert isinstance(got, CompactFeedback)
+    assert r.completed == frame  # its fence signalled: the GPU finished that frame's work
+    return got
+
+
+def test_the_gpu_list_equals_the_cpu_reduction_every_frame(gl_context: moderngl.Context, ring) -> None:  # noqa: ANN001
+    r, budget = ring
+    assert r.compacting and budget.reserved("feedback-compaction") > 0
+    rng = np.random.default_rng(7)
+    for frame in range(1, 6):  # the ring wraps: every buffer is compacted twice through one work buffer
+        hot = rng.integers(0, 5000, rng.integers(1, 400))
+        entries = rng.choice(hot, rng.integers(1, 6000)).astype(np.uint32)
+        junk = rng.random(entries.size) < 0.05
+        entries[junk] = rng.choice(np.array([5000, 5001, 1 << 20, 0xFFFFFFFF], np.uint32), int(junk.sum()))
+        got = compacted(gl_context, r, frame, entries)
+        order = np.argsort(got.ids)
+        ids, counts, outside = histogram_counts(entries, 5000)
+        assert got.ids[order].tolist() == ids.tolist(), frame
+        assert got.counts[order].tolist() == counts.tolist(), frame
+        assert (got.samples, got.invalid) == (entries.size, outside), frame
+
+
+def test_an_empty_frame_lists_nothing(gl_context: moderngl.Context, ring) -> None:  # noqa: ANN001
+    r, _ = ring
+    compacted(gl_context, r, 1, np.arange(100, dtype=np.uint32))
+    got = compacted(gl_context, r, 2, np.zeros(0, np.uint32))
+    assert got.ids.size == got.counts.size == got.samples == got.invalid == 0
+
+
+def test_more_ids_grow_the_counters(gl_context: moderngl.Context, ring) -> None:  # noqa: ANN001
+    r, budget = ring
+    before = budget.reserved("feedback-compaction")
+    r.track_ids(200_000, budget)
+    assert budget.reserved("feedback-compaction") > before
+    entries = np.array([199_999, 150_000, 199_999, 200_000], np.uint32)
+    got = compacted(gl_context, r, 1, entries)
+    assert sorted(zip(got.ids.tolist(), got.counts.tolist(), strict=True)) == [(150_000, 1), (199_999, 2)]
+    assert got.invalid == 1
+
+
+def test_no_room_in_the_budget_falls_back_to_the_cpu(gl_context: moderngl.Context) -> None:
+    gl = GLExt(gl_context)
+    budget = BudgetManager(BudgetConfig(budget_mb=1))
+    r = FeedbackRing(gl_context, gl, capacity=6000, stride=8, depth=3, compact=True)
+    try:
+        budget.reserve("feedback", budget.budget - 1000)  # everything but a few bytes
+        r.track_ids(5000, budget)
+        assert not r.compacting and budget.reserved("feedback-compaction") == 0
+        r.begin_frame(1)
+        r.inject(np.array([3, 3, 4], np.uint32))
+        r.end_frame()
+        gl_context.finish()
+        (raw,) = r.collect(2)
+        assert sorted(raw.tolist()) == [3, 3, 4]  # the raw entries, for the CPU to reduce
+    finally:
+        r.release(budget)
+
+
+def test_a_streamer_wants_the_same_pages_with_and_without_compaction(
+    gl_context: moderngl.Context, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    pack = tmp_path_factory.mktemp("compaction") / "checker.tpk"
+    bake_procedural(pack, 1024, "checker", 1, BakeConfig(tile_size=64, progress=False))
+    seen = {}
+    for compaction in (True, False):
+        rng = np.random.default_rng(8)  # the same entries on both streamers
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=64), feedback_compaction=compaction)
+        with Streamer(gl_context, cfg) as s:
+            vt = s.open(pack)
+            assert s.feedback_info().compacted is (compaction and FeedbackCompactor.available(gl_context, s.gl))
+            ids = vt.table.ids(rng.integers(0, 3, 3000), rng.integers(0, 4, 3000), rng.integers(0, 4, 3000))
+            entries = np.concatenate([ids, [vt.tiles.start, 1 << 30]]).astype(np.uint32)  # a header id, junk
+            s.update()
+            assert s.inject_feedback(entries)
+            gl_context.finish()
+            s.update()  # reads the injected frame back (the GPU has finished it)
+            w = s.sampled_pages
+            seen[compaction] = (w.ids.tolist(), w.counts.tolist())
+            s.validate()
+    assert seen[True] == seen[False] and sum(seen[True][1]) == 3000
