@@ -57,12 +57,10 @@ __all__ = [
     "RUN_DTYPE",
     "Allocation",
     "CacheSlotState",
-    "PoolDemand",
     "ResizeResult",
     "ShrinkPlan",
     "SlotGeometry",
     "SlotLedger",
-    "plan_capacities",
     "slot_runs",
 ]
 
