@@ -118,6 +118,7 @@ def _decode(raw: bytes, fmt: TexelFormat, side: int) -> np.ndarray:
         TexelFormat.BC4: t2d.decode_bc4,
         TexelFormat.BC5: t2d.decode_bc5,
         TexelFormat.BC7: t2d.decode_bc7,
+        TexelFormat.BC6H: t2d.decode_bc6,  # 8-bit sources encode as linear v / 255: decoded back to 8 bits
     }[fmt]
     bgra = np.frombuffer(fn(raw, side, side), np.uint8).reshape(side, side, 4)
     return bgra[..., [2, 1, 0, 3]]

@@ -330,3 +330,18 @@ def test_bench_reports_each_bc7_level_it_is_asked_for(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["level", "1", "core", "bake", "astronaut", "coffee", "chelsea"]
     assert [line.split()[0] for line in out[2:]] == ["fast", "balanced"]
+
+
+def test_the_bench_decodes_every_format_it_encodes() -> None:
+    """`bench bake`'s quality column decodes each format's blocks (a format without a decoder there
+    would stop the whole bench)."""
+    from texstream.apps import bench_encoders as be
+
+    side = be.SLOT
+    y, x = np.mgrid[0:side, 0:side] * 255 // (side - 1)  # smooth gradients: every format keeps them well
+    img = np.stack([x, y, (x + y) // 2, np.full_like(x, 255)], -1).astype(np.uint8)
+    for enc in be.ENCODERS.values():
+        if enc.fmt is TexelFormat.BC7 or not be._available(enc):
+            continue  # (BC7's levels have their own tests)
+        colour, _alpha = be.quality(enc, img)
+        assert colour > 20, (enc.fmt, colour)
