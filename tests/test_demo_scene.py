@@ -105,3 +105,30 @@ def test_the_scene_stands_on_the_demo_ground_and_the_flight_circles_it() -> None
     for t in np.linspace(0, path.duration, 13):
         eye = path.pose(float(t)).eye
         assert eye[2] < 0 and np.hypot(eye[0], eye[1]) > 100  # above the ground, around the scene
+
+
+@pytest.mark.gl
+def test_a_files_images_bake_with_a_progress_bar_on_a_terminal(
+    gl_context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
+    """`demo scene FILE` shows the image bakes' progress (as the other commands do for images)."""
+    from texstream import BudgetConfig, Streamer, StreamerConfig
+    from texstream.apps import demo_scene
+
+    events: list[object] = []
+
+    class RecordingBar:
+        def __call__(self, event: object) -> None:
+            events.append(event)
+
+        def close(self) -> None:
+            events.append("closed")
+
+    monkeypatch.setenv("TEXSTREAM_CACHE", str(tmp_path / "cache"))  # a fresh cache: the images bake now
+    monkeypatch.setattr(demo_scene, "ImagePackBar", RecordingBar)
+    glb = trimesh_scene(tmp_path / "scene.glb", size=128)
+    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as streamer:
+        demo, _flight = demo_scene.scene_and_flight(gl_context, streamer, (str(glb),), 512, progress=True)
+        demo.scene.release()
+    stages = {getattr(e, "stage", None) for e in events}
+    assert events[-1] == "closed" and len(stages - {None}) >= 2, stages

@@ -20,6 +20,7 @@ from .._shadow import check_not_shadowed
 from ..config import BakeConfig
 from ..errors import BudgetError, EngineError
 from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
+from .progress import ImagePackBar
 
 check_not_shadowed()  # a `texstream` folder imported in place of the package: say which, not "no __version__"
 
@@ -381,50 +382,12 @@ def _pack_or_image(text: str) -> str:
     whose one-line error points to `texstream bake`."""
     from ..assets.image_packs import resolve_pack
 
-    bar = _ImagePackBar() if sys.stderr.isatty() else None
+    bar = ImagePackBar() if sys.stderr.isatty() else None
     try:
         return str(resolve_pack(text, progress=bar))
     finally:
         if bar is not None:
             bar.close()
-
-
-class _ImagePackBar:
-    """A tqdm bar on stderr per stage of `pack_for_image` (hashing bytes, baking rows)."""
-
-    def __init__(self) -> None:
-        self.bar = None
-        self.stage = None
-
-    def __call__(self, event: object) -> None:
-        from tqdm import tqdm
-
-        from ..assets.image_packs import ImagePackStage
-
-        stage = event.stage  # type: ignore[attr-defined]
-        if stage is not self.stage:
-            self.close()
-            self.stage = stage
-            if stage in (ImagePackStage.HASHING, ImagePackStage.BAKING):
-                unit = "B" if stage is ImagePackStage.HASHING else "row"
-                name = event.source.name  # type: ignore[attr-defined]
-                self.bar = tqdm(
-                    total=event.total,  # type: ignore[attr-defined]
-                    desc=f"{stage.value} {name}",
-                    unit=unit,
-                    unit_scale=stage is ImagePackStage.HASHING,
-                    leave=False,
-                    dynamic_ncols=True,
-                )
-            elif stage is ImagePackStage.WAITING:
-                print(f"texstream: waiting for another process baking {event.source.name}", file=sys.stderr)  # type: ignore[attr-defined]
-        if self.bar is not None:
-            self.bar.update(event.done - self.bar.n)  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 def _resolve_image_arguments(args: argparse.Namespace) -> None:

@@ -29,6 +29,7 @@ from ..scene.camera import look_at, perspective
 from ..scene.gltf import GltfMaterial, GltfScene, _close_material, _open_material, load_gltf
 from ..scene.gltf_file import GltfDocument, MaterialSpec, MeshInstance, PrimitiveData, Wrap
 from ..scene.paths import UP, CameraPath, Keyframe, Pose
+from .progress import ImagePackBar
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,12 @@ def scene_and_flight(
     if len(packs) > 1:
         raise ValueError(f"the scene demo takes one glTF file (.glb or .gltf), got {len(packs)}")
     if packs:
-        scene = load_gltf(packs[0], streamer, ctx)
+        bar = ImagePackBar() if progress else None  # the file's images are baked on first use
+        try:
+            scene = load_gltf(packs[0], streamer, ctx, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
     else:
         scene = builtin_scene(ctx, streamer, texture_size, progress)
     demo = SceneDemo(scene)
