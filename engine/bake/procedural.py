@@ -572,4 +572,14 @@ class ProceduralSource:
         return {"source_kind": "procedural", "pattern": self.pattern, "seed": self.seed}
 
 
-__all__ = ["PATTERNS", "ProceduralSource", "fbm", "lattice_noise", "normal_rows", "terrain_rows", "use_generator_loops"]
+__all__ = [
+    "PATTERNS",
+    "ProceduralSource",
+    "checker_rows",
+    "fbm",
+    "fbm_lattice",
+    "lattice_noise",
+    "normal_rows",
+    "terrain_rows",
+    "use_generator_loops",
+]

@@ -414,8 +414,8 @@ void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
-/* Vectorized (O3) and sqrtf inlined (no errno: every argument is >= 0): neither changes a result. */
-#pragma GCC optimize("O3", "fp-contract=off", "no-math-errno")
+/* Vectorized (O3; setup.py adds -fno-math-errno so sqrtf inlines): neither changes a result. */
+#pragma GCC optimize("O3", "fp-contract=off")
 #endif
 
 static inline uint32_t ts_mix32(uint32_t h) {
@@ -517,7 +517,18 @@ static void ts_subdivide_across(const float *c, int64_t first, int64_t lo, int64
     }
 }
 
-static void ts_normal_row(const float *up, const float *mid, const float *down, int64_t width, uint8_t *o) {
+/* One normal channel's byte: clip((v + 1) * 127.5 + 0.5, 0, 255) truncated (NaN -> 0). */
+static inline uint8_t ts_unit_byte(float v) {
+    float t = v + 1.0f;
+    t = t * 127.5f;
+    t = t + 0.5f;
+    t = t > 0.0f ? t : 0.0f;
+    t = t > 255.0f ? 255.0f : t;
+    return (uint8_t)(int32_t)t;
+}
+
+static void ts_normal_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+                          int64_t width, uint8_t *restrict o) {
     for (int64_t x = 0; x < width; x++) {
         const float h = mid[x + 1];
         const float land = h > 0.0f ? 0.5f : 0.0f;
@@ -529,31 +540,31 @@ static void ts_normal_row(const float *up, const float *mid, const float *down, 
         len = len + dy * dy;
         len = len + 1.0f;
         const float inv = 1.0f / sqrtf(len);
-        const float v[3] = {-dx * inv, -dy * inv, inv};
-        for (int c = 0; c < 3; c++) {
-            float t = v[c] + 1.0f;
-            t = t * 127.5f;
-            t = t + 0.5f;
-            t = t > 0.0f ? t : 0.0f; /* NaN -> 0 */
-            t = t > 255.0f ? 255.0f : t;
-            o[4 * x + c] = (uint8_t)t;
-        }
+        o[4 * x] = ts_unit_byte(-dx * inv);
+        o[4 * x + 1] = ts_unit_byte(-dy * inv);
+        o[4 * x + 2] = ts_unit_byte(inv);
         o[4 * x + 3] = 255;
     }
 }
 
-static void ts_terrain_row(const float *up, const float *mid, const float *down, int64_t width, const float *k,
-                           const int64_t *bins, const uint32_t *table, int64_t table_len, int32_t *index,
-                           uint8_t *o) {
+/* The terrain's table index of each texel, then the gather. The float -> int32 casts are written as
+ * numpy's x86 ones act (INT32_MIN for NaN or out of range) followed by its clips, in branch-free
+ * form: a height bin outside 0 .. 2^31 or NaN clips to 0; a NaN shade bin adds INT32_MIN * S_step,
+ * which wraps to 0; a NaN slope bin adds INT32_MIN (the index then clips to 0). */
+static void ts_terrain_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+                           int64_t width, const float *k, const int64_t *bins, const uint32_t *table,
+                           int64_t table_len, int32_t *restrict index, uint8_t *o) {
     const float r_lo = k[0], r_mul = k[1], nsx = k[2], sy = k[3], sz = k[4], h_mul = k[5], h_add = k[6];
     const float s_scale = k[7], l_scale = k[8], l_max = k[9];
-    const int32_t h_top = (int32_t)(bins[0] - 1);
+    const float s_top = 1.0f * s_scale + 0.5f;
+    const float h_top = (float)(bins[0] - 1);
     const uint32_t h_step = (uint32_t)(bins[1] * bins[2]), s_step = (uint32_t)bins[2];
+    const int32_t last = (int32_t)(table_len - 1);
     for (int64_t x = 0; x < width; x++) {
         const float h = mid[x + 1];
         float dx = mid[x + 2] - mid[x];
         float dy = down[x + 1] - up[x + 1];
-        float relief = h < r_lo ? r_lo : h; /* np.maximum: NaN stays NaN */
+        float relief = r_lo > h ? r_lo : h; /* np.maximum: NaN stays NaN */
         relief = relief - r_lo;
         relief = relief * r_mul;
         relief = relief + 0.5f;
@@ -567,24 +578,30 @@ static void ts_terrain_row(const float *up, const float *mid, const float *down,
         s2 = s2 + 1.0f;
         s2 = sqrtf(s2);
         lam = lam / s2;
-        lam = lam < 0.0f ? 0.0f : lam;
-        lam = lam > 1.0f ? 1.0f : lam;
+        lam = 0.0f > lam ? 0.0f : lam; /* the clip to 1 comes after the scaling, below */
         s2 = s2 * s2;
         s2 = s2 - 1.0f;
         s2 = sqrtf(s2);
         float hv = h * h_mul;
         hv = hv + h_add;
-        int32_t hi = ts_to_i32(hv);
-        hi = hi < 0 ? 0 : (hi > h_top ? h_top : hi);
-        uint32_t idx = (uint32_t)hi * h_step;
+        const int in_range = (hv >= 0.0f) & (hv < 2147483648.0f);
+        hv = in_range ? hv : 0.0f;
+        hv = hv > h_top ? h_top : hv;
+        uint32_t idx = (uint32_t)(int32_t)hv * h_step;
         lam = lam * s_scale;
         lam = lam + 0.5f;
-        idx += (uint32_t)ts_to_i32(lam) * s_step;
+        /* np.clip(lam, 0, 1) before the scaling, done after it: scaling and adding are monotonic, so
+         * a term above 1 scales to at least s_top, which 1 scales to exactly. */
+        lam = lam > s_top ? s_top : lam;
+        lam = lam >= 0.0f ? lam : 0.0f; /* NaN: its INT32_MIN * s_step wraps to 0 (s_step even) */
+        idx += (uint32_t)(int32_t)lam * s_step;
         s2 = s2 * l_scale;
         s2 = s2 > l_max ? l_max : s2; /* np.minimum: NaN stays NaN */
-        idx += (uint32_t)ts_to_i32(s2);
-        const int32_t at = (int32_t)idx; /* np.take(mode="clip") */
-        index[x] = at < 0 ? 0 : (at >= table_len ? (int32_t)(table_len - 1) : at);
+        const int slope_ok = s2 >= 0.0f;
+        idx += (uint32_t)(int32_t)(slope_ok ? s2 : 0.0f) + (slope_ok ? 0u : 0x80000000u);
+        int32_t at = (int32_t)idx; /* np.take(mode="clip") */
+        at = at < 0 ? 0 : at;
+        index[x] = at > last ? last : at;
     }
     for (int64_t x = 0; x < width; x++) memcpy(o + 4 * x, table + index[x], 4);
 }
