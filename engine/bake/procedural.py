@@ -187,7 +187,7 @@ def fbm_lattice(r0: int, r1: int, c0: int, c1: int, level: int, size: int, seed:
             if native is None:
                 n += _subdivide(_subdivide(g, p0, a0, a1, 0), q0, b0, b1, 1)
             else:
-                tmp = np.empty((a1 - a0) * g.shape[1], np.float32)
+                tmp = np.empty(3 * g.shape[1] + 4, np.float32)
                 rows, cols = g.shape
                 done = native.subdivide_add(
                     g.ctypes.data,

@@ -452,36 +452,9 @@ void ts_lattice_noise(int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint32
     }
 }
 
-/* Fine index f from coarse samples c[i], c[i + 1] (c's index 0 is coarse index `first`): fine 2i + 1 =
- * a + (b - a) / 4, fine 2i + 2 = b - (b - a) / 4, q rounded before the add as numpy does. */
-static inline float ts_chaikin(const float *c, int64_t step, int64_t first, int64_t f) {
-    const int64_t i = (f & 1) ? ts_floor_half(f - 1) : ts_floor_half(f) - 1;
-    const float a = c[(i - first) * step], b = c[(i + 1 - first) * step];
-    float q = b - a;
-    q = q * 0.25f;
-    return (f & 1) ? a + q : b - q;
-}
-
 /* Is coarse [first, first + count) enough to subdivide fine [lo, hi)? (procedural._parent_range) */
 static inline int ts_covers(int64_t first, int64_t count, int64_t lo, int64_t hi) {
     return hi > lo && ts_floor_half(lo - 1) >= first && ts_floor_half(hi - 2) + 2 <= first + count;
-}
-
-/* dst[a0..a1) x [b0..b1) += the subdivision of `src` (rows p0.., cols q0.., src_rows x src_cols,
- * stride in floats): rows first, into `tmp` ((a1 - a0) x src_cols floats, `tmp_len` of them), then
- * columns. Returns 0, or -1 (nothing written) when src does not cover the block or tmp is short. */
-int64_t ts_subdivide_add(const float *src, int64_t src_rows, int64_t src_cols, int64_t src_stride, int64_t p0,
-                         int64_t q0, int64_t a0, int64_t a1, int64_t b0, int64_t b1, float *tmp, int64_t tmp_len,
-                         float *dst, int64_t dst_stride) {
-    if (!ts_covers(p0, src_rows, a0, a1) || !ts_covers(q0, src_cols, b0, b1) || src_cols > src_stride) return -1;
-    if (tmp_len < (a1 - a0) * src_cols) return -1;
-    for (int64_t f = a0; f < a1; f++) {
-        float *t = tmp + (f - a0) * src_cols;
-        for (int64_t k = 0; k < src_cols; k++) t[k] = ts_chaikin(src + k, src_stride, p0, f);
-        float *o = dst + (f - a0) * dst_stride;
-        for (int64_t g = b0; g < b1; g++) o[g - b0] += ts_chaikin(t, 1, q0, g);
-    }
-    return 0;
 }
 
 enum { TS_TERRAIN = 0, TS_NORMALS = 1 };
@@ -517,6 +490,28 @@ static void ts_subdivide_across(const float *c, int64_t first, int64_t lo, int64
     }
 }
 
+/* dst[a0..a1) x [b0..b1) += the subdivision of `src` (rows p0.., cols q0.., src_rows x src_cols,
+ * stride in floats): each fine row by rows first, then columns, as numpy's _subdivide(axis 0) then
+ * (axis 1). `tmp`: 3 * src_cols + 4 floats (`tmp_len`). Returns 0, or -1 (nothing written) when src
+ * does not cover the block or tmp is short. */
+int64_t ts_subdivide_add(const float *src, int64_t src_rows, int64_t src_cols, int64_t src_stride, int64_t p0,
+                         int64_t q0, int64_t a0, int64_t a1, int64_t b0, int64_t b1, float *tmp, int64_t tmp_len,
+                         float *dst, int64_t dst_stride) {
+    if (!ts_covers(p0, src_rows, a0, a1) || !ts_covers(q0, src_cols, b0, b1) || src_cols > src_stride) return -1;
+    if (tmp_len < 3 * src_cols + 4) return -1;
+    /* Coarse pairs lo .. hi - 1 give fine columns 2 lo + 1 .. 2 hi, which hold b0 .. b1 - 1. */
+    const int64_t lo = ts_floor_half(b0 - 1), pairs = ts_floor_half(b1 - 2) + 1 - lo, skip = b0 - (2 * lo + 1);
+    float *across = tmp, *fine = tmp + src_cols;
+    for (int64_t f = a0; f < a1; f++) {
+        ts_subdivide_row(src, src_stride, p0, src_cols, f, across);
+        ts_subdivide_across(across, q0, lo, pairs, fine);
+        float *restrict o = dst + (f - a0) * dst_stride;
+        const float *restrict v = fine + skip;
+        for (int64_t g = 0; g < b1 - b0; g++) o[g] += v[g];
+    }
+    return 0;
+}
+
 /* One normal channel's byte: clip((v + 1) * 127.5 + 0.5, 0, 255) truncated (NaN -> 0). */
 static inline uint8_t ts_unit_byte(float v) {
     float t = v + 1.0f;
@@ -540,10 +535,14 @@ static void ts_normal_row(const float *restrict up, const float *restrict mid, c
         len = len + dy * dy;
         len = len + 1.0f;
         const float inv = 1.0f / sqrtf(len);
-        o[4 * x] = ts_unit_byte(-dx * inv);
-        o[4 * x + 1] = ts_unit_byte(-dy * inv);
-        o[4 * x + 2] = ts_unit_byte(inv);
-        o[4 * x + 3] = 255;
+        const uint8_t texel[4] = {ts_unit_byte(-dx * inv), ts_unit_byte(-dy * inv), ts_unit_byte(inv), 255};
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* One 4-byte store per texel (the loop vectorizes; four byte stores do not). */
+        const uint32_t packed = (uint32_t)texel[0] | (uint32_t)texel[1] << 8 | (uint32_t)texel[2] << 16 | 0xFF000000u;
+        memcpy(o + 4 * x, &packed, 4);
+#else
+        memcpy(o + 4 * x, texel, 4);
+#endif
     }
 }
 

@@ -301,7 +301,7 @@ def _replay_procedural(lib: Path) -> int:
             raise AssertionError(f"ts_height_rows with a lattice short by {short_rows, short_cols}: {got}, not {want}")
         coarse = np.zeros((4 - short_rows, 5 - short_cols), np.float32)  # exactly fine [1, 7) x [1, 9)
         fine = np.zeros((6, 8), np.float32)
-        tmp = np.zeros(6 * coarse.shape[1] - short_scratch, np.float32)
+        tmp = np.zeros(3 * coarse.shape[1] + 4 - short_scratch, np.float32)
         got = functions.subdivide_add(
             coarse.ctypes.data, coarse.shape[0], coarse.shape[1], coarse.shape[1], 0, 0, 1, 7, 1, 9,
             tmp.ctypes.data, tmp.size, fine.ctypes.data, 8,
