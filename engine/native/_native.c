@@ -418,6 +418,15 @@ void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
 #pragma GCC optimize("O3", "fp-contract=off")
 #endif
 
+/* The procedural loops are also compiled for AVX2 and picked at load time where the toolchain can
+ * (GCC on x86-64 Linux: ifunc): the same IEEE operations on wider vectors, so the same bits (no FMA:
+ * contraction is off, and AVX2 code uses no FMA instruction unless contracted). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+#define TS_WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define TS_WIDE
+#endif
+
 static inline uint32_t ts_mix32(uint32_t h) {
     h ^= h >> 15;
     h *= 0x2C1B3C6Du;
@@ -436,7 +445,7 @@ static inline int32_t ts_to_i32(float v) {
 /* Noise in [-1, 1) at lattice points [r0, r0 + rows) x [c0, c0 + cols), times `amp`: hash
  * mix(mix(row * 0x165667B1 ^ salt) ^ col * 0x27D4EB2D) (coordinates taken mod 2^32), top 24 bits
  * * 2^-23 - 1, then * amp. `out` row stride in floats. */
-void ts_lattice_noise(int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint32_t salt, float amp, float *out,
+TS_WIDE void ts_lattice_noise(int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint32_t salt, float amp, float *out,
                       int64_t out_stride) {
     const float unit = (float)(2.0 / (1 << 24));
     for (int64_t r = 0; r < rows; r++) {
@@ -460,7 +469,7 @@ static inline int ts_covers(int64_t first, int64_t count, int64_t lo, int64_t hi
 enum { TS_TERRAIN = 0, TS_NORMALS = 1 };
 
 /* Fine row f of a coarse block (rows from coarse index `first`, `cols` wide, stride in floats). */
-static void ts_subdivide_row(const float *c, int64_t stride, int64_t first, int64_t cols, int64_t f, float *dst) {
+TS_WIDE static void ts_subdivide_row(const float *c, int64_t stride, int64_t first, int64_t cols, int64_t f, float *dst) {
     const int64_t i = (f & 1) ? ts_floor_half(f - 1) : ts_floor_half(f) - 1;
     const float *a = c + (i - first) * stride, *b = a + stride;
     if (f & 1) {
@@ -480,7 +489,7 @@ static void ts_subdivide_row(const float *c, int64_t stride, int64_t first, int6
 
 /* Fine samples 2i + 1 and 2i + 2 of coarse pairs i = lo .. lo + pairs - 1 of row `c` (index 0 is
  * coarse index `first`), in order from fine index 2 lo + 1. */
-static void ts_subdivide_across(const float *c, int64_t first, int64_t lo, int64_t pairs, float *dst) {
+TS_WIDE static void ts_subdivide_across(const float *c, int64_t first, int64_t lo, int64_t pairs, float *dst) {
     const float *a = c + (lo - first);
     for (int64_t p = 0; p < pairs; p++) {
         float q = a[p + 1] - a[p];
@@ -522,7 +531,7 @@ static inline uint8_t ts_unit_byte(float v) {
     return (uint8_t)(int32_t)t;
 }
 
-static void ts_normal_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+TS_WIDE static void ts_normal_row(const float *restrict up, const float *restrict mid, const float *restrict down,
                           int64_t width, uint8_t *restrict o) {
     for (int64_t x = 0; x < width; x++) {
         const float h = mid[x + 1];
@@ -550,7 +559,7 @@ static void ts_normal_row(const float *restrict up, const float *restrict mid, c
  * numpy's x86 ones act (INT32_MIN for NaN or out of range) followed by its clips, in branch-free
  * form: a height bin outside 0 .. 2^31 or NaN clips to 0; a NaN shade bin adds INT32_MIN * S_step,
  * which wraps to 0; a NaN slope bin adds INT32_MIN (the index then clips to 0). */
-static void ts_terrain_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+TS_WIDE static void ts_terrain_row(const float *restrict up, const float *restrict mid, const float *restrict down,
                            int64_t width, const float *k, const int64_t *bins, const uint32_t *table,
                            int64_t table_len, int32_t *restrict index, uint8_t *o) {
     const float r_lo = k[0], r_mul = k[1], nsx = k[2], sy = k[3], sz = k[4], h_mul = k[5], h_add = k[6];
