@@ -250,8 +250,11 @@ class _Field:
         dy = g[2:, 1:-1] - g[:-2, 1:-1]
         return h, dx, dy
 
-    def rows_native(self, native: ProceduralFunctions, mode: int, out: np.ndarray, k: np.ndarray, table=None) -> None:  # noqa: ANN001
-        """All the band's rows into `out` ((rows, width, 4) uint8) by ``ts_height_rows``."""
+    def rows_native(
+        self, native: ProceduralFunctions, mode: int, out: np.ndarray, k: np.ndarray, table: np.ndarray | None = None
+    ) -> None:
+        """All the band's rows into `out` ((rows, width, 4) uint8) by ``ts_height_rows``: `mode` is
+        terrain (0, colours from `table`) or normals (1); `k` the terrain's float32 constants."""
         rows, cols = self.g1.shape
         scratch = np.empty(cols + 4 * (self.width + 4), np.float32)
         bins = np.array([_H_BINS, _S_BINS, _L_BINS], np.int64)

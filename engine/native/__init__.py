@@ -346,8 +346,8 @@ def hdr_functions(path: str | None = None) -> HdrFunctions | None:
 @dataclass(frozen=True)
 class ProceduralFunctions:
     """The procedural generators' compiled loops (see _native.c): ``ts_lattice_noise``,
-    ``ts_subdivide_add`` and ``ts_height_rows``; none takes the interpreter lock's time, all keep it
-    (each call is one band's work, and the bake's workers are processes)."""
+    ``ts_subdivide_add`` and ``ts_height_rows``, called through ctypes.CDLL (the interpreter lock is
+    released for each call: one lattice block or one band of rows)."""
 
     path: str
     lattice_noise: ctypes._CFuncPtr
