@@ -29,6 +29,10 @@ checker  A debugging grid: 128-texel cells (one default tile) in alternating has
          labelled "x,y" with its cell coordinates, and 1024-texel blocks labelled "x,y" in large
          type that stays readable down to level 3; thin lines every 128 texels, thick red ones
          every 1024.
+
+The terrain and normal map's loops (lattice noise, subdivision, the per-texel work) run in the
+compiled helper (engine/native/_native.c) when it is built, else in numpy here: both give the same
+bits (`use_generator_loops` picks one, for tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ import logging
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import SourceError
 from ..pack.format import MAX_DIMENSION
+
+if TYPE_CHECKING:
+    from ..native import ProceduralFunctions
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,37 @@ _M1 = np.uint32(0x2C1B3C6D)
 _M2 = np.uint32(0x297A2D39)
 _CX = np.uint32(0x27D4EB2D)
 _CY = np.uint32(0x165667B1)
+
+
+_loops_kind = "auto"
+_loops_library: str | None = None
+
+
+def use_generator_loops(kind: str, library: str | None = None) -> tuple[str, str | None]:
+    """Pick the terrain and normal map's loops in this process: "auto" (default: the compiled helper
+    when it is built), "native" (the compiled helper, or the build at `library`; an error when it is
+    missing) or "numpy". Returns the previous ``(kind, library)``, to restore it."""
+    global _loops_kind, _loops_library
+    if kind not in ("auto", "native", "numpy"):
+        raise ValueError(f"generator loops must be auto, native or numpy, got {kind!r}")
+    previous = (_loops_kind, _loops_library)
+    _loops_kind, _loops_library = kind, library
+    return previous
+
+
+def _compiled() -> ProceduralFunctions | None:
+    if _loops_kind == "numpy":
+        return None
+    from ..native import procedural_functions
+
+    functions = procedural_functions(_loops_library)
+    if functions is None and _loops_kind == "native":
+        raise RuntimeError("the compiled helper's procedural generator loops are not available")
+    return functions
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
 
 
 # ---- hashing -------------------------------------------------------------------------------------------
@@ -130,15 +169,44 @@ def fbm_lattice(r0: int, r1: int, c0: int, c1: int, level: int, size: int, seed:
     for _ in range(top - level):
         a0, a1, b0, b1 = ranges[-1]
         ranges.append(_parent_range(a0, a1) + _parent_range(b0, b1))
+    native = _compiled()
     g: np.ndarray | None = None
     for k in range(top, level - 1, -1):
         a0, a1, b0, b1 = ranges[k - level]
-        n = lattice_noise(np.arange(a0, a1), np.arange(b0, b1), _salt(seed, k))
-        n *= np.float32(_SLOPE * (1 << k) ** _HURST)
+        amplitude = np.float32(_SLOPE * (1 << k) ** _HURST)
+        if native is None:
+            n = lattice_noise(np.arange(a0, a1), np.arange(b0, b1), _salt(seed, k))
+            n *= amplitude
+        else:
+            n = np.empty((a1 - a0, b1 - b0), np.float32)
+            native.lattice_noise(
+                a0, a1 - a0, b0, b1 - b0, int(_salt(seed, k)), float(amplitude), n.ctypes.data, b1 - b0
+            )
         if g is not None:
             p0, _, q0, _ = ranges[k - level + 1]
-            g = _subdivide(_subdivide(g, p0, a0, a1, 0), q0, b0, b1, 1)
-            n += g
+            if native is None:
+                n += _subdivide(_subdivide(g, p0, a0, a1, 0), q0, b0, b1, 1)
+            else:
+                tmp = np.empty(3 * g.shape[1] + 4, np.float32)
+                rows, cols = g.shape
+                done = native.subdivide_add(
+                    g.ctypes.data,
+                    rows,
+                    cols,
+                    cols,
+                    p0,
+                    q0,
+                    a0,
+                    a1,
+                    b0,
+                    b1,
+                    tmp.ctypes.data,
+                    tmp.size,
+                    n.ctypes.data,
+                    b1 - b0,
+                )
+                if done != 0:
+                    raise AssertionError(f"lattice {p0},{q0} {g.shape} does not cover {a0}..{a1} x {b0}..{b1}")
         g = n
     assert g is not None
     return g
@@ -167,6 +235,7 @@ class _Field:
     """
 
     def __init__(self, y0: int, y1: int, width: int, size: int, seed: int) -> None:
+        self.y0, self.y1 = y0, y1
         self.width = width
         # Texels [y0-1, y1+1) x [-1, width+1): a one-texel margin for the differences.
         self.r0, r1 = _parent_range(y0 - 1, y1 + 1)
@@ -180,6 +249,37 @@ class _Field:
         dx = g[1:-1, 2:] - g[1:-1, :-2]  # 2 * d/dx
         dy = g[2:, 1:-1] - g[:-2, 1:-1]
         return h, dx, dy
+
+    def rows_native(
+        self, native: ProceduralFunctions, mode: int, out: np.ndarray, k: np.ndarray, table: np.ndarray | None = None
+    ) -> None:
+        """All the band's rows into `out` ((rows, width, 4) uint8) by ``ts_height_rows``: `mode` is
+        terrain (0, colours from `table`) or normals (1); `k` the terrain's float32 constants."""
+        rows, cols = self.g1.shape
+        scratch = np.empty(cols + 4 * (self.width + 4), np.float32)
+        bins = np.array([_H_BINS, _S_BINS, _L_BINS], np.int64)
+        done = native.height_rows(
+            self.g1.ctypes.data,
+            rows,
+            cols,
+            cols,
+            self.r0,
+            self.c0,
+            self.y0,
+            self.y1,
+            self.width,
+            mode,
+            k.ctypes.data,
+            bins.ctypes.data,
+            _ptr(table),
+            0 if table is None else table.size,
+            out.ctypes.data,
+            out.strides[0],
+            scratch.ctypes.data,
+            scratch.size,
+        )
+        if done != 0:
+            raise AssertionError(f"the field of rows {self.y0}..{self.y1} does not cover them")
 
 
 def _strip_rows(width: int) -> int:
@@ -249,8 +349,21 @@ def _terrain_table() -> np.ndarray:
     return rgba.reshape(-1, 4).view(np.uint32).ravel()
 
 
-def terrain_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.ndarray:
+_TS_TERRAIN, _TS_NORMALS = 0, 1  # ts_height_rows's modes
+
+
+def _band_out(out: np.ndarray | None, y0: int, y1: int, width: int) -> np.ndarray:
+    if out is None:
+        return np.empty((y1 - y0, width, 4), np.uint8)
+    if out.shape != (y1 - y0, width, 4) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous ({y1 - y0}, {width}, 4) uint8 array")
+    return out
+
+
+def terrain_rows(y0: int, y1: int, width: int, height: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Terrain colour rows [y0, y1): (rows, width, 4) uint8, written into `out` when given."""
     size = max(width, height)
+    rgba = _band_out(out, y0, y1, width)
     field = _Field(y0, y1, width, size, seed)
     table = _terrain_table()
     inv = 1.0 / _height_scale(size)
@@ -259,7 +372,14 @@ def terrain_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.nda
     sx, sy, sz = (np.float32(v) for v in _SUN)
     r_mul = np.float32(0.5 * _RELIEF_GAIN * inv)  # central differences are 2x the slope
     r_lo = np.float32(_RELIEF_FROM / inv)
-    out = np.empty((y1 - y0, width), np.uint32)
+    native = _compiled()
+    if native is not None:
+        k = np.array(
+            [r_lo, r_mul, -sx, sy, sz, h_mul, h_add, _S_BINS - 1, _L_BINS / _SLOPE_MAX, _L_BINS - 1], np.float32
+        )
+        field.rows_native(native, _TS_TERRAIN, rgba, k, table)
+        return rgba
+    out = rgba.view(np.uint32).reshape(y1 - y0, width)
     step = _strip_rows(width)
     for ys in range(y0, y1, step):
         ye = min(y1, ys + step)
@@ -296,13 +416,18 @@ def terrain_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.nda
         np.minimum(s2, np.float32(_L_BINS - 1), out=s2)
         idx += s2.astype(np.int32)
         np.take(table, idx, out=out[ys - y0 : ye - y0], mode="clip")
-    return out.view(np.uint8).reshape(y1 - y0, width, 4)
+    return rgba
 
 
-def normal_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.ndarray:
+def normal_rows(y0: int, y1: int, width: int, height: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Normal map rows [y0, y1): (rows, width, 4) uint8, written into `out` when given."""
     size = max(width, height)
+    out = _band_out(out, y0, y1, width)
     field = _Field(y0, y1, width, size, seed)
-    out = np.empty((y1 - y0, width, 4), np.uint8)
+    native = _compiled()
+    if native is not None:
+        field.rows_native(native, _TS_NORMALS, out, np.zeros(10, np.float32))
+        return out
     out[..., 3] = 255
     step = _strip_rows(width)
     for ys in range(y0, y1, step):
@@ -362,8 +487,9 @@ def _label_row(v: int, width: int, period: int, scale: int, offset: int, coord_y
     return inside & ((bits >> (2 - np.clip(gu, 0, 2))) & 1).astype(bool)
 
 
-def checker_rows(y0: int, y1: int, width: int, height: int, seed: int) -> np.ndarray:
-    out = np.empty((y1 - y0, width, 4), np.uint8)
+def checker_rows(y0: int, y1: int, width: int, height: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Checker rows [y0, y1): (rows, width, 4) uint8, written into `out` when given."""
+    out = _band_out(out, y0, y1, width)
     out[..., 3] = 255
     n_cells = -(-width // _CELL)
     cell_digits = len(str(max(1, -(-max(width, height) // _CELL) - 1)))
@@ -440,7 +566,7 @@ class ProceduralSource:
         try:
             for y in range(y0, y1, step):
                 z = min(y1, y + step)
-                out[y - y0 : z - y0] = gen(y, z, self.width, self.height, self.seed)
+                gen(y, z, self.width, self.height, self.seed, out=out[y - y0 : z - y0])
         except MemoryError:
             raise SourceError(f"out of memory generating {self.name} rows {y0}..{y1}") from None
         return out
@@ -449,4 +575,14 @@ class ProceduralSource:
         return {"source_kind": "procedural", "pattern": self.pattern, "seed": self.seed}
 
 
-__all__ = ["PATTERNS", "ProceduralSource", "fbm", "lattice_noise"]
+__all__ = [
+    "PATTERNS",
+    "ProceduralSource",
+    "checker_rows",
+    "fbm",
+    "fbm_lattice",
+    "lattice_noise",
+    "normal_rows",
+    "terrain_rows",
+    "use_generator_loops",
+]

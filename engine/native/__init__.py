@@ -26,10 +26,12 @@ __all__ = [
     "Codecs",
     "HdrFunctions",
     "Native",
+    "ProceduralFunctions",
     "encode_f32",
     "hdr_functions",
     "load",
     "load_library",
+    "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
 ]
@@ -339,3 +341,39 @@ def hdr_functions(path: str | None = None) -> HdrFunctions | None:
     to_float.restype = None
     to_float.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
     return HdrFunctions(path, scanlines, to_float)
+
+
+@dataclass(frozen=True)
+class ProceduralFunctions:
+    """The procedural generators' compiled loops (see _native.c): ``ts_lattice_noise``,
+    ``ts_subdivide_add`` and ``ts_height_rows``, called through ctypes.CDLL (the interpreter lock is
+    released for each call: one lattice block or one band of rows)."""
+
+    path: str
+    lattice_noise: ctypes._CFuncPtr
+    subdivide_add: ctypes._CFuncPtr
+    height_rows: ctypes._CFuncPtr
+
+
+@functools.cache
+def procedural_functions(path: str | None = None) -> ProceduralFunctions | None:
+    """The procedural generators' loops from the helper at `path` (None: the installed one; the
+    sanitizer tests pass a build of their own), or None when it is not built or predates them:
+    `bake.procedural` then generates with numpy, to the same bits."""
+    path = path or _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        noise, subdivide, rows = lib.ts_lattice_noise, lib.ts_subdivide_add, lib.ts_height_rows
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no procedural generator (%s): numpy generates", exc)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    noise.restype = None
+    noise.argtypes = (i64, i64, i64, i64, ctypes.c_uint32, ctypes.c_float, ptr, i64)
+    subdivide.restype = i64
+    subdivide.argtypes = (ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, ptr, i64, ptr, i64)
+    rows.restype = i64
+    rows.argtypes = (ptr, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, i64, ptr, i64, ptr, i64)
+    return ProceduralFunctions(path, noise, subdivide, rows)

@@ -18,6 +18,8 @@
  *   ts_rgbe_to_float (HDR reader) RGBE bytes -> float32 RGB through hdr.py's 65536-entry table (the
  *                   twin of its numpy path, bit for bit: the same table lookups).
  *   ts_encode_f32   (bake workers) float32 linear texels back to 8-bit codes (mips.Transfer.encode's twin).
+ *   ts_lattice_noise, ts_subdivide_add, ts_height_rows (bake workers) the procedural terrain and normal
+ *                   map generators' loops (bake/procedural.py's numpy path, bit for bit).
  *
  * No library is linked: the decoders and the hash are the C functions the zstandard, lz4 and
  * xxhash Python packages already carry, passed in as function pointers (engine/native/__init__.py
@@ -28,6 +30,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -398,6 +401,253 @@ void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
             }
         }
     }
+}
+
+/* ---- procedural sources (bake/procedural.py's twins, bit for bit) --------------------------------------
+ * ts_lattice_noise   hashed white noise on a lattice block, times an octave's amplitude;
+ * ts_subdivide_add   one Chaikin subdivision step in both axes (rows first), added to a block;
+ * ts_height_rows     the last subdivision to texels, central differences and the per-texel work of the
+ *                    terrain colour (one table gather) or the normal map, streaming three texel rows.
+ * Every float operation is a float32 operation in numpy's order, each rounded (no contraction: the
+ * pragma above ts_encode_f32 covers these too); float -> int32 casts give INT32_MIN for NaN or out of
+ * range, as x86's conversion numpy relies on, and int32 arithmetic wraps as numpy's does. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+/* Vectorized (O3; setup.py adds -fno-math-errno so sqrtf inlines): neither changes a result. */
+#pragma GCC optimize("O3", "fp-contract=off")
+#endif
+
+/* The procedural loops are also compiled for AVX2 and picked at load time where the toolchain can
+ * (GCC on x86-64 Linux: ifunc): the same IEEE operations on wider vectors, so the same bits (no FMA:
+ * contraction is off, and AVX2 code uses no FMA instruction unless contracted). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+#define TS_WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define TS_WIDE
+#endif
+
+static inline uint32_t ts_mix32(uint32_t h) {
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    h *= 0x297A2D39u;
+    h ^= h >> 15;
+    return h;
+}
+
+static inline int64_t ts_floor_half(int64_t v) { return (v - (v & 1)) / 2; }
+
+static inline int32_t ts_to_i32(float v) {
+    return (v > -2147483904.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN;
+}
+
+/* Noise in [-1, 1) at lattice points [r0, r0 + rows) x [c0, c0 + cols), times `amp`: hash
+ * mix(mix(row * 0x165667B1 ^ salt) ^ col * 0x27D4EB2D) (coordinates taken mod 2^32), top 24 bits
+ * * 2^-23 - 1, then * amp. `out` row stride in floats. */
+TS_WIDE void ts_lattice_noise(int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint32_t salt, float amp, float *out,
+                      int64_t out_stride) {
+    const float unit = (float)(2.0 / (1 << 24));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint32_t hy = ts_mix32((uint32_t)(r0 + r) * 0x165667B1u ^ salt);
+        float *o = out + r * out_stride;
+        for (int64_t c = 0; c < cols; c++) {
+            const uint32_t h = ts_mix32(hy ^ (uint32_t)(c0 + c) * 0x27D4EB2Du);
+            float v = (float)(h >> 8);
+            v = v * unit;
+            v = v - 1.0f;
+            o[c] = v * amp;
+        }
+    }
+}
+
+/* Is coarse [first, first + count) enough to subdivide fine [lo, hi)? (procedural._parent_range) */
+static inline int ts_covers(int64_t first, int64_t count, int64_t lo, int64_t hi) {
+    return hi > lo && ts_floor_half(lo - 1) >= first && ts_floor_half(hi - 2) + 2 <= first + count;
+}
+
+enum { TS_TERRAIN = 0, TS_NORMALS = 1 };
+
+/* Fine row f of a coarse block (rows from coarse index `first`, `cols` wide, stride in floats). */
+TS_WIDE static void ts_subdivide_row(const float *c, int64_t stride, int64_t first, int64_t cols, int64_t f, float *dst) {
+    const int64_t i = (f & 1) ? ts_floor_half(f - 1) : ts_floor_half(f) - 1;
+    const float *a = c + (i - first) * stride, *b = a + stride;
+    if (f & 1) {
+        for (int64_t j = 0; j < cols; j++) {
+            float q = b[j] - a[j];
+            q = q * 0.25f;
+            dst[j] = a[j] + q;
+        }
+    } else {
+        for (int64_t j = 0; j < cols; j++) {
+            float q = b[j] - a[j];
+            q = q * 0.25f;
+            dst[j] = b[j] - q;
+        }
+    }
+}
+
+/* Fine samples 2i + 1 and 2i + 2 of coarse pairs i = lo .. lo + pairs - 1 of row `c` (index 0 is
+ * coarse index `first`), in order from fine index 2 lo + 1. */
+TS_WIDE static void ts_subdivide_across(const float *c, int64_t first, int64_t lo, int64_t pairs, float *dst) {
+    const float *a = c + (lo - first);
+    for (int64_t p = 0; p < pairs; p++) {
+        float q = a[p + 1] - a[p];
+        q = q * 0.25f;
+        dst[2 * p] = a[p] + q;
+        dst[2 * p + 1] = a[p + 1] - q;
+    }
+}
+
+/* dst[a0..a1) x [b0..b1) += the subdivision of `src` (rows p0.., cols q0.., src_rows x src_cols,
+ * stride in floats): each fine row by rows first, then columns, as numpy's _subdivide(axis 0) then
+ * (axis 1). `tmp`: 3 * src_cols + 4 floats (`tmp_len`). Returns 0, or -1 (nothing written) when src
+ * does not cover the block or tmp is short. */
+int64_t ts_subdivide_add(const float *src, int64_t src_rows, int64_t src_cols, int64_t src_stride, int64_t p0,
+                         int64_t q0, int64_t a0, int64_t a1, int64_t b0, int64_t b1, float *tmp, int64_t tmp_len,
+                         float *dst, int64_t dst_stride) {
+    if (!ts_covers(p0, src_rows, a0, a1) || !ts_covers(q0, src_cols, b0, b1) || src_cols > src_stride) return -1;
+    if (tmp_len < 3 * src_cols + 4) return -1;
+    /* Coarse pairs lo .. hi - 1 give fine columns 2 lo + 1 .. 2 hi, which hold b0 .. b1 - 1. */
+    const int64_t lo = ts_floor_half(b0 - 1), pairs = ts_floor_half(b1 - 2) + 1 - lo, skip = b0 - (2 * lo + 1);
+    float *across = tmp, *fine = tmp + src_cols;
+    for (int64_t f = a0; f < a1; f++) {
+        ts_subdivide_row(src, src_stride, p0, src_cols, f, across);
+        ts_subdivide_across(across, q0, lo, pairs, fine);
+        float *restrict o = dst + (f - a0) * dst_stride;
+        const float *restrict v = fine + skip;
+        for (int64_t g = 0; g < b1 - b0; g++) o[g] += v[g];
+    }
+    return 0;
+}
+
+/* One normal channel's byte: clip((v + 1) * 127.5 + 0.5, 0, 255) truncated (NaN -> 0). */
+static inline uint8_t ts_unit_byte(float v) {
+    float t = v + 1.0f;
+    t = t * 127.5f;
+    t = t + 0.5f;
+    t = t > 0.0f ? t : 0.0f;
+    t = t > 255.0f ? 255.0f : t;
+    return (uint8_t)(int32_t)t;
+}
+
+TS_WIDE static void ts_normal_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+                          int64_t width, uint8_t *restrict o) {
+    for (int64_t x = 0; x < width; x++) {
+        const float h = mid[x + 1];
+        const float land = h > 0.0f ? 0.5f : 0.0f;
+        float dx = mid[x + 2] - mid[x];
+        float dy = down[x + 1] - up[x + 1];
+        dx = dx * land;
+        dy = dy * land;
+        float len = dx * dx;
+        len = len + dy * dy;
+        len = len + 1.0f;
+        const float inv = 1.0f / sqrtf(len);
+        const uint8_t texel[4] = {ts_unit_byte(-dx * inv), ts_unit_byte(-dy * inv), ts_unit_byte(inv), 255};
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* One 4-byte store per texel (the loop vectorizes; four byte stores do not). */
+        const uint32_t packed = (uint32_t)texel[0] | (uint32_t)texel[1] << 8 | (uint32_t)texel[2] << 16 | 0xFF000000u;
+        memcpy(o + 4 * x, &packed, 4);
+#else
+        memcpy(o + 4 * x, texel, 4);
+#endif
+    }
+}
+
+/* The terrain's table index of each texel, then the gather. The float -> int32 casts are written as
+ * numpy's x86 ones act (INT32_MIN for NaN or out of range) followed by its clips, in branch-free
+ * form: a height bin outside 0 .. 2^31 or NaN clips to 0; a NaN shade bin adds INT32_MIN * S_step,
+ * which wraps to 0; a NaN slope bin adds INT32_MIN (the index then clips to 0). */
+TS_WIDE static void ts_terrain_row(const float *restrict up, const float *restrict mid, const float *restrict down,
+                           int64_t width, const float *k, const int64_t *bins, const uint32_t *table,
+                           int64_t table_len, int32_t *restrict index, uint8_t *o) {
+    const float r_lo = k[0], r_mul = k[1], nsx = k[2], sy = k[3], sz = k[4], h_mul = k[5], h_add = k[6];
+    const float s_scale = k[7], l_scale = k[8], l_max = k[9];
+    const float s_top = 1.0f * s_scale + 0.5f;
+    const float h_top = (float)(bins[0] - 1);
+    const uint32_t h_step = (uint32_t)(bins[1] * bins[2]), s_step = (uint32_t)bins[2];
+    const int32_t last = (int32_t)(table_len - 1);
+    for (int64_t x = 0; x < width; x++) {
+        const float h = mid[x + 1];
+        float dx = mid[x + 2] - mid[x];
+        float dy = down[x + 1] - up[x + 1];
+        float relief = r_lo > h ? r_lo : h; /* np.maximum: NaN stays NaN */
+        relief = relief - r_lo;
+        relief = relief * r_mul;
+        relief = relief + 0.5f;
+        dx = dx * relief;
+        dy = dy * relief;
+        float s2 = dx * dx;
+        s2 = s2 + dy * dy;
+        float lam = dx * nsx;
+        lam = lam - dy * sy;
+        lam = lam + sz;
+        s2 = s2 + 1.0f;
+        s2 = sqrtf(s2);
+        lam = lam / s2;
+        lam = 0.0f > lam ? 0.0f : lam; /* the clip to 1 comes after the scaling, below */
+        s2 = s2 * s2;
+        s2 = s2 - 1.0f;
+        s2 = sqrtf(s2);
+        float hv = h * h_mul;
+        hv = hv + h_add;
+        const int in_range = (hv >= 0.0f) & (hv < 2147483648.0f);
+        hv = in_range ? hv : 0.0f;
+        hv = hv > h_top ? h_top : hv;
+        uint32_t idx = (uint32_t)(int32_t)hv * h_step;
+        lam = lam * s_scale;
+        lam = lam + 0.5f;
+        /* np.clip(lam, 0, 1) before the scaling, done after it: scaling and adding are monotonic, so
+         * a term above 1 scales to at least s_top, which 1 scales to exactly. */
+        lam = lam > s_top ? s_top : lam;
+        lam = lam >= 0.0f ? lam : 0.0f; /* NaN: its INT32_MIN * s_step wraps to 0 (s_step even) */
+        idx += (uint32_t)(int32_t)lam * s_step;
+        s2 = s2 * l_scale;
+        s2 = s2 > l_max ? l_max : s2; /* np.minimum: NaN stays NaN */
+        const int slope_ok = s2 >= 0.0f;
+        idx += (uint32_t)(int32_t)(slope_ok ? s2 : 0.0f) + (slope_ok ? 0u : 0x80000000u);
+        int32_t at = (int32_t)idx; /* np.take(mode="clip") */
+        at = at < 0 ? 0 : at;
+        index[x] = at > last ? last : at;
+    }
+    for (int64_t x = 0; x < width; x++) memcpy(o + 4 * x, table + index[x], 4);
+}
+
+/* Texel rows [y0, y1) x [0, width) of the terrain colour (mode TS_TERRAIN: packed RGBA8 from `table`)
+ * or its normals (TS_NORMALS: RGBA8, A = 255) from `g1`, the field at lattice spacing 2 (rows r0..,
+ * cols c0.., g_rows x g_cols, stride in floats). `k` holds the float32 constants terrain_rows uses, in
+ * this order: r_lo, r_mul, -sx, sy, sz, h_mul, h_add, S - 1, L / slope_max, L - 1; `bins` the table's
+ * (H, S, L). `scratch`: g_cols + 4 * (width + 4) floats. `out` row stride in bytes. Returns 0, or -1
+ * (nothing written) when g1 does not cover the rows, an argument is out of range or scratch is short. */
+int64_t ts_height_rows(const float *g1, int64_t g_rows, int64_t g_cols, int64_t g_stride, int64_t r0, int64_t c0,
+                       int64_t y0, int64_t y1, int64_t width, int mode, const float *k, const int64_t *bins,
+                       const uint32_t *table, int64_t table_len, uint8_t *out, int64_t out_stride, float *scratch,
+                       int64_t scratch_len) {
+    if (width < 1 || !ts_covers(r0, g_rows, y0 - 1, y1 + 1) || !ts_covers(c0, g_cols, -1, width + 1)) return -1;
+    if (g_cols > g_stride || scratch_len < g_cols + 4 * (width + 4) || out_stride < 4 * width) return -1;
+    if (mode != TS_TERRAIN && mode != TS_NORMALS) return -1;
+    if (mode == TS_TERRAIN && (table_len < 1 || bins[0] < 1 || bins[0] * bins[1] * bins[2] > table_len)) return -1;
+    /* Coarse pairs -1 .. (width - 1) / 2 give fine columns -1 .. width (and one more when width is even);
+     * ts_covers checked that c0 .. c0 + g_cols holds them. */
+    const int64_t pairs = ts_floor_half(width - 1) + 2, n = width + 4;
+    float *across = scratch, *ring = scratch + g_cols;
+    int32_t *index = (int32_t *)(ring + 3 * n); /* float and int32 share size and alignment */
+    for (int64_t f = y0 - 1; f <= y1; f++) {
+        /* Texel row f, columns -1 .., into ring slot (f - y0 + 1) % 3. */
+        float *row = ring + ((f - y0 + 1) % 3) * n;
+        ts_subdivide_row(g1, g_stride, r0, g_cols, f, across);
+        ts_subdivide_across(across, c0, -1, pairs, row);
+        if (f < y0 + 1) continue;
+        const int64_t y = f - 1;
+        const float *up = ring + ((y - y0) % 3) * n, *mid = ring + ((y - y0 + 1) % 3) * n;
+        uint8_t *o = out + (y - y0) * out_stride;
+        if (mode == TS_NORMALS)
+            ts_normal_row(up, mid, row, width, o);
+        else
+            ts_terrain_row(up, mid, row, width, k, bins, table, table_len, index, o);
+    }
+    return 0;
 }
 
 /* A Python module only so that pip builds and installs this file; texstream loads it with ctypes. */

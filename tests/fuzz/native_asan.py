@@ -11,11 +11,13 @@ The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` f
 `ts_decode_batch` directly: every pack input of the corpus that opens is read whole, then again with
 each tile damaged and with the file cut short; every tile input is decoded under each codec; every
 Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
-buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`. Each answer is compared with the pure-Python
-twin's (the contract in _native.c: same status codes, same texels). Any sanitizer report aborts the
-process (-fno-sanitize-recover, halt_on_error), so the replay's exit status says it all. Python's
-own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper writes have exact bounds the
-sanitizer checks.
+buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`; the procedural generators' loops (procedural:
+no corpus) make terrain, normal map and lattice blocks of odd sizes into exact-size arrays, and are
+handed lattices one sample short, which they must refuse without touching memory. Each answer is
+compared with the pure-Python twin's (the contract in _native.c: same status codes, same texels).
+Any sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
+status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper
+writes have exact bounds the sanitizer checks.
 """
 
 from __future__ import annotations
@@ -248,8 +250,71 @@ def _replay_hdr(data: bytes, lib: Path, label: str) -> int:
     return len(variants)
 
 
-def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr")) -> int:
-    """Every corpus and crash input of the pack, header, tile and hdr targets through the sanitized helper."""
+def _replay_procedural(lib: Path) -> int:
+    """Terrain, normals and lattice blocks by the sanitized loops against numpy's, then calls whose
+    lattice or scratch is one sample short: refused (-1), nothing read or written out of bounds."""
+    import numpy as np
+
+    from texstream.bake.procedural import fbm_lattice, normal_rows, terrain_rows, use_generator_loops
+    from texstream.native import procedural_functions
+
+    functions = procedural_functions(str(lib))
+    if functions is None:
+        raise AssertionError(f"{lib} has no procedural generator loops")
+    cases = [(0, 1, 1, 1, 0), (0, 9, 9, 9, 2**32 - 1), (5, 40, 333, 200, 7), (197, 200, 64, 200, 1), (0, 2, 2, 3000, 5)]
+    checks = 0
+    try:
+        for case in cases:
+            for generator in (terrain_rows, normal_rows):
+                use_generator_loops("native", str(lib))
+                native = generator(*case)
+                use_generator_loops("numpy")
+                if not np.array_equal(native, generator(*case)):
+                    raise AssertionError(f"procedural {generator.__name__}{case}: compiled rows != numpy's")
+                checks += 1
+        for level in (1, 3):
+            use_generator_loops("native", str(lib))
+            native = fbm_lattice(-3, 20, -5, 77, level, 4096, 9)
+            use_generator_loops("numpy")
+            if not np.array_equal(native, fbm_lattice(-3, 20, -5, 77, level, 4096, 9)):
+                raise AssertionError(f"procedural lattice at level {level}: compiled != numpy's")
+            checks += 1
+    finally:
+        use_generator_loops("auto")
+    # Lattice blocks one row or column short of the texels asked for, a scratch one float short.
+    width, y0, y1 = 50, 10, 20
+    rows, cols = (y1 - 1) // 2 + 2 - (y0 - 2) // 2, (width - 1) // 2 + 3  # procedural._parent_range
+    k = np.zeros(10, np.float32)
+    bins = np.array([2, 2, 2], np.int64)
+    table = np.zeros(8, np.uint32)
+    out = np.zeros((y1 - y0, width, 4), np.uint8)
+    for short_rows, short_cols, short_scratch in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)):
+        g1 = np.zeros((rows - short_rows, cols - short_cols), np.float32)
+        scratch = np.zeros(g1.shape[1] + 4 * (width + 4) - short_scratch, np.float32)
+        got = functions.height_rows(
+            g1.ctypes.data, g1.shape[0], g1.shape[1], g1.shape[1], (y0 - 2) // 2, -1, y0, y1, width, 0,
+            k.ctypes.data, bins.ctypes.data, table.ctypes.data, table.size, out.ctypes.data, out.strides[0],
+            scratch.ctypes.data, scratch.size,
+        )  # fmt: skip
+        want = 0 if (short_rows, short_cols, short_scratch) == (0, 0, 0) else -1
+        if got != want:
+            raise AssertionError(f"ts_height_rows with a lattice short by {short_rows, short_cols}: {got}, not {want}")
+        coarse = np.zeros((4 - short_rows, 5 - short_cols), np.float32)  # exactly fine [1, 7) x [1, 9)
+        fine = np.zeros((6, 8), np.float32)
+        tmp = np.zeros(3 * coarse.shape[1] + 4 - short_scratch, np.float32)
+        got = functions.subdivide_add(
+            coarse.ctypes.data, coarse.shape[0], coarse.shape[1], coarse.shape[1], 0, 0, 1, 7, 1, 9,
+            tmp.ctypes.data, tmp.size, fine.ctypes.data, 8,
+        )  # fmt: skip
+        if got != want:
+            raise AssertionError(f"ts_subdivide_add with a block short by {short_rows, short_cols}: {got}, not {want}")
+        checks += 2
+    return checks
+
+
+def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr", "procedural")) -> int:
+    """Every corpus and crash input of the pack, header, tile and hdr targets, and the procedural
+    generators' loops, through the sanitized helper."""
     from texstream.native import load_library
     from texstream.runtime.io_workers import _Scratch
 
@@ -265,6 +330,9 @@ def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr
     checks = 0
     with tempfile.TemporaryDirectory(prefix="texstream-asan-") as tmp:
         for target in targets:
+            if target == "procedural":
+                checks += _replay_procedural(lib)
+                continue
             files = sorted((HERE / "corpus" / target).glob("*")) + sorted((HERE / "crashes" / target).glob("*"))
             for f in files:
                 label = f"{target}/{f.name}"

@@ -75,3 +75,18 @@ def test_the_sanitizer_catches_a_run_past_a_scanline(sanitized: Path, tmp_path: 
     proc = _replay(lib, "hdr")
     assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+
+
+def test_the_sanitizer_catches_a_planted_overflow_in_the_procedural_loops(sanitized: Path, tmp_path: Path) -> None:
+    """A terrain row gather that writes each texel one texel on: past the end of a band's last row."""
+    source = SOURCE.read_text()
+    planted = source.replace("memcpy(o + 4 * x, table + index[x], 4);", "memcpy(o + 4 * x + 4, table + index[x], 4);")
+    assert planted != source
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _replay(lib, "procedural")
+    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
