@@ -8,26 +8,100 @@
   re-tiles their blocks into a pack without re-encoding, `export_ktx2` writes a pack back to KTX2.
 """
 
-from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level
-from .export import ExportReport, export_ktx2
-from .image_packs import (
-    CachedPackReader,
-    ImagePackProgress,
-    ImagePackStage,
-    default_pack_cache,
-    file_digest,
-    image_pack_key,
-    is_pack_file,
-    looks_like_image,
-    open_pack_reader,
-    pack_for_block_file,
-    pack_for_image,
-    resolve_pack,
-)
-from .image_settings import ContentKind, ImageBakeSettings, ImageContent, classify, settings_for
-from .load import is_block_file, read_block_file
-from .pack_cache import CacheEntry, PackCache, PackCacheConfig, VerifyPolicy
-from .retile import RetileConfig, RetileReport, retile_to_pack
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+# Names to the submodule that defines them, imported on first use (PEP 562): `texstream.assets.load`,
+# which every command that takes a pack asks for, then starts without the exporter, the pack cache or
+# the image bake.
+_EXPORTS = {
+    ".blocks": (
+        "BlockLevel",
+        "BlockTexture",
+        "decode_blocks",
+        "decode_level",
+    ),
+    ".export": (
+        "ExportReport",
+        "export_ktx2",
+    ),
+    ".image_packs": (
+        "CachedPackReader",
+        "ImagePackProgress",
+        "ImagePackStage",
+        "default_pack_cache",
+        "file_digest",
+        "image_pack_key",
+        "is_pack_file",
+        "looks_like_image",
+        "open_pack_reader",
+        "pack_for_block_file",
+        "pack_for_image",
+        "resolve_pack",
+    ),
+    ".image_settings": (
+        "ContentKind",
+        "ImageBakeSettings",
+        "ImageContent",
+        "classify",
+        "settings_for",
+    ),
+    ".load": (
+        "is_block_file",
+        "read_block_file",
+    ),
+    ".pack_cache": (
+        "CacheEntry",
+        "PackCache",
+        "PackCacheConfig",
+        "VerifyPolicy",
+    ),
+    ".retile": (
+        "RetileConfig",
+        "RetileReport",
+        "retile_to_pack",
+    ),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:
+    from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level
+    from .export import ExportReport, export_ktx2
+    from .image_packs import (
+        CachedPackReader,
+        ImagePackProgress,
+        ImagePackStage,
+        default_pack_cache,
+        file_digest,
+        image_pack_key,
+        is_pack_file,
+        looks_like_image,
+        open_pack_reader,
+        pack_for_block_file,
+        pack_for_image,
+        resolve_pack,
+    )
+    from .image_settings import ContentKind, ImageBakeSettings, ImageContent, classify, settings_for
+    from .load import is_block_file, read_block_file
+    from .pack_cache import CacheEntry, PackCache, PackCacheConfig, VerifyPolicy
+    from .retile import RetileConfig, RetileReport, retile_to_pack
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "BlockLevel",
