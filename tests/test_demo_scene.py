@@ -29,10 +29,11 @@ def _frames_ok(out: Path, count: int) -> None:
 def test_a_trimesh_glb_flies_headless(tmp_path: Path) -> None:
     glb = trimesh_scene(tmp_path / "scene.glb", size=512)  # 16 tiles a texture: finer levels stream in
     out = tmp_path / "frames"
-    proc = demo_cli("scene", str(glb), "--headless", "--frames", "4", "--out", str(out), *SMALL, env=headless_env())
+    # 12 frames: the I/O threads' reads land within a few frames even on a loaded machine
+    proc = demo_cli("scene", str(glb), "--headless", "--frames", "12", "--out", str(out), *SMALL, env=headless_env())
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    _frames_ok(out, 4)
+    _frames_ok(out, 12)
     report = json.loads((out / "run.json").read_text())
     assert report["scene"] == "scene" and report["textures"] == 2 and report["uploads"] > 0
 
