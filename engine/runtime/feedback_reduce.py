@@ -102,12 +102,12 @@ def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bound = _histogram_bound(v)
     if bound:
         hist = np.bincount(v, minlength=bound)
-        uniq = np.flatnonzero(hist)
+        uniq = hist.nonzero()[0]
         return uniq.astype(v.dtype), hist[uniq].astype(np.int64)
     v = np.sort(v)
     if v.size == 0:
         return v, np.zeros(0, np.int64)
-    starts = np.concatenate([[0], np.flatnonzero(v[1:] != v[:-1]) + 1])
+    starts = np.concatenate([[0], (v[1:] != v[:-1]).nonzero()[0] + 1])
     counts = np.diff(np.append(starts, v.size))
     return v[starts], counts.astype(np.int64)
 
@@ -124,7 +124,7 @@ def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.nda
         outside = int(v.size - np.count_nonzero(inside))
         v = v[inside]
     hist = np.bincount(v, minlength=n_ids)
-    uniq = np.flatnonzero(hist)
+    uniq = hist.nonzero()[0]
     return uniq, hist[uniq].astype(np.int64), outside
 
 
@@ -136,12 +136,12 @@ def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.n
         return k.astype(np.int64), np.zeros(0, np.int64)
     bound = _histogram_bound(k)
     if bound:
-        present = np.flatnonzero(np.bincount(k, minlength=bound))
+        present = np.bincount(k, minlength=bound).nonzero()[0]
         sums = np.bincount(k, weights=np.asarray(weights, np.float64).ravel(), minlength=bound)[present]
         return present.astype(np.int64), np.rint(sums).astype(np.int64)
     order = np.argsort(k, kind="stable")
     ks = k[order]
-    starts = np.concatenate([[0], np.flatnonzero(ks[1:] != ks[:-1]) + 1])
+    starts = np.concatenate([[0], (ks[1:] != ks[:-1]).nonzero()[0] + 1])
     return ks[starts].astype(np.int64), np.add.reduceat(np.asarray(weights, np.int64)[order], starts)
 
 
