@@ -253,8 +253,7 @@ class RequestScheduler:
         self.tier[n] = tier
         self.last_wanted[n] = frame
         if fresh.any():
-            merged = np.concatenate([self.queue, n[fresh]])
-            self.queue = merged[np.argsort(merged, kind="stable")]
+            self.queue = np.sort(np.concatenate([self.queue, n[fresh]]))
         return int(n.size)
 
     def update(self, frame: int, wanted: Wanted, max_issue: int) -> Requests:

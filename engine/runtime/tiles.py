@@ -189,6 +189,8 @@ class TileSpace:
     def is_tile(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the ids that name a tile of an open texture (e.g. to validate GPU feedback)."""
         i = np.asarray(ids, np.int64)
+        if i.size and int(i.min()) >= 0 and int(i.max()) < self.capacity:  # the usual case: one gather
+            return self.level[i] >= 0
         inside = (i >= 0) & (i < self.capacity)
         out = np.zeros(i.shape, bool)
         out[inside] = self.level[i[inside]] >= 0

@@ -61,6 +61,7 @@ from . import blocking_load, staging_share
 from .budget import BudgetManager
 from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch
 from .device_staging import DeviceStaging
+from .int_sets import distinct
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
@@ -508,10 +509,11 @@ class Uploader:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         ready = ready[np.argsort(self.seq[ready], kind="stable")]
         writable = np.ones(ready.size, bool)
-        for p, pool in enumerate(pools):
-            m = self.pool[ready] == p
-            if pool is not None and m.any():
-                writable[m] = pool.ledger.writable_at[self.cache_slot[ready[m]]] <= frame
+        ready_pool = self.pool[ready]
+        present = distinct(ready_pool)  # the pools this frame's loads go to (usually one or two)
+        for p in (p for p in present if 0 <= p < len(pools) and pools[p] is not None):
+            m = slice(None) if len(present) == 1 else ready_pool == p
+            writable[m] = pools[p].ledger.writable_at[self.cache_slot[ready[m]]] <= frame  # type: ignore[union-attr]
         ready = ready[writable]
         size = np.cumsum(self.nbytes[ready])
         take = (size <= max_bytes) | (np.arange(ready.size) == 0)
