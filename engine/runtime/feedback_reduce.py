@@ -30,6 +30,8 @@ __all__ = [
     "FeedbackResult",
     "Wanted",
     "histogram_counts",
+    "same_feedback",
+    "snapshot_feedback",
     "unique_counts",
     "unique_sums",
 ]
@@ -143,6 +145,34 @@ def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.n
     ks = k[order]
     starts = np.concatenate([[0], (ks[1:] != ks[:-1]).nonzero()[0] + 1])
     return ks[starts].astype(np.int64), np.add.reduceat(np.asarray(weights, np.int64)[order], starts)
+
+
+def same_feedback(a: Sequence[np.ndarray | CompactFeedback], b: Sequence[np.ndarray | CompactFeedback]) -> bool:
+    """Whether two frames' feedback batches hold the same entries in the same order (then they reduce
+    to the same pages). Cheap when they differ: sizes first, then a short prefix, then the rest."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, CompactFeedback) != isinstance(y, CompactFeedback):
+            return False
+        pairs = ((x.ids, y.ids), (x.counts, y.counts)) if isinstance(x, CompactFeedback) else ((x, y),)
+        for u, v in pairs:
+            u, v = np.asarray(u), np.asarray(v)
+            if u.shape != v.shape or u.dtype != v.dtype:
+                return False
+            if not (np.array_equal(u[:64], v[:64]) and np.array_equal(u, v)):
+                return False
+    return True
+
+
+def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[np.ndarray | CompactFeedback]:
+    """A copy of feedback batches that later changes to the caller's arrays do not reach."""
+    return [
+        CompactFeedback(np.array(b.ids), np.array(b.counts), b.samples, b.invalid)
+        if isinstance(b, CompactFeedback)
+        else np.array(b)
+        for b in batches
+    ]
 
 
 class FeedbackReducer:

@@ -37,7 +37,7 @@ from ..errors import BudgetError
 from ..pack.format import PackHeader
 from .budget import BudgetManager
 from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
-from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, unique_counts
+from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, same_feedback, snapshot_feedback, unique_counts
 from .int_sets import distinct
 from .page_table import PageTables, TexturePages
 from .pool_sizing import PoolDemand, plan_capacities
@@ -172,6 +172,9 @@ class Residency:
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         # the slots `_touch` last found per pool, for (the pages, the tables' version) they were found for
         self._touched: tuple[Wanted | None, int, list[tuple[int, np.ndarray]]] = (None, -1, [])
+        # the newest feedback reduced, for the id space and sets it was reduced against: feedback
+        # equal to it (a still view) skips the reduction (`observe`)
+        self._reduced: tuple[tuple[int, int], Sequence[np.ndarray | CompactFeedback], Wanted] | None = None
 
     def _grow(self, capacity: int) -> None:
         self.failed_tile = np.concatenate([self.failed_tile, np.zeros(capacity - self.failed_tile.size, bool)])
@@ -345,8 +348,13 @@ class Residency:
                     ledger.open_gates_before(gpu_done, self.frame)
         wanted = Wanted.empty()
         if feedback and self.headers:
-            result = self.reducer.reduce_batches(feedback)
-            self.sampled = self.sets.expand(result.wanted)
+            stamp = (self.space.generation, self.sets.generation)
+            last = self._reduced
+            if last is None or last[0] != stamp or not same_feedback(last[1], feedback):
+                self.sampled = self.sets.expand(self.reducer.reduce_batches(feedback).wanted)
+                self._reduced = (stamp, snapshot_feedback(feedback), self.sampled)
+            else:  # the same feedback as last time, against the same ids and sets: the same pages
+                self.sampled = last[2]
             bias = self.budget.bias
             wanted = self.coarsen(self.sampled, bias)
             self._step_bias(wanted, lambda: self.coarsen(self.sampled, bias - 1, pressure=bias > 0))
