@@ -165,8 +165,16 @@ def same_feedback(a: Sequence[np.ndarray | CompactFeedback], b: Sequence[np.ndar
     return True
 
 
-def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[np.ndarray | CompactFeedback]:
-    """A copy of feedback batches that later changes to the caller's arrays do not reach."""
+SNAPSHOT_MAX_ENTRIES = 1 << 16  # feedback larger than this is not kept for `same_feedback`
+
+
+def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[np.ndarray | CompactFeedback] | None:
+    """A copy of feedback batches that later changes to the caller's arrays do not reach; None when
+    they hold over `SNAPSHOT_MAX_ENTRIES` entries (raw feedback of a large screen: copying it every
+    frame would cost about what reducing it does)."""
+    size = sum(b.ids.size if isinstance(b, CompactFeedback) else np.asarray(b).size for b in batches)
+    if size > SNAPSHOT_MAX_ENTRIES:
+        return None
     return [
         CompactFeedback(np.array(b.ids), np.array(b.counts), b.samples, b.invalid)
         if isinstance(b, CompactFeedback)

@@ -352,7 +352,8 @@ class Residency:
             last = self._reduced
             if last is None or last[0] != stamp or not same_feedback(last[1], feedback):
                 self.sampled = self.sets.expand(self.reducer.reduce_batches(feedback).wanted)
-                self._reduced = (stamp, snapshot_feedback(feedback), self.sampled)
+                snapshot = snapshot_feedback(feedback)  # None: too large to keep, reduced every time
+                self._reduced = None if snapshot is None else (stamp, snapshot, self.sampled)
             else:  # the same feedback as last time, against the same ids and sets: the same pages
                 self.sampled = last[2]
             bias = self.budget.bias

@@ -15,6 +15,7 @@ from texstream.config import BudgetConfig, StreamerConfig
 from texstream.errors import BudgetError
 from texstream.pack.format import PackHeader
 from texstream.runtime.budget import BudgetManager
+from texstream.runtime.feedback_reduce import SNAPSHOT_MAX_ENTRIES
 from texstream.runtime.records import Drained, LoadRecords, Uploaded
 from texstream.runtime.residency import POOL_RUN_DTYPE, Residency
 from texstream.runtime.slots import SlotGeometry, SlotLedger
@@ -292,3 +293,13 @@ def test_the_same_feedback_after_a_texture_opens_names_its_pages() -> None:
     assert core.space.is_tile(np.array([later]))[0], "the new texture's ids cover the entry"
     core.begin_frame()
     assert core.observe([fb]).ids.tolist() == sorted([sim.page(0, 0, 0, 0), later])
+
+
+def test_feedback_too_large_to_keep_is_reduced_every_frame() -> None:
+    sim = Sim()
+    core = sim.core
+    fb = np.full(SNAPSHOT_MAX_ENTRIES + 1, sim.page(0, 0, 0, 0), np.uint32)
+    for page in (sim.page(0, 0, 0, 0), sim.page(0, 0, 3, 3)):
+        fb[-1] = page  # in place: only a kept copy could hide the change
+        core.begin_frame()
+        assert sorted(set(fb.tolist())) == core.observe([fb]).ids.tolist()
