@@ -12,6 +12,9 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
   (``requests.py``), the feedback reduction (``feedback_reduce.py``), the mip-bias steps of the
   budget (``budget.py``) and the latency and totals counters. Verbs: ``observe(feedback)``,
   ``apply(drained=/uploaded=)``, ``orders(free ring slots)``, ``plan(budget)``, ``apply_resize``;
+- ``int_sets.py``: sorted sets of small integer arrays (`sorted_unique`, `has_duplicates`,
+  `distinct`): sort-based, as numpy 2's ``np.unique`` costs tens of microseconds on a frame's few
+  hundred ids;
 - ``records.py``: what movers report back (`LoadRecords`, `Drained`, `Uploaded`);
 - ``budget_advice.py``: the smallest budget that fits (pinned layers, page tables, feedback and a
   staging ring that grows with the budget), named by `BudgetError`;

@@ -30,6 +30,8 @@ __all__ = [
     "FeedbackResult",
     "Wanted",
     "histogram_counts",
+    "same_feedback",
+    "snapshot_feedback",
     "unique_counts",
     "unique_sums",
 ]
@@ -102,12 +104,12 @@ def unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bound = _histogram_bound(v)
     if bound:
         hist = np.bincount(v, minlength=bound)
-        uniq = np.flatnonzero(hist)
+        uniq = hist.nonzero()[0]
         return uniq.astype(v.dtype), hist[uniq].astype(np.int64)
     v = np.sort(v)
     if v.size == 0:
         return v, np.zeros(0, np.int64)
-    starts = np.concatenate([[0], np.flatnonzero(v[1:] != v[:-1]) + 1])
+    starts = np.concatenate([[0], (v[1:] != v[:-1]).nonzero()[0] + 1])
     counts = np.diff(np.append(starts, v.size))
     return v[starts], counts.astype(np.int64)
 
@@ -124,7 +126,7 @@ def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.nda
         outside = int(v.size - np.count_nonzero(inside))
         v = v[inside]
     hist = np.bincount(v, minlength=n_ids)
-    uniq = np.flatnonzero(hist)
+    uniq = hist.nonzero()[0]
     return uniq, hist[uniq].astype(np.int64), outside
 
 
@@ -136,13 +138,49 @@ def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.n
         return k.astype(np.int64), np.zeros(0, np.int64)
     bound = _histogram_bound(k)
     if bound:
-        present = np.flatnonzero(np.bincount(k, minlength=bound))
+        present = np.bincount(k, minlength=bound).nonzero()[0]
         sums = np.bincount(k, weights=np.asarray(weights, np.float64).ravel(), minlength=bound)[present]
         return present.astype(np.int64), np.rint(sums).astype(np.int64)
     order = np.argsort(k, kind="stable")
     ks = k[order]
-    starts = np.concatenate([[0], np.flatnonzero(ks[1:] != ks[:-1]) + 1])
+    starts = np.concatenate([[0], (ks[1:] != ks[:-1]).nonzero()[0] + 1])
     return ks[starts].astype(np.int64), np.add.reduceat(np.asarray(weights, np.int64)[order], starts)
+
+
+def same_feedback(a: Sequence[np.ndarray | CompactFeedback], b: Sequence[np.ndarray | CompactFeedback]) -> bool:
+    """Whether two frames' feedback batches hold the same entries in the same order (then they reduce
+    to the same pages). Cheap when they differ: sizes first, then a short prefix, then the rest."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, CompactFeedback) != isinstance(y, CompactFeedback):
+            return False
+        pairs = ((x.ids, y.ids), (x.counts, y.counts)) if isinstance(x, CompactFeedback) else ((x, y),)
+        for u, v in pairs:
+            u, v = np.asarray(u), np.asarray(v)
+            if u.shape != v.shape or u.dtype != v.dtype:
+                return False
+            if not (np.array_equal(u[:64], v[:64]) and np.array_equal(u, v)):
+                return False
+    return True
+
+
+SNAPSHOT_MAX_ENTRIES = 1 << 16  # feedback larger than this is not kept for `same_feedback`
+
+
+def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[np.ndarray | CompactFeedback] | None:
+    """A copy of feedback batches that later changes to the caller's arrays do not reach; None when
+    they hold over `SNAPSHOT_MAX_ENTRIES` entries (raw feedback of a large screen: copying it every
+    frame would cost about what reducing it does)."""
+    size = sum(b.ids.size if isinstance(b, CompactFeedback) else np.asarray(b).size for b in batches)
+    if size > SNAPSHOT_MAX_ENTRIES:
+        return None
+    return [
+        CompactFeedback(np.array(b.ids), np.array(b.counts), b.samples, b.invalid)
+        if isinstance(b, CompactFeedback)
+        else np.array(b)
+        for b in batches
+    ]
 
 
 class FeedbackReducer:

@@ -20,6 +20,9 @@ class PageTableBuffer:
     budget under "page-tables" before it is made. Owned by the streamer (render thread)."""
 
     STEP = 4096  # entries are allocated in steps of this many
+    #: Dirty ranges closer than this many entries (16 KiB) go out in one write: one more buffer
+    #: write costs the render thread about what copying that many bytes more does.
+    WRITE_GAP = 4096
 
     def __init__(self, ctx: moderngl.Context, budget: BudgetManager, entries: int = STEP) -> None:
         self.ctx, self.budget = ctx, budget
@@ -57,14 +60,21 @@ class PageTableBuffer:
         tables.mark_all_dirty()
 
     def upload(self, tables: PageTables) -> int:
-        """Write the dirty ranges; returns how many ranges were written."""
+        """Write the dirty ranges, those less than `WRITE_GAP` entries apart as one write (the entries
+        between are the tables' current ones, so the buffer stays their copy); returns how many
+        writes were made."""
         assert self.buffer is not None
-        ranges = tables.take_dirty()
-        for lo, hi in ranges:
+        writes: list[list[int]] = []
+        for lo, hi in tables.take_dirty():  # ascending and disjoint
+            if writes and lo - writes[-1][1] < self.WRITE_GAP:
+                writes[-1][1] = hi
+            else:
+                writes.append([lo, hi])
+        for lo, hi in writes:
             hi = min(hi, self.entries)
             if hi > lo:
                 self.buffer.write(tables.entry[lo:hi], offset=lo * ENTRY_BYTES)
-        return len(ranges)
+        return len(writes)
 
     def bind(self, binding: int) -> None:
         if self.buffer is not None:

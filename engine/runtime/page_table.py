@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .int_sets import has_duplicates
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
 __all__ = ["ENTRY_NONE", "LEVEL_SHIFT", "NO_LEVEL", "NO_SLOT", "PageTables", "TexturePages"]
@@ -97,7 +98,7 @@ class PageTables:
         (only before a texture's pinned levels are loaded). One pass per level walked."""
         shape = np.shape(ids)
         cur = np.asarray(ids, np.int64).ravel().copy()
-        look = np.flatnonzero(self.own[cur] < 0)
+        look = (self.own[cur] < 0).nonzero()[0]
         for _ in range(MAX_LEVELS):
             if look.size == 0:
                 break
@@ -134,7 +135,7 @@ class PageTables:
         self._check_tiles(ids)
         if slots.min() < 0 or slots.max() > MAX_SLOT:
             raise ValueError(f"slots must be in 0..{MAX_SLOT}, got {slots.min()}..{slots.max()}")
-        if np.unique(ids).size != ids.size:
+        if has_duplicates(ids):
             raise ValueError("a tile is listed twice in one set_resident call")
         new = self.own[ids] < 0
         np.add.at(self.resident_count, self.space.tex[ids[new]].astype(np.int64), 1)
@@ -149,7 +150,7 @@ class PageTables:
         if ids.size == 0:
             return
         self._check_tiles(ids)
-        if np.unique(ids).size != ids.size:
+        if has_duplicates(ids):
             raise ValueError("a tile is listed twice in one set_absent call")
         if np.any(self.own[ids] < 0):
             bad = int(ids[self.own[ids] < 0][0])
@@ -177,7 +178,7 @@ class PageTables:
             rng = self.space.ranges[tex]
             sl = slice(rng.first_tile, rng.stop)
             own = self.own[sl]
-            hit = np.flatnonzero((own >= 0) & (own < remap.size))
+            hit = ((own >= 0) & (own < remap.size)).nonzero()[0]
             own[hit] = remap[own[hit]]
             e = self.entry[sl]
             e[hit] = (e[hit] & ~np.uint32(SLOT_MASK)) | own[hit].astype(np.uint32)
@@ -210,7 +211,7 @@ class PageTables:
         order = np.argsort(lo, kind="stable")
         lo, hi = lo[order], hi[order]
         reach = np.maximum.accumulate(hi)
-        split = np.flatnonzero(lo[1:] > reach[:-1] + MERGE_GAP) + 1
+        split = (lo[1:] > reach[:-1] + MERGE_GAP).nonzero()[0] + 1
         starts = np.concatenate([[0], split])
         ends = np.concatenate([split, [lo.size]]) - 1
         return list(zip(lo[starts].tolist(), reach[ends].tolist(), strict=True))
@@ -299,7 +300,7 @@ class TexturePages:
     def resident_tiles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(level, x, y, slot) of every resident tile."""
         rng = self._space.ranges[self.tex]
-        ids = rng.first_tile + np.flatnonzero(self.tables.own[rng.first_tile : rng.stop] >= 0)
+        ids = rng.first_tile + (self.tables.own[rng.first_tile : rng.stop] >= 0).nonzero()[0]
         _, lv, x, y = self._space.coords(ids)
         return lv, x, y, self.tables.own[ids].astype(np.int64)
 

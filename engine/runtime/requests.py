@@ -148,7 +148,7 @@ class RequestScheduler:
 
     @property
     def failed_count(self) -> int:
-        return int(np.count_nonzero(self.state == RequestState.FAILED))
+        return int(np.count_nonzero(self.state == _FAILED))
 
     # ---- outcomes ------------------------------------------------------------------------------
     def mark_failed(self, ids: np.ndarray, frame: int) -> None:
@@ -213,7 +213,7 @@ class RequestScheduler:
         x, y = off % tx, off // tx
         parts = [ids[x > 0] - 1, ids[x < tx - 1] + 1, ids[y > 0] - tx[y > 0], ids[y < ty - 1] + tx[y < ty - 1]]
         wparts = [counts[x > 0], counts[x < tx - 1], counts[y > 0], counts[y < ty - 1]]
-        fine = np.flatnonzero((level > 0) & resident)
+        fine = ((level > 0) & resident).nonzero()[0]
         if fine.size:
             t, lv = tex[fine], level[fine] - 1
             ctx, cty = sp.tiles_x[t, lv], sp.tiles_y[t, lv]
@@ -241,10 +241,10 @@ class RequestScheduler:
         if ids.size == 0:
             return 0
         st = self.state[ids]
-        retry = (st == RequestState.FAILED) & (self.retry_at[ids] <= frame)
+        retry = (st == _FAILED) & (self.retry_at[ids] <= frame)
         loading = self.loading(ids)
         self.last_wanted[ids[loading]] = frame  # still wanted: its read is not cancelled as stale
-        take = ((st != RequestState.FAILED) | retry) & ~loading
+        take = ((st != _FAILED) | retry) & ~loading
         self.stats.retried += int(np.count_nonzero(retry & take))
         n = ids[take]
         fresh = self.state[n] != _QUEUED
@@ -253,8 +253,7 @@ class RequestScheduler:
         self.tier[n] = tier
         self.last_wanted[n] = frame
         if fresh.any():
-            merged = np.concatenate([self.queue, n[fresh]])
-            self.queue = merged[np.argsort(merged, kind="stable")]
+            self.queue = np.sort(np.concatenate([self.queue, n[fresh]]))
         return int(n.size)
 
     def update(self, frame: int, wanted: Wanted, max_issue: int) -> Requests:
@@ -275,7 +274,7 @@ class RequestScheduler:
 
         # Drop what was issued, failed, became resident or loading, was closed, or went stale.
         q = self.queue
-        live = (self.state[q] == RequestState.QUEUED) & self.space.is_tile(q)
+        live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
         live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
         stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
         cancelled = int(np.count_nonzero(stale))

@@ -37,7 +37,8 @@ from ..errors import BudgetError
 from ..pack.format import PackHeader
 from .budget import BudgetManager
 from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
-from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, unique_counts
+from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, same_feedback, snapshot_feedback, unique_counts
+from .int_sets import distinct
 from .page_table import PageTables, TexturePages
 from .pool_sizing import PoolDemand, plan_capacities
 from .records import Drained, LoadRecords, Uploaded
@@ -171,6 +172,9 @@ class Residency:
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
         # the slots `_touch` last found per pool, for (the pages, the tables' version) they were found for
         self._touched: tuple[Wanted | None, int, list[tuple[int, np.ndarray]]] = (None, -1, [])
+        # the newest feedback reduced, for the id space and sets it was reduced against: feedback
+        # equal to it (a still view) skips the reduction (`observe`)
+        self._reduced: tuple[tuple[int, int], Sequence[np.ndarray | CompactFeedback], Wanted] | None = None
 
     def _grow(self, capacity: int) -> None:
         self.failed_tile = np.concatenate([self.failed_tile, np.zeros(capacity - self.failed_tile.size, bool)])
@@ -210,7 +214,7 @@ class Residency:
         return TexturePages(self.tables, tex)
 
     def textures_of(self, pool: int) -> list[int]:
-        return np.flatnonzero(self.pool_of == pool).tolist()
+        return (self.pool_of == pool).nonzero()[0].tolist()
 
     def detach(self, tex: int, cancelled: LoadRecords) -> bool:
         """Texture `tex` closed: its loads (`cancelled`) end, its slots free once the frames in flight
@@ -344,8 +348,14 @@ class Residency:
                     ledger.open_gates_before(gpu_done, self.frame)
         wanted = Wanted.empty()
         if feedback and self.headers:
-            result = self.reducer.reduce_batches(feedback)
-            self.sampled = self.sets.expand(result.wanted)
+            stamp = (self.space.generation, self.sets.generation)
+            last = self._reduced
+            if last is None or last[0] != stamp or not same_feedback(last[1], feedback):
+                self.sampled = self.sets.expand(self.reducer.reduce_batches(feedback).wanted)
+                snapshot = snapshot_feedback(feedback)  # None: too large to keep, reduced every time
+                self._reduced = None if snapshot is None else (stamp, snapshot, self.sampled)
+            else:  # the same feedback as last time, against the same ids and sets: the same pages
+                self.sampled = last[2]
             bias = self.budget.bias
             wanted = self.coarsen(self.sampled, bias)
             self._step_bias(wanted, lambda: self.coarsen(self.sampled, bias - 1, pressure=bias > 0))
@@ -377,9 +387,10 @@ class Residency:
             log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
         if uploaded is not None and len(uploaded.loads):
             loads = uploaded.loads
-            for p in np.unique(loads.pool).tolist():
-                m = loads.pool == p
-                self.ledgers[p].mark_resident(loads.cache_slot[m], self.frame)  # type: ignore[union-attr]
+            pools = distinct(loads.pool)
+            for p in pools:
+                m = loads.cache_slot if len(pools) == 1 else loads.cache_slot[loads.pool == p]
+                self.ledgers[p].mark_resident(m, self.frame)  # type: ignore[union-attr]
             self.tables.set_resident(loads.tiles, loads.cache_slot)
             self.scheduler.mark_resident(loads.tiles)
             self._latencies.extend(uploaded.latency_frames.tolist())
@@ -416,10 +427,10 @@ class Residency:
         keep = np.ones(ids.size, bool)
         tex = self.space.tex[ids].astype(np.int64)
         pool_of = self.pool_of[tex]
-        for p in np.unique(pool_of).tolist():
+        for p in distinct(pool_of):
             ledger = self.ledgers[p]
             assert ledger is not None
-            m = np.flatnonzero(pool_of == p)
+            m = (pool_of == p).nonzero()[0]
             pre = m[prefetch[m]]
             allowed = max(0, ledger.free_count - self.reserve(p) - int(m.size - pre.size))
             keep[pre[allowed:]] = False
@@ -465,7 +476,7 @@ class Residency:
     def free_loads(self, loads: LoadRecords) -> None:
         """Give back the cache slots of loads that ended without an upload (a slot a resize removed
         or re-let is left alone)."""
-        for p in np.unique(loads.pool).tolist():
+        for p in distinct(loads.pool):
             ledger = self.ledgers[p] if 0 <= p < MAX_POOLS else None
             if ledger is not None:
                 m = loads.pool == p
@@ -529,7 +540,7 @@ class Residency:
         bm, cfg = self.budget, self.config.budget
         if bm.bias == 0:
             pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
-            if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in np.flatnonzero(pages).tolist()):
+            if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in pages.nonzero()[0].tolist()):
                 return  # no pool's pages plus parents can fill it: no pressure to measure
         need, cap = worst(wanted)
         b = bm.bias_levels

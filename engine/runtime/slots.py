@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BudgetError
+from .int_sets import sorted_unique
 
 __all__ = [
     "MAX_POOLS",
@@ -96,7 +97,7 @@ def slot_runs(slots: np.ndarray, layers: int) -> np.ndarray:
     if s.size == 0:
         return np.zeros(0, RUN_DTYPE)
     breaks = (np.diff(s) != 1) | (s[1:] % layers == 0)  # a new cell starts a new run
-    starts = np.flatnonzero(np.concatenate([[True], breaks]))
+    starts = np.concatenate([[True], breaks]).nonzero()[0]
     counts = np.diff(np.concatenate([starts, [s.size]]))
     out = np.empty(starts.size, RUN_DTYPE)
     out["first_slot"] = s[starts]
@@ -354,7 +355,7 @@ class SlotLedger:
         self._priority = priority
 
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
-        candidates = np.flatnonzero(self.evictable_mask(frame))
+        candidates = self.evictable_mask(frame).nonzero()[0]
         if candidates.size == 0:
             return candidates
         # Longest idle first (in 1/16 frames, divided by the texture's priority); among equals, finer
@@ -365,8 +366,8 @@ class SlotLedger:
         key = np.minimum(np.floor(idle * 16), 1 << 40).astype(np.int64) * -64 + self.level[candidates]
         if candidates.size > count:
             kth = np.partition(key, count - 1)[count - 1]
-            below = np.flatnonzero(key < kth)
-            ties = np.flatnonzero(key == kth)[: count - below.size]  # lowest slots among the ties
+            below = (key < kth).nonzero()[0]
+            ties = (key == kth).nonzero()[0][: count - below.size]  # lowest slots among the ties
             pick = np.concatenate([below, ties])
             candidates, key = candidates[pick], key[pick]
         return candidates[np.lexsort((candidates, key))]
@@ -427,7 +428,7 @@ class SlotLedger:
     def release_texture(self, tex: int, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """Drop every slot of texture `tex`; returns (tiles, slots) that were LOADING: cancel those
         loads. Slots that held tiles are not overwritten before frame + frames_in_flight."""
-        s = np.flatnonzero((self.tex == tex) & (self.state != _FREE))
+        s = ((self.tex == tex) & (self.state != _FREE)).nonzero()[0]
         loading = s[self.state[s] == _LOADING]
         resident = s[self.state[s] == _RESIDENT]
         out = (self.tile[loading].copy(), loading.copy())
@@ -468,7 +469,7 @@ class SlotLedger:
             out[where] = a
             return out
 
-        held = np.flatnonzero(self.state != _FREE)
+        held = (self.state != _FREE).nonzero()[0]
         self.state = ext(self.state, _FREE)
         self.tile = ext(self.tile, -1)
         self.tex = ext(self.tex, -1)
@@ -477,7 +478,7 @@ class SlotLedger:
         self.pinned = ext(self.pinned, False)
         self.writable_at = ext(self.writable_at, NEVER)
         self.capacity = capacity
-        self._free = np.flatnonzero(self.state == _FREE)[::-1].copy()
+        self._free = (self.state == _FREE).nonzero()[0][::-1].copy()
         changed = where[held] != held
         e = np.zeros(0, np.int64)
         return ResizeResult(held[changed], where[held][changed], e, e, e)
@@ -504,7 +505,7 @@ class SlotLedger:
                 f"{self.name}: cannot shrink to {capacity} slots: {n_pinned} pinned tiles plus "
                 f"{n_must - n_pinned} loading slots in the kept layers need {n_must}"
             )
-        optional = np.flatnonzero(resident & ~must)
+        optional = (resident & ~must).nonzero()[0]
         room = capacity - n_must
         if optional.size > room:
             key = self.last_used[optional] * 64 + self.level[optional]  # most recent first; then coarser
@@ -512,12 +513,12 @@ class SlotLedger:
             survivors, dropped = optional[order[:room]], optional[order[room:]]
         else:
             survivors, dropped = optional, np.zeros(0, np.int64)
-        survivors = np.concatenate([np.flatnonzero(must), survivors])
-        cancelled = np.flatnonzero(loading & ~kept)
+        survivors = np.concatenate([must.nonzero()[0], survivors])
+        cancelled = (loading & ~kept).nonzero()[0]
         movers = np.sort(survivors[~kept[survivors]])
         keep_mask = np.zeros(self.capacity, bool)
         keep_mask[survivors] = True
-        targets = np.flatnonzero(kept & ~keep_mask)[: movers.size]
+        targets = (kept & ~keep_mask).nonzero()[0][: movers.size]
         assert targets.size == movers.size, "survivors exceed the new capacity"
         return ShrinkPlan(
             capacity=capacity,
@@ -541,7 +542,7 @@ class SlotLedger:
         # where each old slot's content ends up (old numbering), then its number in the new pool
         dest = np.arange(self.capacity, dtype=np.int64)
         dest[movers] = targets
-        kept = np.flatnonzero(np.arange(self.capacity) % old_layers < new_layers)
+        kept = (np.arange(self.capacity) % old_layers < new_layers).nonzero()[0]
         renamed = kept // old_layers * new_layers + kept % old_layers
         for name in ("state", "tile", "tex", "level", "last_used", "pinned", "writable_at"):
             a = getattr(self, name)
@@ -551,7 +552,7 @@ class SlotLedger:
         number = np.full(self.capacity, -1, np.int64)
         number[kept] = renamed
         self.capacity = capacity
-        free = np.flatnonzero(self.state == _FREE)
+        free = (self.state == _FREE).nonzero()[0]
         self._clear(free)
         self._free = free[::-1].copy()
         stay = np.setdiff1d(plan.survivors, movers)
@@ -577,8 +578,8 @@ class SlotLedger:
         g = g[self.writable_at[g] > frame]  # the rest passed their gates already
         early = g[self.writable_at[g] - self.frames_in_flight <= done_frame + 1]
         self.writable_at[early] = frame
-        self._gated = np.unique(g[self.writable_at[g] > frame])
-        return int(np.unique(early).size)
+        self._gated = sorted_unique(g[self.writable_at[g] > frame])
+        return int(sorted_unique(early).size)
 
     def open_gates(self) -> None:
         """Every slot writable now: the pool moved to a fresh array no draw in flight samples."""
@@ -590,7 +591,7 @@ class SlotLedger:
         used = self.state != _FREE
         assert self.state.size == self.capacity and self.capacity % self.cells == 0, "capacity is not whole layers"
         assert np.unique(self._free).size == self._free.size, "a slot is free twice"
-        assert set(self._free.tolist()) == set(np.flatnonzero(~used).tolist()), "free list disagrees with states"
+        assert set(self._free.tolist()) == set((~used).nonzero()[0].tolist()), "free list disagrees with states"
         assert (self.tile[used] >= 0).all() and (self.tile[~used] == -1).all()
         assert not (self.pinned & ~used).any()
         t = self.tile[used]

@@ -200,7 +200,7 @@ class StagingRing:
             self._stalls += 1
         if take <= 0:
             return np.zeros(0, np.int64)
-        free = np.flatnonzero(self.state == _FREE)
+        free = (self.state == _FREE).nonzero()[0]
         at = int(np.searchsorted(free, self._cursor))
         out = np.concatenate([free[at : at + take], free[: max(0, take - (free.size - at))]])
         self._cursor = (int(out[-1]) + 1) % self.slot_count
@@ -259,7 +259,7 @@ class StagingRing:
                 break
             self._batches.popleft()
             fence.release()
-            assert (self.state[s] == RingSlotState.IN_FLIGHT).all(), "a fenced slot was not in flight"
+            assert (self.state[s] == _IN_FLIGHT).all(), "a fenced slot was not in flight"
             self.state[s] = _FREE
             self._free_count += int(s.size)
             freed.append(s)

@@ -154,6 +154,7 @@ class SetTable:
         self.tile = np.ones(MAX_TEXTURES, np.int64)
         self._pairs: list[tuple[int, int]] = []
         self.follow = np.full((space.capacity, 0), -1, np.int32)  # per tile id: member pages (`_rebuild`)
+        self.generation = 0  # counts `_rebuild`s: the lead-to-member mapping changed
         space.add_listener(self._grow)
 
     def __len__(self) -> int:
@@ -197,6 +198,7 @@ class SetTable:
     def _rebuild(self) -> None:
         """Recompute the follower table: row i lists the member pages lead tile i maps to (-1 pads).
         Done when sets change (open, close), so that `expand` is one gather per frame."""
+        self.generation += 1
         pairs = sorted({(lead, m) for lead, members in self._sets.values() for m in members})
         self._pairs = pairs
         if not pairs:

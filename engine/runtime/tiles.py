@@ -73,6 +73,7 @@ class TileSpace:
         self.tile_bytes = np.zeros(MAX_TEXTURES, np.int64)
         self.ranges: dict[int, TileRange] = {}
         self._listeners: list[Callable[[int], None]] = []
+        self.generation = 0  # counts registrations and unregistrations: which ids name tiles changed
 
     # ---- registration ---------------------------------------------------------------------------
     def add_listener(self, on_grow: Callable[[int], None]) -> None:
@@ -119,6 +120,7 @@ class TileSpace:
         self.level[rng.first_tile : rng.stop] = lv
         self.parent[rng.first_tile : rng.stop] = parent
         self.ranges[tex] = rng
+        self.generation += 1
         log.debug("texture %d: tile ids %d..%d", tex, rng.start, rng.stop)
         return rng
 
@@ -132,6 +134,7 @@ class TileSpace:
         self.parent[rng.start : rng.stop] = -1
         self.level_count[tex] = 0
         self.tile_bytes[tex] = 0
+        self.generation += 1
         return rng
 
     def _find_gap(self, size: int) -> int:
@@ -189,6 +192,8 @@ class TileSpace:
     def is_tile(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the ids that name a tile of an open texture (e.g. to validate GPU feedback)."""
         i = np.asarray(ids, np.int64)
+        if i.size and int(i.min()) >= 0 and int(i.max()) < self.capacity:  # the usual case: one gather
+            return self.level[i] >= 0
         inside = (i >= 0) & (i < self.capacity)
         out = np.zeros(i.shape, bool)
         out[inside] = self.level[i[inside]] >= 0

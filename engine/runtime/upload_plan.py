@@ -60,7 +60,7 @@ def upload_runs(cache_slots: np.ndarray, ring_slots: np.ndarray, layers: int, ma
     if n == 0:
         return np.zeros(0, UPLOAD_RUN_DTYPE)
     breaks = (np.diff(c) != 1) | (np.diff(r) != 1) | (c[1:] % layers == 0)
-    starts = np.flatnonzero(np.concatenate([[True], breaks]))
+    starts = np.concatenate([[True], breaks]).nonzero()[0]
     counts = np.diff(np.concatenate([starts, [n]]))
     if max_run > 0 and counts.max() > max_run:  # cut long runs into pieces of max_run loads
         pieces = -(-counts // max_run)
@@ -127,7 +127,7 @@ def copy_spans(ring_first: np.ndarray, device_first: np.ndarray, counts: np.ndar
     if r.size == 0:
         return out
     joins = (r[:-1] + c[:-1] == r[1:]) & (d[:-1] + c[:-1] == d[1:])
-    starts = np.flatnonzero(np.concatenate([[True], ~joins]))
+    starts = np.concatenate([[True], ~joins]).nonzero()[0]
     out = np.empty(starts.size, COPY_SPAN_DTYPE)
     out["ring"] = r[starts]
     out["device"] = d[starts]

@@ -61,6 +61,7 @@ from . import blocking_load, staging_share
 from .budget import BudgetManager
 from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch
 from .device_staging import DeviceStaging
+from .int_sets import distinct
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
@@ -95,6 +96,8 @@ _CANCELLED = int(LoadState.CANCELLED)
 _READY = int(LoadState.READY)
 _UPLOADING = int(LoadState.UPLOADING)
 _ABANDONED = int(LoadState.ABANDONED)
+_READ_OK = int(ReadStatus.OK)
+_READ_SKIPPED = int(ReadStatus.SKIPPED)
 
 
 class Uploader:
@@ -273,11 +276,11 @@ class Uploader:
     @property
     def in_flight(self) -> int:
         """Loads submitted and not yet uploaded (reading or ready)."""
-        return int(np.count_nonzero((self.state == LoadState.READING) | (self.state == LoadState.READY)))
+        return int(np.count_nonzero((self.state == _READING) | (self.state == _READY)))
 
     @property
     def busy(self) -> bool:
-        return bool(np.any((self.state != LoadState.FREE) & (self.state != LoadState.UPLOADING)))
+        return bool(np.any((self.state != _FREE) & (self.state != _UPLOADING)))
 
     def states(self, tex: int | None = None) -> dict[LoadState, int]:
         """How many loads (of texture `tex`, or all) are in each state."""
@@ -319,7 +322,7 @@ class Uploader:
         self._next_seq += n
         self.load_of[tiles] = slots
         order = np.lexsort((np.zeros(n), tex))
-        bounds = np.flatnonzero(np.diff(tex[order])) + 1
+        bounds = np.diff(tex[order]).nonzero()[0] + 1
         for part in np.split(order, bounds):
             self._queue(tex[part[0]], tiles[part], slots[part])
         return n
@@ -330,9 +333,9 @@ class Uploader:
         old = np.asarray(moved_from, np.int64)
         if old.size == 0:
             return
-        live = np.flatnonzero(
+        live = (
             (self.pool == pool) & (self.cache_slot >= 0) & ((self.state == _READING) | (self.state == _READY))
-        )
+        ).nonzero()[0]
         if live.size == 0:
             return
         cs = self.cache_slot[live]
@@ -402,15 +405,15 @@ class Uploader:
         status = np.concatenate([r.status for r in results])
         state = self.state[slots]
         cancelled = state == _CANCELLED
-        ok = (status == ReadStatus.OK) & ~cancelled
-        failed = ~ok & ~cancelled & (status != ReadStatus.SKIPPED)
+        ok = (status == _READ_OK) & ~cancelled
+        failed = ~ok & ~cancelled & (status != _READ_SKIPPED)
         self.state[slots[ok]] = _READY
         failed_rec = self._records(slots[failed])
         reasons = []
         at = 0
         for r in results if failed.any() else ():
             n = len(r.batch)
-            for k in np.flatnonzero(failed[at : at + n]).tolist():
+            for k in failed[at : at + n].nonzero()[0].tolist():
                 _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
                 reasons.append(
                     f"{r.batch.source.name}: tile ({lv}, {x}, {y}) "
@@ -458,8 +461,8 @@ class Uploader:
     def cancel_where(self, mask: np.ndarray) -> LoadRecords:
         """Cancel the loads of the ring slots in `mask` (see `cancel`). A READY load ends now; a
         READING one becomes CANCELLED and keeps its ring slot until its batch comes back."""
-        live = mask & ((self.state == LoadState.READING) | (self.state == LoadState.READY))
-        slots = np.flatnonzero(live)
+        live = mask & ((self.state == _READING) | (self.state == _READY))
+        slots = live.nonzero()[0]
         out = self._records(slots)
         reading = slots[self.state[slots] == _READING]
         self.state[reading] = _CANCELLED
@@ -471,7 +474,7 @@ class Uploader:
     def cancel_stale(self, last_wanted: np.ndarray, wanted_since: int) -> LoadRecords:
         """Cancel loads still with the I/O threads whose tiles were last wanted before frame
         `wanted_since` (`last_wanted`: frame each tile id was last wanted). Returned like `cancel`."""
-        reading = np.flatnonzero(self.state == _READING)
+        reading = (self.state == _READING).nonzero()[0]
         if reading.size == 0:
             return LoadRecords.empty()
         stale = last_wanted[self.tile[reading]] < wanted_since
@@ -501,15 +504,16 @@ class Uploader:
             max_tiles = min(max_tiles, self.device.slot_count)
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
-        ready = np.flatnonzero(self.state == _READY)
+        ready = (self.state == _READY).nonzero()[0]
         if ready.size == 0 or max_tiles < 1:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
         ready = ready[np.argsort(self.seq[ready], kind="stable")]
         writable = np.ones(ready.size, bool)
-        for p, pool in enumerate(pools):
-            m = self.pool[ready] == p
-            if pool is not None and m.any():
-                writable[m] = pool.ledger.writable_at[self.cache_slot[ready[m]]] <= frame
+        ready_pool = self.pool[ready]
+        present = distinct(ready_pool)  # the pools this frame's loads go to (usually one or two)
+        for p in (p for p in present if 0 <= p < len(pools) and pools[p] is not None):
+            m = slice(None) if len(present) == 1 else ready_pool == p
+            writable[m] = pools[p].ledger.writable_at[self.cache_slot[ready[m]]] <= frame  # type: ignore[union-attr]
         ready = ready[writable]
         size = np.cumsum(self.nbytes[ready])
         take = (size <= max_bytes) | (np.arange(ready.size) == 0)
@@ -534,7 +538,7 @@ class Uploader:
         """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
         plan = []
         ordered = slots[np.lexsort((self.cache_slot[slots], self.pool[slots]))]  # one sort: pool, then slot
-        for s in np.split(ordered, np.flatnonzero(np.diff(self.pool[ordered])) + 1):
+        for s in np.split(ordered, np.diff(self.pool[ordered]).nonzero()[0] + 1):
             p = int(self.pool[s[0]])
             pool = pools[p]
             assert pool is not None and pool.texture is not None

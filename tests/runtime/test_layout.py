@@ -26,6 +26,7 @@ DECIDERS = [
     "runtime.budget_advice",
     "runtime.upload_budget",
     "runtime.upload_plan",
+    "runtime.int_sets",
 ]
 FORBIDDEN = ("moderngl", "threading", "concurrent", "ctypes", "texstream.gl", "texstream.native")
 

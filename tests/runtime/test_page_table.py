@@ -717,6 +717,36 @@ def test_buffer_holds_the_dirty_entries_after_upload(gl_context) -> None:  # noq
 
 
 @pytest.mark.gl
+def test_nearby_dirty_ranges_go_out_in_one_write_and_far_ones_apart(gl_context) -> None:  # noqa: ANN001
+    w = World({0: (hdr(8192, 8192), 1)})  # 128x128 tiles at level 0: ids far enough apart
+    budget = BudgetManager(BudgetConfig(budget_mb=1))
+    buf = PageTableBuffer(gl_context, budget, w.space.used)
+    used, gap = w.space.used, PageTableBuffer.WRITE_GAP
+    try:
+        buf.upload(w.tables)
+        near = [(0, 0, 0, 0), (0, 0, 2, 0), (0, 0, 0, (gap - 1) // 128)]  # all within one gap of the first
+        far = [(0, 0, 5, 127)]  # id 127 * 128 + 5: more than a gap past the others
+        assert w.id(far[0]) - w.id(near[-1]) > gap
+        fill(buf)
+        w.arrive(near, [1, 2, 3])
+        assert buf.upload(w.tables) == 1
+        got, entry = read_back(buf, used), w.tables.entry[:used]
+        lo, hi = w.id(near[0]), w.id(near[-1]) + 1
+        np.testing.assert_array_equal(got[lo:hi], entry[lo:hi])  # the entries between are written too
+        assert (got[hi:] == SENTINEL).all()
+        fill(buf)
+        w.arrive(far, [4])
+        w.evict(near[1:2])
+        assert buf.upload(w.tables) == 2
+        got = read_back(buf, used)
+        written = got != SENTINEL
+        assert runs(written) == 2
+        np.testing.assert_array_equal(got[written], entry[written])
+    finally:
+        buf.release()
+
+
+@pytest.mark.gl
 def test_fit_grows_the_buffer_and_uploads_everything_again(gl_context) -> None:  # noqa: ANN001
     w = World({0: (BIG, 1), 1: (MID, 1)})
     budget = BudgetManager(BudgetConfig(budget_mb=1))

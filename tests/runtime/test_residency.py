@@ -15,6 +15,7 @@ from texstream.config import BudgetConfig, StreamerConfig
 from texstream.errors import BudgetError
 from texstream.pack.format import PackHeader
 from texstream.runtime.budget import BudgetManager
+from texstream.runtime.feedback_reduce import SNAPSHOT_MAX_ENTRIES
 from texstream.runtime.records import Drained, LoadRecords, Uploaded
 from texstream.runtime.residency import POOL_RUN_DTYPE, Residency
 from texstream.runtime.slots import SlotGeometry, SlotLedger
@@ -249,3 +250,56 @@ def test_slots_evicted_on_demand_open_their_gates_when_the_gpu_reports_done() ->
     core.observe([], gpu_done=core.frame - 2)  # it finished the last frame drawn before the eviction
     assert (sim.ledger.writable_at[gated] <= core.frame).all()
     core.check()
+
+
+# ---- feedback equal to the previous frame's skips the reduction -------------------------------------
+
+
+def test_repeated_feedback_gives_the_same_pages_and_changed_feedback_new_ones() -> None:
+    sim = Sim(textures=2)
+    core = sim.core
+    a = [sim.page(0, 0, 1, 1), sim.page(0, 0, 1, 1), sim.page(0, 1, 2, 0)]
+    b = [sim.page(0, 0, 1, 1), sim.page(1, 0, 3, 3)]
+    seen = []
+    for fb in (a, a, b, b, a):
+        core.begin_frame()
+        seen.append(core.observe([np.array(fb, np.uint32)]))
+    for fb, w in zip((a, a, b, b, a), seen, strict=True):
+        ids, counts = np.unique(np.array(fb), return_counts=True)
+        np.testing.assert_array_equal(w.ids, ids)
+        np.testing.assert_array_equal(w.counts, counts)
+
+
+def test_feedback_the_caller_changes_in_place_is_reduced_again() -> None:
+    sim = Sim()
+    core = sim.core
+    fb = np.array([sim.page(0, 0, 0, 0), sim.page(0, 0, 1, 0)], np.uint32)
+    core.begin_frame()
+    core.observe([fb])
+    fb[1] = sim.page(0, 0, 2, 2)  # the same array object, other entries
+    core.begin_frame()
+    w = core.observe([fb])
+    np.testing.assert_array_equal(w.ids, np.sort(fb.astype(np.int64)))
+
+
+def test_the_same_feedback_after_a_texture_opens_names_its_pages() -> None:
+    sim = Sim()
+    core = sim.core
+    later = int(core.space.ranges[0].stop + 40)  # past texture 0's ids: names no tile yet
+    fb = np.array([sim.page(0, 0, 0, 0), later], np.uint32)
+    core.begin_frame()
+    assert core.observe([fb]).ids.tolist() == [sim.page(0, 0, 0, 0)]
+    sim.open(1)  # its ids follow texture 0's
+    assert core.space.is_tile(np.array([later]))[0], "the new texture's ids cover the entry"
+    core.begin_frame()
+    assert core.observe([fb]).ids.tolist() == sorted([sim.page(0, 0, 0, 0), later])
+
+
+def test_feedback_too_large_to_keep_is_reduced_every_frame() -> None:
+    sim = Sim()
+    core = sim.core
+    fb = np.full(SNAPSHOT_MAX_ENTRIES + 1, sim.page(0, 0, 0, 0), np.uint32)
+    for page in (sim.page(0, 0, 0, 0), sim.page(0, 0, 3, 3)):
+        fb[-1] = page  # in place: only a kept copy could hide the change
+        core.begin_frame()
+        assert sorted(set(fb.tolist())) == core.observe([fb]).ids.tolist()
