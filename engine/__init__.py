@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from .version import __version__
 
 # Each public name -> the module that defines it, imported on first use (PEP 562): the command
@@ -52,7 +53,6 @@ _EXPORTS = {
     ".scene.gltf": ("GltfScene", "load_gltf"),
     ".telemetry": ("FrameRecord", "Overlay", "Telemetry"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
     from .config import BakeConfig, BudgetConfig, RedirectPolicy, RemoteConfig, StreamerConfig, UploadPath, cache_dir
@@ -79,19 +79,7 @@ if TYPE_CHECKING:
     from .telemetry import FrameRecord, Overlay, Telemetry
 
 
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from texstream.apps.bench_scene import (
     RESULT_FIELDS,
     TEXSTREAM_FIELDS,
 )
+from texstream.runtime.frame_stats import PHASES
 from texstream.telemetry import validate_frame
 from texstream.testing import psnr
 
@@ -55,17 +56,7 @@ REQUIRED_PATH_FIELDS = {
     "streaming_update_ms",
     "phases_ms",
 }
-PHASE_NAMES = {
-    "feedback_ms",
-    "reduce_ms",
-    "drain_ms",
-    "upload_ms",
-    "select_ms",
-    "reserve_ms",
-    "submit_ms",
-    "page_table_ms",
-    "stats_ms",
-}
+PHASE_NAMES = set(PHASES)
 
 
 @pytest.fixture(scope="module")

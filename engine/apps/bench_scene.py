@@ -56,6 +56,7 @@ from ..errors import BudgetError
 from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 from ..runtime.feedback_reduce import Wanted
+from ..runtime.frame_stats import PHASES  # update()'s phases as the frame records time them
 from ..runtime.streamer import Streamer
 from ..scene.paths import CameraPath, Pose, named_path
 from ..telemetry import Telemetry
@@ -162,18 +163,6 @@ CUT_FIELDS = (
     "psnr_first_db",
     "psnr_converged_db",
     "settle_frames",
-)
-# update()'s phases as the frame records time them (FrameStats / FRAME_FIELDS)
-PHASES = (
-    "feedback_ms",
-    "reduce_ms",
-    "drain_ms",
-    "upload_ms",
-    "select_ms",
-    "reserve_ms",
-    "submit_ms",
-    "page_table_ms",
-    "stats_ms",
 )
 OVERSUBSCRIBED_FIELDS = ("working_set_tiles", "working_set_samples", "oversubscription", "oversubscription_by_pool")
 COMPARISON_FIELDS = ("size", "attempts", "naive", "texstream", "first_frame_speedup", "vram_ratio", "frame_time_ratio")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
+
 # Names to the submodule that defines them, imported on first use (PEP 562): `texstream.assets.load`,
 # which every command that takes a pack asks for, then starts without the exporter, the pack cache or
 # the image bake.
@@ -63,7 +65,6 @@ _EXPORTS = {
         "retile_to_pack",
     ),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
     from .blocks import BlockLevel, BlockTexture, decode_blocks, decode_level
@@ -88,19 +89,7 @@ if TYPE_CHECKING:
     from .retile import RetileConfig, RetileReport, retile_to_pack
 
 
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

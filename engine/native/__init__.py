@@ -227,20 +227,27 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     return native
 
 
-@functools.cache
-def reduce_rgba8() -> ctypes._CFuncPtr | None:
-    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
-    is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
+def _bake_loop(symbol: str, argtypes: tuple, missing: str) -> ctypes._CFuncPtr | None:
+    """The helper's `symbol` (a bake loop: plain C, called through ctypes.CDLL, so the GIL is released),
+    or None when the helper is not built or predates it (`missing` says what numpy then does, logged)."""
     path = _module_file("texstream.native._native")
     if path is None:
         return None
     try:
-        fn = ctypes.CDLL(path).ts_reduce_rgba8
+        fn = getattr(ctypes.CDLL(path), symbol)
     except (OSError, AttributeError) as exc:  # a helper built before the function existed
-        log.info("texstream's compiled helper has no mip reduction (%s): numpy reduces", exc)
+        log.info("texstream's compiled helper has no %s (%s): %s", symbol, exc, missing)
         return None
     fn.restype = None
-    fn.argtypes = (
+    fn.argtypes = argtypes
+    return fn
+
+
+@functools.cache
+def reduce_rgba8() -> ctypes._CFuncPtr | None:
+    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
+    is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
+    args = (
         ctypes.c_void_p,
         ctypes.c_int64,
         ctypes.c_int64,
@@ -251,22 +258,13 @@ def reduce_rgba8() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return fn
+    return _bake_loop("ts_reduce_rgba8", args, "numpy reduces")
 
 
 @functools.cache
 def reduce_f32() -> ctypes._CFuncPtr | None:
     """``ts_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
-    path = _module_file("texstream.native._native")
-    if path is None:
-        return None
-    try:
-        fn = ctypes.CDLL(path).ts_reduce_f32
-    except (OSError, AttributeError) as exc:
-        log.info("texstream's compiled helper has no float mip reduction (%s): numpy reduces", exc)
-        return None
-    fn.restype = None
-    fn.argtypes = (
+    args = (
         ctypes.c_void_p,
         ctypes.c_int64,
         ctypes.c_int64,
@@ -275,23 +273,14 @@ def reduce_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return fn
+    return _bake_loop("ts_reduce_f32", args, "numpy reduces")
 
 
 @functools.cache
 def encode_f32() -> ctypes._CFuncPtr | None:
     """``ts_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
     `reduce_rgba8`: `mips` then encodes with numpy, to the same bits."""
-    path = _module_file("texstream.native._native")
-    if path is None:
-        return None
-    try:
-        fn = ctypes.CDLL(path).ts_encode_f32
-    except (OSError, AttributeError) as exc:
-        log.info("texstream's compiled helper has no texel encoding (%s): numpy encodes", exc)
-        return None
-    fn.restype = None
-    fn.argtypes = (
+    args = (
         ctypes.c_void_p,
         ctypes.c_int64,
         ctypes.c_int64,
@@ -301,7 +290,7 @@ def encode_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return fn
+    return _bake_loop("ts_encode_f32", args, "numpy encodes")
 
 
 @dataclass(frozen=True)
