@@ -26,7 +26,7 @@ from ..config import BakeConfig, cache_dir
 from ..pack.format import AddressMode, Supercompression, TexelFormat
 from ..runtime.streamer import Streamer
 from ..scene.camera import look_at, perspective
-from ..scene.gltf import GltfMaterial, GltfScene, _close_material, _open_material, load_gltf
+from ..scene.gltf import GltfMaterial, GltfScene, close_material, load_gltf, open_material
 from ..scene.gltf_file import GltfDocument, MaterialSpec, MeshInstance, PrimitiveData, Wrap
 from ..scene.paths import UP, CameraPath, Keyframe, Pose
 from .progress import ImagePackBar
@@ -213,14 +213,15 @@ def builtin_scene(ctx: moderngl.Context, streamer: Streamer, size: int, progress
     materials: list[GltfMaterial] = []
     try:
         for name in names:
-            textures, handle = _open_material(streamer, packs[name], 1.0)
+            tset = open_material(streamer, packs[name], 1.0)
+            textures = dict(tset.members) if tset is not None else {}
             wrap = {role: (Wrap.REPEAT, Wrap.REPEAT) for role in textures}
-            materials.append(GltfMaterial(spec=MATERIALS[name], textures=textures, wrap=wrap, handle=handle))
+            materials.append(GltfMaterial(spec=MATERIALS[name], textures=textures, wrap=wrap, texture_set=tset))
         materials.append(GltfMaterial(spec=MaterialSpec(name="default"), textures={}, wrap={}))
         return GltfScene(ctx, streamer, document, materials)
     except BaseException:
         for m in materials:
-            _close_material(streamer, m)
+            close_material(m)
         raise
 
 

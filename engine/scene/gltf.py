@@ -19,7 +19,7 @@ occlusion              BC4, linear (R)
 Each pack is baked with the address mode of its sampler (wrap when both axes repeat, else clamp;
 mirrored and mixed axes are folded in the shader) and opened with ``Origin.TOP_LEFT``, glTF's uv
 convention, whatever the engine's default. A material's textures are opened together
-(`_open_material`) as one texture set where the streamer offers them.
+(`open_material`) as one texture set.
 
 Drawing: one program (``shaders/gltf_vs.glsl``, ``gltf_fs.glsl``: metallic-roughness shading with
 normal mapping, every texture sampled through ``vt_sample_grad``), draws grouped by material, opaque
@@ -48,7 +48,7 @@ from ..gl.shaders import shader_file
 from ..pack.format import AddressMode, TexelFormat
 from ..pack.writer import create_temp
 from ..runtime.origin import Origin
-from ..runtime.streamer import Streamer, VirtualTexture
+from ..runtime.streamer import Streamer, TextureSet, VirtualTexture
 from .gltf_file import DEFAULT_MATERIAL, AlphaMode, GltfDocument, ImageSource, MaterialSpec, TextureRef, Wrap, read_gltf
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,8 @@ class GltfMaterial:
         Role (`ROLES`) -> the streamed texture; roles the material lacks are absent.
     wrap : Mapping[str, tuple[int, int]]
         Role -> the sampler's wrap modes along u and v (`Wrap`).
-    handle : object
-        What closes the textures: a texture set, or None (each texture closed on its own).
+    texture_set : TextureSet or None
+        The set the textures belong to (it closes them), or None for a material without textures.
     occlusion_in_mr : bool
         The occlusion map is the metallic-roughness texture's R channel (one texture for both).
     """
@@ -93,7 +93,7 @@ class GltfMaterial:
     spec: MaterialSpec
     textures: Mapping[str, VirtualTexture]
     wrap: Mapping[str, tuple[Wrap, Wrap]]
-    handle: object = None
+    texture_set: TextureSet | None = None
     occlusion_in_mr: bool = False
 
     @property
@@ -102,34 +102,20 @@ class GltfMaterial:
         return sum(ROLE_BIT[role] for role in self.textures)
 
 
-def _open_material(
+def open_material(
     streamer: Streamer, sources: Mapping[str, str | os.PathLike[str]], priority: float
-) -> tuple[Mapping[str, VirtualTexture], object]:
-    """Open one material's textures (role -> pack) with glTF's top-left uv origin: as one texture
-    set where the streamer has ``open_set`` (one feedback stream per material), else one texture
-    each. Returns (role -> texture, the set or None)."""
+) -> TextureSet | None:
+    """One material's textures (role -> pack) opened as one texture set (one feedback stream per
+    material) with glTF's top-left uv origin; None for a material without textures."""
     if not sources:
-        return {}, None
-    if hasattr(streamer, "open_set"):
-        tset = streamer.open_set(dict(sources), priority=priority, origin=Origin.TOP_LEFT)
-        return dict(tset.members), tset
-    opened: dict[str, VirtualTexture] = {}
-    try:
-        for role, source in sources.items():
-            opened[role] = streamer.open(source, origin=Origin.TOP_LEFT)
-    except BaseException:
-        for vt in opened.values():
-            streamer.close(vt)
-        raise
-    return opened, None
+        return None
+    return streamer.open_set(dict(sources), priority=priority, origin=Origin.TOP_LEFT)
 
 
-def _close_material(streamer: Streamer, material: GltfMaterial) -> None:
-    if material.handle is not None:
-        material.handle.close()  # type: ignore[attr-defined]
-        return
-    for vt in material.textures.values():
-        streamer.close(vt)
+def close_material(material: GltfMaterial) -> None:
+    """Close a material's textures (its set), if it has any."""
+    if material.texture_set is not None:
+        material.texture_set.close()
 
 
 def role_settings(role: str, ref: TextureRef, shares_metal_roughness: bool = False) -> ImageBakeSettings:
@@ -240,15 +226,16 @@ def load_gltf(
                 del refs["occlusion"]
             sources = {role: pack_of(role, ref, spec) for role, ref in refs.items()}
             wanted = priority.get(spec.name, 1.0) if isinstance(priority, Mapping) else priority
-            textures, handle = _open_material(streamer, sources, float(wanted))
+            tset = open_material(streamer, sources, float(wanted))
+            textures = dict(tset.members) if tset is not None else {}
             wrap = {role: (ref.wrap_s, ref.wrap_t) for role, ref in refs.items()}
             materials.append(
-                GltfMaterial(spec=spec, textures=textures, wrap=wrap, handle=handle, occlusion_in_mr=in_mr)
+                GltfMaterial(spec=spec, textures=textures, wrap=wrap, texture_set=tset, occlusion_in_mr=in_mr)
             )
         return GltfScene(ctx, streamer, document, materials, _PackLeases(lease_cache, list(packs.values())))
     except BaseException:
         for m in materials:
-            _close_material(streamer, m)
+            close_material(m)
         _PackLeases(lease_cache, list(packs.values())).release()
         raise
 
@@ -499,6 +486,6 @@ class GltfScene:
         self._programs.clear()
         if close_textures:  # (after the streamer's release: already closed, nothing to do)
             for m in self.materials:
-                _close_material(self.streamer, m)
+                close_material(m)
         if self._leases is not None:  # the packs may be evicted by the cache once no texture reads them
             self._leases.release()

@@ -1,7 +1,7 @@
 """glTF scenes drawn with streamed textures (headless EGL): files written by trimesh and by
 pygltflib converge to the all-resident render of the same view, glTF's top-left uv origin and its
-sampler wrap modes are honoured, a material's textures go through the texture-set API where the
-streamer has it, and bad files fail in one line with nothing left open."""
+sampler wrap modes are honoured, a material's textures open as one texture set, and bad files
+fail in one line with nothing left open."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from texstream import BudgetConfig, Origin, Streamer, StreamerConfig
+from texstream import BudgetConfig, Origin, Streamer, StreamerConfig, TextureSet
 from texstream.errors import GltfError, SourceError
 from texstream.pack.format import AddressMode, TexelFormat
 from texstream.scene.camera import look_at, orthographic, perspective
-from texstream.scene.gltf import GltfScene, load_gltf
+from texstream.scene.gltf import load_gltf
 from texstream.scene.gltf_file import Wrap
 from texstream.testing.frames import all_resident, converge
 from texstream.testing.images import psnr
@@ -147,50 +147,22 @@ def test_sampler_wrap_modes_are_honoured(
         assert right.std() < 4 and abs(right.mean() - left[-1]) < 8
 
 
-class SetStreamer:
-    """A streamer offering the texture-set call (members opened one by one, as a set would) that
-    records how it was called."""
-
-    def __init__(self, streamer: Streamer) -> None:
-        self.inner, self.calls, self.closed = streamer, [], []
-        self.ctx = streamer.ctx
-
-    def open_set(self, sources: dict, *, priority: float, origin: Origin) -> object:
-        self.calls.append((sorted(sources), priority, origin))
-        outer = self
-        members = {name: self.inner.open(src, origin=origin) for name, src in sources.items()}
-
-        class TextureSet:
-            def __init__(self) -> None:
-                self.members = members
-
-            def close(self) -> None:
-                outer.closed.append(sorted(members))
-                for vt in members.values():
-                    outer.inner.close(vt)
-
-        return TextureSet()
-
-    def close(self, vt: object) -> None:
-        self.inner.close(vt)
-
-
-def test_a_material_opens_as_one_texture_set_where_the_streamer_has_them(
-    gl_context: moderngl.Context, tmp_path: Path
-) -> None:
+def test_a_material_opens_as_one_texture_set(gl_context: moderngl.Context, tmp_path: Path) -> None:
     path = pygltflib_quad(tmp_path / "quad", size=64)
-    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as inner:
-        streamer = SetStreamer(inner)
-        scene = load_gltf(path, streamer, priority=2.5)  # type: ignore[arg-type]
-        assert streamer.calls == [(["base_color", "metallic_roughness", "normal"], 2.5, Origin.TOP_LEFT)]
-        assert isinstance(scene, GltfScene) and len(scene.textures) == 3
+    with Streamer(gl_context, StreamerConfig(budget=BudgetConfig(budget_mb=32))) as streamer:
+        scene = load_gltf(path, streamer, priority=2.5)
+        material, default = scene.materials
+        tset = material.texture_set
+        assert isinstance(tset, TextureSet) and sorted(tset.members) == ["base_color", "metallic_roughness", "normal"]
+        assert tset.priority == 2.5 and all(vt.origin is Origin.TOP_LEFT for vt in tset.members.values())
+        assert default.texture_set is None and len(scene.textures) == 3
         scene.release()
-        assert streamer.closed == [["base_color", "metallic_roughness", "normal"]] and not inner.textures
-        streamer.calls.clear()
-        load_gltf(path, streamer, priority={"material0": 3.0, "other": 0.5}).release()  # type: ignore[arg-type]
-        assert [c[1] for c in streamer.calls] == [3.0]  # by material name; the default material has no textures
+        assert not streamer.textures  # the set closed its members
+        scene = load_gltf(path, streamer, priority={"material0": 3.0, "other": 0.5})
+        assert scene.materials[0].texture_set.priority == 3.0  # by material name
+        scene.release()
         with pytest.raises(ValueError, match="positive"):
-            load_gltf(path, streamer, priority=0.0)  # type: ignore[arg-type]
+            load_gltf(path, streamer, priority=0.0)
 
 
 def test_bad_files_fail_in_one_line_and_leave_nothing_open(gl_context: moderngl.Context, tmp_path: Path) -> None:
