@@ -25,6 +25,7 @@ from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters
+from . import staging_share
 from .budget import BudgetManager, budget_bytes
 from .budget_advice import open_error
 from .feedback import FeedbackRing
@@ -259,8 +260,8 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         extra = self._pages.growth_bytes(used) + self._feedback.growth_bytes(used, self.budget)
         extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
         if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
-            ring = Uploader.ring_size(self.config, self.budget, h.tile_raw_size)
-            extra += max(0, ring - Uploader.staging_reserved(self.budget))
+            ring = staging_share.staging_bytes(self.config, self.budget, h.tile_raw_size)
+            extra += max(0, ring - staging_share.staging_reserved(self.budget))
         if self.pools and extra > self.budget.available:
             self._plan_pools(budget=self.budget.budget - extra)
 
@@ -431,7 +432,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         self._closed = True
         if self._uploader is not None:
             self._uploader.release()
-            Uploader.release_staging(self.budget)
+            staging_share.release_staging(self.budget)
         for vt in self._packs.close_all():
             vt.reader.close()
         for tset in self._sets:

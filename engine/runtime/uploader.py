@@ -173,10 +173,6 @@ class Uploader:
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._closed = False
 
-    ring_size = staticmethod(staging_share.staging_bytes)
-    staging_reserved = staticmethod(staging_share.staging_reserved)
-    release_staging = staticmethod(staging_share.release_staging)
-
     @property
     def upload_path(self) -> UploadPath:
         """The path the upload calls take (never AUTO)."""
@@ -207,7 +203,7 @@ class Uploader:
             for tex, _ in sources:
                 current.remove_source(tex)
             current.release()
-            cls.release_staging(budget)
+            staging_share.release_staging(budget)
         host, device = staging_share.reserve_staging(config, gl, budget, tile_bytes)
         try:
             try:
@@ -218,7 +214,7 @@ class Uploader:
                 log.warning("no device-local staging buffer (%s): uploads read the host ring", exc)
                 up = cls(ctx, gl, space, config, staging_share.all_to_ring(budget), tile_bytes, read_hook=read_hook)
         except BaseException:
-            cls.release_staging(budget)
+            staging_share.release_staging(budget)
             raise
         for tex, reader in sources:
             up.add_source(tex, reader)

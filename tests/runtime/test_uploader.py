@@ -29,6 +29,7 @@ from texstream.gl.objects import DeviceBuffer, FenceLike
 from texstream.native import load as load_native
 from texstream.pack.format import Supercompression
 from texstream.pack.reader import PackReader
+from texstream.runtime import staging_share
 from texstream.runtime.budget import BudgetManager
 from texstream.runtime.pools import CachePool
 from texstream.runtime.slots import SlotGeometry
@@ -753,7 +754,7 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
     pool = CachePool(gl, budget, (reader.header.texel_format, True, reader.header.slot_size), 0, g, 16, 2, 0)
     try:
         assert up.upload_path is runs and up.ring.persistent is gl.has_buffer_storage
-        assert Uploader.staging_reserved(budget) == Uploader.ring_size(config, budget, raw) == 16 << 20
+        assert staging_share.staging_reserved(budget) == staging_share.staging_bytes(config, budget, raw) == 16 << 20
         if runs is UploadPath.DEVICE_BUFFER:
             assert up.device is not None and budget.reserved("staging-device") == up.device.nbytes
             assert up.device.slot_count == 1024  # two frames of 512 tiles
@@ -777,7 +778,7 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
         names = [up.ring.glo] + ([up.device.glo] if up.device is not None else [])
     finally:
         up.release()
-        Uploader.release_staging(budget)
+        staging_share.release_staging(budget)
         pool.release()
-    assert Uploader.staging_reserved(budget) == 0
+    assert staging_share.staging_reserved(budget) == 0
     assert not any(gl.is_buffer(n) for n in names)  # the ring and the device buffer are deleted
