@@ -34,6 +34,7 @@ import numpy as np
 from ..config import BakeConfig, BudgetConfig, StreamerConfig
 from ..pack.format import PackHeader, TexelFormat
 from ..runtime.budget import BudgetManager
+from ..runtime.compiled_loops import decider_loops
 from ..runtime.records import Drained, LoadRecords, Uploaded
 from ..runtime.residency import Residency
 from ..runtime.slots import SlotGeometry, SlotLedger
@@ -153,7 +154,7 @@ class _DeciderCase:
     def __init__(self, sc: Scale, case: str) -> None:
         self.sc = sc
         config = StreamerConfig(budget=BudgetConfig(budget_mb=4096))
-        core = self.core = Residency(config, BudgetManager(config.budget))
+        core = self.core = Residency(config, BudgetManager(config.budget), loops=decider_loops())
         hs = self.headers = headers(sc.lead)[: 1 if case == "one" else len(MEMBERS)]
         pools: dict[TexelFormat, int] = {}
         for tex, h in enumerate(hs):

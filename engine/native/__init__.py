@@ -28,12 +28,14 @@ __all__ = [
     "Native",
     "ProceduralFunctions",
     "encode_f32",
+    "expand_pages",
     "hdr_functions",
     "load",
     "load_library",
     "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
+    "sample_slots",
 ]
 
 log = logging.getLogger(__name__)
@@ -291,6 +293,56 @@ def encode_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_int64,
     )
     return _bake_loop("ts_encode_f32", args, "numpy encodes")
+
+
+@functools.cache
+def expand_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_expand_pages`` (texture sets: a frame's lead pages onto their followers' pages, see
+    _native.c) from the helper at `path` (None: the installed one), or None when it is not built or
+    predates it: `texture_sets.SetTable.expand` then does it with numpy, to the same pages. Called
+    on the render thread with the GIL held (a few microseconds: releasing it would only invite a
+    wait to take it back)."""
+    path = path or _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.PyDLL(path).ts_expand_pages
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no ts_expand_pages (%s): numpy expands texture sets", exc)
+        return None
+    fn.restype = ctypes.c_int64
+    fn.argtypes = (ctypes.c_int64, *(ctypes.c_void_p,) * 3, ctypes.c_int64, ctypes.c_int64, *(ctypes.c_void_p,) * 4)
+    return fn
+
+
+@functools.cache
+def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_sample_slots`` (the cache slots a frame's pages and their parents sample, by pool; see
+    _native.c) from the helper at `path` (None: the installed one), or None as for `expand_pages`:
+    `touch.SampledSlots` then finds them with numpy, the same slots. Called with the GIL held."""
+    path = path or _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.PyDLL(path).ts_sample_slots
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no ts_sample_slots (%s): numpy finds the slots to touch", exc)
+        return None
+    fn.restype = ctypes.c_int64
+    i64 = ctypes.c_int64
+    fn.argtypes = (
+        i64,
+        *(ctypes.c_void_p,) * 4,
+        i64,
+        ctypes.c_void_p,
+        i64,
+        i64,
+        i64,
+        ctypes.c_void_p,
+        i64,
+        ctypes.c_void_p,
+    )
+    return fn
 
 
 @dataclass(frozen=True)

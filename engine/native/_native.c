@@ -263,6 +263,107 @@ void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const in
           (intptr_t)size[i]);
 }
 
+/* (Texture sets, render thread) The wanted pages of a frame plus the pages the sets' followers want
+ * for them, as sorted unique ids with summed coverage: for every wanted lead page ids[i] (with
+ * coverage counts[i]) the page itself and each non-negative entry of row ids[i] of `follow`
+ * (capacity x k, the table texture_sets.SetTable builds). Coverage is summed in `scratch`
+ * (capacity int64s) and presence marked in `bits` (capacity / 64 rounded up words); both must be
+ * zero on entry and are zero again on return, so one pair serves every frame. Ids at or above
+ * `capacity` (or negative) are refused: returns -1 and leaves the outputs undefined (the scratch is
+ * still cleared). Otherwise returns the number of pages written to out_ids / out_counts, which hold
+ * n * (k + 1) entries. Linear in n * (k + 1) plus the words between the smallest and largest id. */
+int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, const int32_t *follow, int64_t k,
+                        int64_t capacity, int64_t *scratch, uint64_t *bits, int64_t *out_ids, int64_t *out_counts) {
+    int64_t lo = capacity, hi = -1, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i], c = counts[i];
+        if (id < 0 || id >= capacity) {
+            bad = 1;
+            continue;
+        }
+        scratch[id] += c;
+        bits[id >> 6] |= (uint64_t)1 << (id & 63);
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+        const int32_t *row = follow + id * k;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t f = row[j];
+            if (f < 0)
+                continue;
+            if (f >= capacity) {
+                bad = 1;
+                continue;
+            }
+            scratch[f] += c;
+            bits[f >> 6] |= (uint64_t)1 << (f & 63);
+            lo = f < lo ? f : lo;
+            hi = f > hi ? f : hi;
+        }
+    }
+    int64_t m = 0;
+    if (hi >= 0) {
+        for (int64_t w = lo >> 6; w <= hi >> 6; w++) {
+            uint64_t word = bits[w];
+            bits[w] = 0;
+            while (word) {
+                const int64_t id = (w << 6) + __builtin_ctzll(word);
+                word &= word - 1;
+                out_ids[m] = id;
+                out_counts[m] = scratch[id];
+                scratch[id] = 0;
+                m++;
+            }
+        }
+    }
+    return bad ? -1 : m;
+}
+
+/* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
+ * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
+ * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.
+ * Slots of pool p are written from out[p * stride] on and counted in out_count[p] (n_pools entries,
+ * zeroed here); stride must be >= 2 n. pool_of[t] is texture t's pool (tex[id] names the texture).
+ * Pages of no texture or of a texture whose pool is outside [0, n_pools) are skipped; ids outside
+ * [0, capacity) are refused: returns -1. Otherwise the number of slots written. The walk is at most `max_levels` steps
+ * a page, so a corrupt parent table cannot loop. */
+int64_t ts_sample_slots(int64_t n, const int64_t *ids, const int32_t *parent, const int32_t *own, const int16_t *tex,
+                        int64_t capacity, const int64_t *pool_of, int64_t n_textures, int64_t n_pools,
+                        int64_t max_levels, int64_t *out, int64_t stride, int64_t *out_count) {
+    int64_t total = 0;
+    for (int64_t p = 0; p < n_pools; p++)
+        out_count[p] = 0;
+    if (stride < 2 * n)
+        return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        if (id < 0 || id >= capacity)
+            return -1;
+        const int64_t t = tex[id];
+        if (t < 0 || t >= n_textures)
+            continue; /* a page of no open texture */
+        const int64_t pool = pool_of[t];
+        if (pool < 0 || pool >= n_pools)
+            continue; /* a texture without a pool (not attached yet) or of a pool not asked for */
+        const int64_t up = parent[id];
+        const int64_t pages[2] = {id, up};
+        for (int q = 0; q < 2; q++) {
+            int64_t cur = pages[q];
+            for (int64_t step = 0; cur >= 0 && step <= max_levels; step++) {
+                if (cur >= capacity)
+                    return -1;
+                if (own[cur] >= 0)
+                    break;
+                cur = parent[cur];
+            }
+            if (cur < 0 || cur >= capacity || own[cur] < 0)
+                continue;
+            out[pool * stride + out_count[pool]++] = own[cur];
+            total++;
+        }
+    }
+    return total;
+}
+
 /* Outcome of ts_hdr_scanlines (keep in sync with assets/hdr.py's HdrStatus). */
 enum {
     TS_HDR_OK = 0,

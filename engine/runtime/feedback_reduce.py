@@ -125,7 +125,7 @@ def histogram_counts(values: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.nda
         inside = (v >= 0) & (v < n_ids)
         outside = int(v.size - np.count_nonzero(inside))
         v = v[inside]
-    hist = np.bincount(v, minlength=n_ids)
+    hist = np.bincount(v)  # as long as the largest id needs: the bins past it would all be empty
     uniq = hist.nonzero()[0]
     return uniq, hist[uniq].astype(np.int64), outside
 

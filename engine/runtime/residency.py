@@ -46,6 +46,7 @@ from .requests import RequestScheduler
 from .slots import MAX_POOLS, RUN_DTYPE, ResizeResult, SlotGeometry, SlotLedger
 from .texture_sets import Priorities, SetTable, bias_levels, coarsen_by
 from .tiles import MAX_TEXTURES, TileRange, TileSpace
+from .touch import DeciderLoops, SampledSlots
 
 __all__ = ["Completeness", "Orders", "POOL_RUN_DTYPE", "Residency", "StreamTotals"]
 
@@ -141,15 +142,19 @@ class Residency:
     budget
         The VRAM budget: only its mip-bias controller is stepped here (allocations are the movers';
         their sizes are read for the smallest budget a `BudgetError` names).
+    loops
+        Compiled twins of two per-frame loops (`compiled_loops.decider_loops`), or None: numpy, the
+        same results.
     """
 
-    def __init__(self, config: StreamerConfig, budget: BudgetManager) -> None:
+    def __init__(self, config: StreamerConfig, budget: BudgetManager, *, loops: DeciderLoops | None = None) -> None:
         self.config, self.budget = config, budget
         self.frame = 0
         self.space = TileSpace()
         self.tables = PageTables(self.space)
         self.reducer = FeedbackReducer(self.space)
-        self.sets = SetTable(self.space)
+        self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
+        self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`'s
         self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
@@ -495,11 +500,8 @@ class Residency:
             return
         pages, version, per_pool = self._touched
         if pages is not wanted or version != self.tables.version:  # else the same slots as last frame
-            ids = np.concatenate([wanted.ids, self.space.parent[wanted.ids].astype(np.int64)])
-            ids = ids[ids >= 0]
-            slots = self.tables.sample_slot(ids)
-            pool_of = self.pool_of[self.space.tex[ids].astype(np.int64)]
-            per_pool = [(p, slots[pool_of == p]) for p, ledger in enumerate(self.ledgers) if ledger is not None]
+            pools = [p for p, ledger in enumerate(self.ledgers) if ledger is not None]
+            per_pool = self._sampled.by_pool(wanted.ids, self.pool_of, pools)
             self._touched = (wanted, self.tables.version, per_pool)
         for p, slots in per_pool:
             ledger = self.ledgers[p]

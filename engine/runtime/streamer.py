@@ -28,6 +28,7 @@ from ..remote import NetworkCounters
 from . import staging_share
 from .budget import BudgetManager, budget_bytes
 from .budget_advice import open_error
+from .compiled_loops import decider_loops
 from .feedback import FeedbackRing
 from .frame_stats import FrameStats, IOStatus, PhaseClock
 from .io_workers import ReadHook
@@ -99,7 +100,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         register_includes(ctx)  # plain ctx.program() resolves #include "texstream/vt.glsl" too
         mem = self.gl.memory_info()
         self.budget = BudgetManager(config.budget, mem.available_bytes if mem else None)
-        self._core = Residency(config, self.budget)
+        self._core = Residency(config, self.budget, loops=decider_loops())
         self._pages = PageTableBuffer(ctx, self.budget)
         self._pool_set = PoolSet(self.gl, self.budget, config)
         self._packs: OpenPacks[VirtualTexture] = OpenPacks()

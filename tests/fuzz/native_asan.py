@@ -13,7 +13,9 @@ each tile damaged and with the file cut short; every tile input is decoded under
 Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
 buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`; the procedural generators' loops (procedural:
 no corpus) make terrain, normal map and lattice blocks of odd sizes into exact-size arrays, and are
-handed lattices one sample short, which they must refuse without touching memory. Each answer is
+handed lattices one sample short, which they must refuse without touching memory; the render
+thread's decider loops (deciders: no corpus) expand texture sets and find the slots pages sample on
+random and hostile tables. Each answer is
 compared with the pure-Python twin's (the contract in _native.c: same status codes, same texels).
 Any sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
 status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper
@@ -312,7 +314,84 @@ def _replay_procedural(lib: Path) -> int:
     return checks
 
 
-def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr", "procedural")) -> int:
+def _replay_deciders(lib: Path) -> int:
+    """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample) on
+    random tables against numpy's, from exact-size buffers, then on hostile tables: ids past the
+    table, follower entries past it, a parent table with a cycle (the walk is bounded)."""
+    import numpy as np
+
+    from texstream.native import expand_pages, sample_slots
+    from texstream.pack.format import PackHeader
+    from texstream.runtime.feedback_reduce import Wanted
+    from texstream.runtime.page_table import PageTables
+    from texstream.runtime.texture_sets import SetTable
+    from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
+    from texstream.runtime.touch import SampledSlots
+
+    expand, sample = expand_pages(str(lib)), sample_slots(str(lib))
+    if expand is None or sample is None:
+        raise AssertionError(f"{lib} has no texture-set or touch loops")
+    rng = np.random.default_rng(7)
+    checks = 0
+    for case in range(8):
+        sizes = [int(x) for x in rng.choice([256, 512, 1024, 2048], 4)]
+        space = TileSpace()
+        headers = {t: PackHeader(width=w, height=w, tile_size=128) for t, w in enumerate(sizes)}
+        for t, h in headers.items():
+            space.register(t, h)
+        sets = SetTable(space)
+        sets.add(0, [0, 1, 2, 3], headers)
+        follow = np.ascontiguousarray(sets.follow)
+        capacity, k = follow.shape
+        ids = np.unique(rng.choice(space.used, size=40)).astype(np.int64)
+        ids = ids[space.is_tile(ids)]
+        counts = rng.integers(1, 9, ids.size).astype(np.int64)
+        if case == 7:  # hostile: an id past the table and a follower entry past it
+            ids = np.append(ids, capacity + 3)
+            counts = np.append(counts, 1)
+            follow[int(ids[0])] = capacity + 1
+        scratch, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+        out_ids, out_counts = np.empty(ids.size * (k + 1), np.int64), np.empty(ids.size * (k + 1), np.int64)
+        n = expand(
+            ids.size, ids.ctypes.data, counts.ctypes.data, follow.ctypes.data, k, capacity, scratch.ctypes.data,
+            bits.ctypes.data, out_ids.ctypes.data, out_counts.ctypes.data,
+        )  # fmt: skip
+        if case == 7:
+            if n != -1 or scratch.any() or bits.any():
+                raise AssertionError(f"ts_expand_pages on hostile ids: {n}, scratch left dirty: {scratch.any()}")
+        else:
+            want = sets.expand(Wanted(ids, counts))
+            if not (np.array_equal(out_ids[:n], want.ids) and np.array_equal(out_counts[:n], want.counts)):
+                raise AssertionError(f"ts_expand_pages case {case}: compiled pages != numpy's")
+        tables = PageTables(space)
+        resident = rng.choice(space.used, size=space.used // 3, replace=False)
+        tables.own[resident] = rng.integers(0, 500, resident.size)
+        parent = space.parent.copy()
+        if case == 7:  # a cycle of two pages, neither resident
+            a, b = (int(x) for x in np.flatnonzero(tables.own[: space.used] < 0)[:2])
+            parent[a], parent[b] = b, a
+            ids = np.array([a, b, capacity - 1], np.int64)
+        pool_of = np.full(MAX_TEXTURES, -1, np.int64)
+        pool_of[:4] = [0, 1, 0, 1]
+        stride = 2 * ids.size
+        out, out_count = np.empty(2 * stride, np.int64), np.empty(2, np.int64)
+        got = sample(
+            ids.size, ids.ctypes.data, parent.ctypes.data, tables.own.ctypes.data, space.tex.ctypes.data, capacity,
+            pool_of.ctypes.data, MAX_TEXTURES, 2, MAX_LEVELS, out.ctypes.data, stride, out_count.ctypes.data,
+        )  # fmt: skip
+        if case != 7:
+            plain = SampledSlots(space, tables).by_pool(ids, pool_of, [0, 1])
+            for p, slots in plain:
+                mine = out[p * stride : p * stride + int(out_count[p])]
+                if not np.array_equal(np.sort(mine), np.sort(slots)):
+                    raise AssertionError(f"ts_sample_slots case {case}, pool {p}: compiled slots != numpy's")
+        elif got < 0:
+            raise AssertionError(f"ts_sample_slots on a parent cycle refused in-range ids: {got}")
+        checks += 2
+    return checks
+
+
+def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr", "procedural", "deciders")) -> int:
     """Every corpus and crash input of the pack, header, tile and hdr targets, and the procedural
     generators' loops, through the sanitized helper."""
     from texstream.native import load_library
@@ -332,6 +411,9 @@ def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr
         for target in targets:
             if target == "procedural":
                 checks += _replay_procedural(lib)
+                continue
+            if target == "deciders":
+                checks += _replay_deciders(lib)
                 continue
             files = sorted((HERE / "corpus" / target).glob("*")) + sorted((HERE / "crashes" / target).glob("*"))
             for f in files:

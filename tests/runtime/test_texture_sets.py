@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from texstream.pack.format import PackHeader
+from texstream.runtime.compiled_loops import decider_loops
 from texstream.runtime.feedback_reduce import Wanted
 from texstream.runtime.slots import SlotLedger
 from texstream.runtime.texture_sets import (
@@ -97,6 +98,35 @@ def test_textures_outside_sets_and_sets_without_wanted_lead_pages_are_left_alone
     assert sets.expand(w) is w
     sets.forget_texture(2)
     assert sets.pair_count == 0
+
+
+@pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_expansion_equals_numpys_for_any_sets_and_pages(seed: int) -> None:
+    """Random sets over members of every shape the table maps (equal, half, finer tiles, another aspect),
+    a texture in two sets, random wanted pages of leads and others: both paths give the same pages and
+    coverage, and the compiled one leaves its scratch clean for the next frame."""
+    rng = np.random.default_rng(seed)
+    shapes = (BIG, HALF, FINE_TILES, WIDE)
+    headers = [shapes[int(i)] for i in rng.integers(0, len(shapes), 7)]
+    space = TileSpace()
+    for t, h in enumerate(headers):
+        space.register(t, h)
+    loops = decider_loops()
+    assert loops is not None
+    compiled, plain = SetTable(space, expand_loop=loops.expand_pages), SetTable(space)
+    for members in ([0, 1, 2], [3, 4], [5, 1, 6]):
+        for sets in (compiled, plain):
+            sets.add(members[0], members, {t: headers[t] for t in members})
+    ids = np.unique(rng.choice(space.used, size=int(rng.integers(1, 200)), replace=False)).astype(np.int64)
+    ids = ids[space.is_tile(ids)]
+    w = Wanted(ids, rng.integers(1, 50, ids.size).astype(np.int64))
+    for _ in range(2):  # twice: the first call must not leave coverage behind in the scratch
+        a, b = compiled.expand(w), plain.expand(w)
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.counts, b.counts)
+    with pytest.raises(ValueError, match="outside"):
+        compiled.expand(Wanted(np.array([space.capacity + 5], np.int64), np.ones(1, np.int64)))
 
 
 def test_the_lead_is_the_member_with_the_finest_texels() -> None:

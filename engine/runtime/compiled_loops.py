@@ -1,0 +1,96 @@
+"""The residency core's compiled loops (`touch.DeciderLoops`), built from texstream's compiled helper
+for whoever constructs a `residency.Residency` (the streamer, the sets bench): the core stays free of
+ctypes and runs on numpy alone when the helper is not built.
+
+The wrappers turn arrays into addresses; an array passed every frame (the page tables, the follower
+table, the loops' scratch) is looked up once per array object: ``ndarray.ctypes.data`` costs about a
+microsecond a call, and a frame makes a dozen of them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import native
+from .tiles import MAX_LEVELS, MAX_TEXTURES
+from .touch import DeciderLoops
+
+__all__ = ["Addresses", "decider_loops"]
+
+
+class Addresses:
+    """Data addresses of arrays, looked up once per array object. Holds a reference to every array it
+    has seen, so an address is never that of a freed array (whose id another array might reuse)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[np.ndarray, int]] = {}
+
+    def of(self, array: np.ndarray) -> int:
+        hit = self._seen.get(id(array))
+        if hit is not None and hit[0] is array:
+            return hit[1]
+        if len(self._seen) > 64:  # arrays replaced when the tables grow: forget the old ones
+            self._seen.clear()
+        address = int(array.ctypes.data)
+        self._seen[id(array)] = (array, address)
+        return address
+
+
+@functools.cache
+def decider_loops(path: str | None = None) -> DeciderLoops | None:
+    """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
+    built or predates them (the core then uses numpy, to the same results)."""
+    expand, sample = native.expand_pages(path), native.sample_slots(path)
+    if expand is None or sample is None:
+        return None
+    addresses = Addresses()
+    at = addresses.of
+
+    def expand_pages(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        follow: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        out_ids: np.ndarray,
+        out_counts: np.ndarray,
+    ) -> int:
+        capacity, k = follow.shape
+        if not (
+            scratch.size >= capacity
+            and bits.size * 64 >= capacity
+            and min(out_ids.size, out_counts.size) >= ids.size * (k + 1)
+            and counts.size >= ids.size
+        ):
+            raise ValueError("expand_pages: a buffer is too small for the pages")
+        return expand(
+            ids.size, ids.ctypes.data, counts.ctypes.data, at(follow), k, capacity, at(scratch), at(bits),
+            at(out_ids), at(out_counts),
+        )  # fmt: skip
+
+    def sample_slots(
+        ids: np.ndarray,
+        parent: np.ndarray,
+        own: np.ndarray,
+        tex: np.ndarray,
+        pool_of: np.ndarray,
+        n_pools: int,
+        out: np.ndarray,
+        stride: int,
+        out_count: np.ndarray,
+    ) -> int:
+        if not (
+            parent.size == own.size == tex.size
+            and pool_of.size >= MAX_TEXTURES
+            and out.size >= n_pools * stride
+            and out_count.size >= n_pools
+        ):
+            raise ValueError("sample_slots: the tables or a buffer disagree on their sizes")
+        return sample(
+            ids.size, ids.ctypes.data, at(parent), at(own), at(tex), parent.size, at(pool_of), MAX_TEXTURES,
+            n_pools, MAX_LEVELS, at(out), stride, at(out_count),
+        )  # fmt: skip
+
+    return DeciderLoops(expand_pages=expand_pages, sample_slots=sample_slots)

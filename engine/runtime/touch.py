@@ -1,0 +1,83 @@
+"""The cache slots a frame's wanted pages sample, by pool: what `Residency` marks as used each frame
+(the least-recently-used clock of every `slots.SlotLedger`), without GL.
+
+A page samples its own tile when that is resident, else its nearest resident ancestor; trilinear
+filtering also reads the next level, so every page's parent counts too. The compiled helper
+(``ts_sample_slots``, handed in as a `DeciderLoops`) walks the page tables in one call; without it
+numpy does the same walk one level at a time over all pages, to the same slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .page_table import PageTables
+from .texture_sets import ExpandLoop
+from .tiles import MAX_TEXTURES, TileSpace
+
+__all__ = ["DeciderLoops", "SampledSlots", "WalkLoop"]
+
+# (ids, parent, own, tex, pool_of, n_pools, out, stride, out_count) -> slots written, or -1: ``ts_sample_slots``
+WalkLoop = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, int, np.ndarray], int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeciderLoops:
+    """The residency core's compiled loops, handed in by whoever builds it (`compiled_loops.
+    decider_loops`): the core itself loads no compiled code, so it runs and is tested anywhere."""
+
+    expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
+    sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
+
+
+class SampledSlots:
+    """Finds, for a frame's wanted pages, the slots they and their parents sample, grouped by pool.
+
+    Parameters
+    ----------
+    space, tables
+        The tile id space and the page tables (read only: their owners write them).
+    walk_loop
+        The compiled walk (`DeciderLoops.sample_slots`), or None: numpy, the same slots.
+    """
+
+    def __init__(self, space: TileSpace, tables: PageTables, *, walk_loop: WalkLoop | None = None) -> None:
+        self.space = space
+        self.tables = tables
+        self._compiled = walk_loop
+        self._out = np.zeros(0, np.int64)
+        self._count = np.zeros(0, np.int64)
+
+    def by_pool(self, ids: np.ndarray, pool_of: np.ndarray, pools: list[int]) -> list[tuple[int, np.ndarray]]:
+        """(pool, slots) for every pool of `pools`: the slots pages `ids` and their parents sample
+        (pages with nothing resident above them are left out; a slot may be listed twice).
+        `pool_of`: pool index per texture id (MAX_TEXTURES entries)."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        if self._compiled is not None and pools:
+            return self._by_pool_compiled(ids, pool_of, pools)
+        both = np.concatenate([ids, self.space.parent[ids].astype(np.int64)])
+        both = both[both >= 0]
+        slots = self.tables.sample_slot(both)
+        pool = pool_of[self.space.tex[both].astype(np.int64)]
+        keep = slots >= 0
+        return [(p, slots[keep & (pool == p)]) for p in pools]
+
+    def _by_pool_compiled(self, ids: np.ndarray, pool_of: np.ndarray, pools: list[int]) -> list[tuple[int, np.ndarray]]:
+        space, tables = self.space, self.tables
+        n_pools = max(pools) + 1
+        stride = max(2 * ids.size, 1)
+        if self._out.size < n_pools * stride:
+            self._out = np.empty(n_pools * max(stride, 1024), np.int64)
+        if self._count.size < n_pools:
+            self._count = np.zeros(n_pools, np.int64)
+        pool_of = np.ascontiguousarray(pool_of, np.int64)
+        if pool_of.size < MAX_TEXTURES or not space.parent.size == tables.own.size == space.tex.size:
+            raise ValueError("touch: the tile space and the page tables disagree on their size")
+        got = self._compiled(ids, space.parent, tables.own, space.tex, pool_of, n_pools, self._out, stride, self._count)
+        if got < 0:
+            raise ValueError("touch: a page id, texture or pool is outside the tables")
+        out, count = self._out, self._count
+        return [(p, out[p * stride : p * stride + int(count[p])].copy()) for p in pools]
