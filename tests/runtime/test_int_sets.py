@@ -15,6 +15,7 @@ CASES = [
     np.array([0, 1, 1, 2]),  # ascending with a repeat: not strictly ascending
     np.array([9, 2, 2, -1, 5, -1]),
     np.array([2, 1]),
+    np.array([5000, -3, 5000, 12]),  # a range too wide for the histogram path of `distinct`
 ]
 
 
