@@ -240,7 +240,13 @@ class FeedbackReducer:
             ids.append(r.wanted.ids)
             counts.append(r.wanted.counts)
             samples, invalid = samples + r.samples, invalid + r.invalid
-        uniq, total = unique_sums(np.concatenate(ids), np.concatenate(counts))  # a few thousand: sorted here
+        if len(ids) == 1:  # one buffer compacted on the GPU (the usual frame): its ids are unique already
+            order = np.argsort(ids[0])
+            uniq, total = ids[0][order], counts[0][order]
+            if uniq.size > 1 and not (uniq[1:] != uniq[:-1]).all():  # not as the shader promises: sum them
+                uniq, total = unique_sums(uniq, total)
+        else:
+            uniq, total = unique_sums(np.concatenate(ids), np.concatenate(counts))  # a few thousand: sorted here
         valid = self.space.is_tile(uniq)
         invalid += int(total[~valid].sum())
         uniq, total = uniq[valid], total[valid]
