@@ -160,14 +160,20 @@ class TextureTransfers:
             return 0
         if pbo == 0:
             raise ValueError("layer runs upload from a pixel-unpack buffer")
-        single = int(depth.max()) == 1  # one layer a call: the stride between layers does not matter
+        # one contiguous (5, n) array: the checks are a few reductions over it, and the compiled loop
+        # takes each row's address as a plain int
+        runs = np.empty((5, n), np.int64)
+        runs[0], runs[1], runs[2], runs[3], runs[4] = layer, x, y, depth, offset
+        lo = runs[:4].min(axis=1).tolist()  # layer, x, y, depth
+        hi = runs[1:4].max(axis=1).tolist()  # x, y, depth
+        single = hi[2] == 1  # one layer a call: the stride between layers does not matter
         if not single and not self.run_image_stride_ok(texture, cell_size, image_stride):
             raise ValueError(f"layers {image_stride} bytes apart cannot be uploaded in runs for {texture!r}")
         fmt, size = texture.format, texture.size
         nbytes = fmt.layer_bytes(cell_size)
-        if depth.min() < 1 or layer.min() < 0 or (layer + depth).max() > texture.layers:
+        if lo[3] < 1 or lo[0] < 0 or int((runs[0] + runs[3]).max()) > texture.layers:
             raise ValueError(f"a run of layers is outside 0..{texture.layers - 1} of {texture!r}")
-        if min(x.min(), y.min()) < 0 or max(x.max(), y.max()) > size - cell_size:
+        if min(lo[1], lo[2]) < 0 or max(hi[0], hi[1]) > size - cell_size:
             raise ValueError(f"a cell does not fit a {size}x{size} layer")
         f = self.functions
         padded = image_stride != nbytes and not single
@@ -183,26 +189,24 @@ class TextureTransfers:
             elif padded:
                 f.glPixelStorei(GL_UNPACK_IMAGE_HEIGHT, image_stride // (cell_size * 4))
             if native is not None and getattr(native, "upload_runs", None) is not None and not self.debug:
-                arrays = [np.ascontiguousarray(a, np.int64) for a in (layer, x, y, depth, offset)]
-                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
+                base, row = runs.ctypes.data, 8 * n
                 native.upload_runs(
                     self.addresses["glCompressedTexSubImage3D"],
                     self.addresses["glTexSubImage3D"],
                     int(fmt.compressed),
                     n,
-                    ptrs[0],
-                    ptrs[1],
-                    ptrs[2],
-                    ptrs[3],
+                    base,
+                    base + row,
+                    base + 2 * row,
+                    base + 3 * row,
                     cell_size,
                     fmt.internal_format,
                     nbytes,
-                    ptrs[4],
+                    base + 4 * row,
                 )
             elif fmt.compressed:
                 call = f.glCompressedTexSubImage3D
-                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
-                for lv, cx, cy, d, off in runs:
+                for lv, cx, cy, d, off in zip(*runs.tolist(), strict=True):
                     call(
                         GL_TEXTURE_2D_ARRAY,
                         0,
@@ -218,8 +222,7 @@ class TextureTransfers:
                     )
             else:
                 call = f.glTexSubImage3D
-                runs = zip(layer.tolist(), x.tolist(), y.tolist(), depth.tolist(), offset.tolist(), strict=True)
-                for lv, cx, cy, d, off in runs:
+                for lv, cx, cy, d, off in zip(*runs.tolist(), strict=True):
                     call(GL_TEXTURE_2D_ARRAY, 0, cx, cy, lv, cell_size, cell_size, d, GL_RGBA, GL_UNSIGNED_BYTE, off)
         finally:
             if padded:
@@ -234,7 +237,7 @@ class TextureTransfers:
                         f.glPixelStorei(mode, 0)
             f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
             self._unbind_scratch()
-        return int(depth.sum()) * nbytes
+        return int(runs[3].sum()) * nbytes
 
     def copy_buffer_spans(
         self,
@@ -259,9 +262,10 @@ class TextureTransfers:
         f.glBindBuffer(GL_COPY_WRITE_BUFFER, dst)
         try:
             if native is not None and getattr(native, "copy_spans", None) is not None and not self.debug:
-                arrays = [np.ascontiguousarray(a, np.int64) for a in (src_offset, dst_offset, size)]
-                ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for a in arrays]
-                native.copy_spans(self.addresses["glCopyBufferSubData"], n, *ptrs)
+                spans = np.empty((3, n), np.int64)
+                spans[0], spans[1], spans[2] = src_offset, dst_offset, size
+                base = spans.ctypes.data
+                native.copy_spans(self.addresses["glCopyBufferSubData"], n, base, base + 8 * n, base + 16 * n)
             else:
                 call = f.glCopyBufferSubData
                 spans = zip(

@@ -201,23 +201,25 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     )
     if upload_runs is not None:
         upload_runs.restype = None
+        # the arrays as plain addresses (c_void_p): the render thread passes ints, converted without
+        # building a ctypes pointer object per array per frame
         upload_runs.argtypes = (
             ctypes.c_void_p,
             ctypes.c_void_p,
             ctypes.c_int,
             ctypes.c_int64,
-            _i64p,
-            _i64p,
-            _i64p,
-            _i64p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
             ctypes.c_int,
             ctypes.c_uint,
             ctypes.c_int,
-            _i64p,
+            ctypes.c_void_p,
         )
     if copy_spans is not None:
         copy_spans.restype = None
-        copy_spans.argtypes = (ctypes.c_void_p, ctypes.c_int64, _i64p, _i64p, _i64p)
+        copy_spans.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
     codecs = Codecs(
         *(found[k][1] for k in ("zstd_decompress", "zstd_is_error", "zstd_content", "lz4_decompress", "xxh3"))
     )

@@ -49,6 +49,7 @@ COMPACT_IDS_STEP = 4096  # the work buffer's counters grow in steps of this many
 # The compaction's work buffer may take at most this share of the budget: it saves CPU time, never
 # room, so in a small budget the tile cache keeps those bytes and the CPU reduces the entries.
 COMPACT_BUDGET_SHARE = 1 / 32
+_PASS_INDEX_BYTES = (np.int32(0).tobytes(), np.int32(1).tobytes())  # the compaction's two passes
 
 
 class FeedbackCompactor:
@@ -66,6 +67,10 @@ class FeedbackCompactor:
         self._counters = 0  # counters the work buffer holds
         self.work: moderngl.Buffer | None = None
         self.groups = -(-list_capacity // COMPACT_GROUP)
+        # uniforms keep their values between dispatches: the sizes are written when they change, and
+        # the pass index as prepacked bytes (a uniform's value setter packs in Python every call)
+        self._pass_index = self.program["pass_index"]
+        self._sizes_written: tuple[int, int, int] | None = None
 
     @staticmethod
     def available(ctx: moderngl.Context, gl: GLExt) -> bool:
@@ -106,12 +111,13 @@ class FeedbackCompactor:
         work.write(bytes(HEADER_UINTS * 4))  # counters are zero already; the header restarts
         feedback.bind_to_storage_buffer(FEEDBACK_BINDING)
         work.bind_to_storage_buffer(COMPACT_WORK_BINDING)
-        prog["n_ids"] = self.n_ids
-        prog["list_capacity"] = self.list_capacity
-        prog["hits_at"] = self.hits_at
-        for pass_index in (0, 1):
+        sizes = (self.n_ids, self.list_capacity, self.hits_at)
+        if sizes != self._sizes_written:
+            prog["n_ids"], prog["list_capacity"], prog["hits_at"] = sizes
+            self._sizes_written = sizes
+        for pass_bytes in _PASS_INDEX_BYTES:
             self.ctx.memory_barrier(GL_SHADER_STORAGE_BARRIER_BIT)  # the draws' (then pass 0's) writes
-            prog["pass_index"] = pass_index
+            self._pass_index.write(pass_bytes)
             prog.run(self.groups)
         self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)  # pass 1's writes, for the copy
         return work

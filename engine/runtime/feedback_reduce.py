@@ -147,6 +147,21 @@ def unique_sums(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.n
     return ks[starts].astype(np.int64), np.add.reduceat(np.asarray(weights, np.int64)[order], starts)
 
 
+def _unique_in_order(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """One GPU-compacted buffer's ids (unique, in no order) ascending with their counts, by scattering
+    them into a table over the ids when they are dense (cheaper than sorting them); None when they are
+    sparse or not unique after all (then they are summed by `unique_sums`)."""
+    bound = _histogram_bound(ids)
+    if not bound:
+        return None
+    at = np.full(bound, -1, np.int64)
+    at[ids] = np.arange(ids.size)
+    present = (at >= 0).nonzero()[0]
+    if present.size != ids.size:  # an id listed twice
+        return None
+    return present, counts[at[present]]
+
+
 def same_feedback(a: Sequence[np.ndarray | CompactFeedback], b: Sequence[np.ndarray | CompactFeedback]) -> bool:
     """Whether two frames' feedback batches hold the same entries in the same order (then they reduce
     to the same pages). Cheap when they differ: sizes first, then a short prefix, then the rest."""
@@ -225,6 +240,8 @@ class FeedbackReducer:
     def reduce_batches(self, batches: Sequence[np.ndarray | CompactFeedback], bias: float = 0.0) -> FeedbackResult:
         """`reduce` over several buffers at once: raw ones (uint32 entries) and ones compacted on the
         GPU (`CompactFeedback`) alike; the same pages and counts as reducing all their entries."""
+        if len(batches) == 1 and isinstance(batches[0], CompactFeedback):
+            return self._reduce_compact(batches[0], bias)
         raw = [b for b in batches if not isinstance(b, CompactFeedback)]
         compact = [b for b in batches if isinstance(b, CompactFeedback)]
         if not compact:
@@ -248,6 +265,34 @@ class FeedbackReducer:
         if b and uniq.size:
             uniq, total = unique_sums(self.space.ancestors(uniq, b), total)
         return FeedbackResult(Wanted(uniq, total), samples, invalid, b)
+
+    def _reduce_compact(self, c: CompactFeedback, bias: float) -> FeedbackResult:
+        """`reduce_batches` of one buffer compacted on the GPU (the usual frame) in a dozen numpy
+        calls: its ids are unique already, so they are only put in order (scattered into a table
+        over the ids when dense, else sorted) and checked against the open textures."""
+        if not (math.isfinite(bias) and bias >= 0):
+            raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
+        b = math.floor(bias)
+        ids, counts = np.asarray(c.ids).astype(np.int64), np.asarray(c.counts).astype(np.int64)
+        if ids.size == 0:
+            return FeedbackResult(Wanted.empty(), c.samples, c.invalid, b)
+        ordered = _unique_in_order(ids, counts)
+        if ordered is None:
+            order = np.argsort(ids)
+            uniq, total = ids[order], counts[order]
+            if uniq.size > 1 and (uniq[1:] == uniq[:-1]).any():  # not as the shader promises: summed
+                uniq, total = unique_sums(uniq, total)
+        else:
+            uniq, total = ordered
+        inside = int(uniq[0]) >= 0 and int(uniq[-1]) < self.space.capacity  # ascending: the ends bound it
+        valid = self.space.level[uniq] >= 0 if inside else self.space.is_tile(uniq)
+        invalid = c.invalid
+        if not valid.all():
+            invalid += int(total[~valid].sum())
+            uniq, total = uniq[valid], total[valid]
+        if b and uniq.size:
+            uniq, total = unique_sums(self.space.ancestors(uniq, b), total)
+        return FeedbackResult(Wanted(uniq, total), c.samples, invalid, b)
 
     def coarsen(self, wanted: Wanted, levels: int) -> Wanted:
         """`wanted` with each page replaced by its ancestor `levels` levels up (counts merged)."""

@@ -131,6 +131,9 @@ class RequestScheduler:
         self.retry_at = np.zeros(n, np.int64)
         self.queue = np.zeros(0, np.int64)  # ids in state QUEUED (sorted)
         self._frame = -(1 << 62)
+        # (wanted ids, tables version, id-space generation) of the latest step that found no tile
+        # to ask for, demand and prefetch both looked at: the same again finds nothing again
+        self._quiet: tuple[np.ndarray, int, int] | None = None
         space.add_listener(self._grow)
 
     _ARRAYS = ("state", "last_wanted", "score", "tier", "fails", "retry_at")
@@ -161,18 +164,21 @@ class RequestScheduler:
         self.retry_at[i] = frame + self.config.retry_frames * (1 << doublings)
         self.state[i] = _FAILED
         self.stats.failed += int(i.size)
+        self._quiet = None
 
     def mark_resident(self, ids: np.ndarray) -> None:
         """Uploaded tiles: their failure history is forgotten."""
         i = np.asarray(ids, np.int64)
         self.fails[i] = 0
         self.state[i] = _NONE
+        self._quiet = None
 
     def forget(self, start: int, stop: int) -> None:
         """Drop everything known about the tile ids of a closed texture."""
         for name in self._ARRAYS:
             getattr(self, name)[start:stop] = NEVER if name == "last_wanted" else 0
         self.queue = self.queue[(self.queue < start) | (self.queue >= stop)]
+        self._quiet = None
 
     # ---- the per-frame step --------------------------------------------------------------------
     def _demand(self, wanted: Wanted) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -256,6 +262,15 @@ class RequestScheduler:
             self.queue = np.sort(np.concatenate([self.queue, n[fresh]]))
         return int(n.size)
 
+    def _still_quiet(self, wanted: Wanted) -> bool:
+        """Whether the latest quiet step (nothing missing, nothing to prefetch, nothing queued) saw
+        the same wanted pages against the same residency: then this one would find nothing either
+        (with no candidate, neither coverage counts nor back-offs nor loads in flight matter)."""
+        q = self._quiet
+        if q is None or q[1] != self.tables.version or q[2] != self.space.generation or self.queue.size:
+            return False
+        return q[0] is wanted.ids or np.array_equal(q[0], wanted.ids)
+
     def update(self, frame: int, wanted: Wanted, max_issue: int) -> Requests:
         """Merge this frame's wanted pages into the queue and return the tiles to load now (at most
         `max_issue`, e.g. the staging ring's free slots, besides the configured caps)."""
@@ -264,16 +279,23 @@ class RequestScheduler:
         self._frame = frame
         self.stats.frames += 1
         room = min(self.max_tiles, max_issue)
-        if len(wanted):
+        if len(wanted) and not self._still_quiet(wanted):
+            self._quiet = None
             dk, dw, resident = self._demand(wanted)
             queued = self._merge(frame, dk, dw, DEMAND)
             # prefetch candidates follow the view slowly: recomputed every other frame (half the cost)
+            looked = not self.config.prefetch
             if self.config.prefetch and queued < room and frame % 2 == 0:
                 pk, pw = self._prefetch(wanted, resident)
                 self._merge(frame, pk[self.last_wanted[pk] != frame], pw[self.last_wanted[pk] != frame], PREFETCH)
+                looked = pk.size == 0
+            if looked and dk.size == 0 and self.queue.size == 0:
+                self._quiet = (wanted.ids, self.tables.version, self.space.generation)
 
         # Drop what was issued, failed, became resident or loading, was closed, or went stale.
         q = self.queue
+        if q.size == 0:
+            return Requests(np.zeros(0, np.int64), np.zeros(0, bool), 0, 0)
         live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
         live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
         stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)

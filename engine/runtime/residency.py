@@ -43,7 +43,7 @@ from .page_table import PageTables, TexturePages
 from .pool_sizing import PoolDemand, plan_capacities
 from .records import Drained, LoadRecords, Uploaded
 from .requests import RequestScheduler
-from .slots import MAX_POOLS, RUN_DTYPE, ResizeResult, SlotGeometry, SlotLedger
+from .slots import MAX_POOLS, RUN_DTYPE, Allocation, ResizeResult, SlotGeometry, SlotLedger
 from .texture_sets import Priorities, SetTable, bias_levels, coarsen_by
 from .tiles import MAX_TEXTURES, TileRange, TileSpace
 from .touch import DeciderLoops, SampledSlots
@@ -94,13 +94,24 @@ class Orders:
     tiles: np.ndarray
     pool: np.ndarray
     cache_slot: np.ndarray
-    runs: np.ndarray  # POOL_RUN_DTYPE
     evicted: Evictions
     cancelled: int
     select_ms: float = 0.0  # wall ms of the scheduler's step (the rest of `orders` reserves slots)
+    allocations: tuple[tuple[int, Allocation], ...] = ()  # (pool, what its ledger handed out)
 
     def __len__(self) -> int:
         return int(self.tiles.size)
+
+    @property
+    def runs(self) -> np.ndarray:
+        """The reserved slots as runs of consecutive slots per pool (`POOL_RUN_DTYPE`; worked out
+        when asked: the frame itself does not need them)."""
+        runs = [(p, a.runs) for p, a in self.allocations]
+        out = np.zeros(sum(r.size for _, r in runs), POOL_RUN_DTYPE)
+        out["pool"] = np.repeat([p for p, _ in runs], [r.size for _, r in runs]).astype(np.int64)
+        for name in RUN_DTYPE.names or ():
+            out[name] = np.concatenate([r[name] for _, r in runs] or [np.zeros(0, np.int64)])
+        return out
 
 
 @dataclass(frozen=True)
@@ -425,46 +436,50 @@ class Residency:
         ids, prefetch = requests.ids, requests.prefetch
         if ids.size == 0:  # nothing to reserve (and a still view keeps its tiles: no keep_free)
             z = np.zeros(0, np.int64)
-            return Orders(z, z, z, np.zeros(0, POOL_RUN_DTYPE), Evictions.empty(), cancelled, select_ms)
-        evicted: list[Evictions] = []
-        runs: list[np.ndarray] = []
+            return Orders(z, z, z, Evictions.empty(), cancelled, select_ms)
+        freed: list[Allocation] = []  # what each ledger evicted
+        allocations: list[tuple[int, Allocation]] = []
         slots = np.full(ids.size, -1, np.int64)
         keep = np.ones(ids.size, bool)
         tex = self.space.tex[ids].astype(np.int64)
         pool_of = self.pool_of[tex]
-        for p in distinct(pool_of):
+        pools = distinct(pool_of)
+        level = self.space.level[ids]
+        for p in pools:
             ledger = self.ledgers[p]
             assert ledger is not None
-            m = (pool_of == p).nonzero()[0]
+            m = (pool_of == p).nonzero()[0] if len(pools) > 1 else np.arange(ids.size)
             pre = m[prefetch[m]]
             allowed = max(0, ledger.free_count - self.reserve(p) - int(m.size - pre.size))
-            keep[pre[allowed:]] = False
-            m = m[keep[m]]
-            alloc = ledger.allocate(self.frame, ids[m], tex[m], self.space.level[ids[m]])
-            evicted.append(self._evicted(alloc.evicted_tiles, alloc.evicted_last_used))
+            if pre.size > allowed:
+                keep[pre[allowed:]] = False
+                m = m[keep[m]]
+            alloc = ledger.allocate(self.frame, ids[m], tex[m], level[m])
+            freed.append(alloc)
             slots[m] = alloc.slots
-            r = np.empty(alloc.runs.size, POOL_RUN_DTYPE)
-            r["pool"] = p
-            for name in RUN_DTYPE.names or ():
-                r[name] = alloc.runs[name]
-            runs.append(r)
+            allocations.append((p, alloc))
         go = keep & (slots >= 0)
         for p, ledger in enumerate(self.ledgers):  # slots past their gate for the coming frames
-            if ledger is not None and ids.size:  # (only while streaming: a still view keeps its tiles)
-                ev = ledger.keep_free(self.frame, self.reserve(p))
-                evicted.append(self._evicted(ev.evicted_tiles, ev.evicted_last_used))
+            if ledger is not None:  # (only while streaming: a still view keeps its tiles)
+                freed.append(ledger.keep_free(self.frame, self.reserve(p)))
         self._totals["requested"] += int(np.count_nonzero(go))
         return Orders(
             tiles=ids[go],
             pool=pool_of[go],
             cache_slot=slots[go],
-            runs=np.concatenate(runs) if runs else np.zeros(0, POOL_RUN_DTYPE),
-            evicted=Evictions(
-                np.concatenate([e.tiles for e in evicted]) if evicted else np.zeros(0, np.int64),
-                np.concatenate([e.age for e in evicted]) if evicted else np.zeros(0, np.int64),
-            ),
+            evicted=self._evicted_all(freed),
             cancelled=cancelled,
             select_ms=select_ms,
+            allocations=tuple(allocations),
+        )
+
+    def _evicted_all(self, allocations: list[Allocation]) -> Evictions:
+        """The tiles these allocations evicted leave the page tables (one call for all pools)."""
+        parts = [a for a in allocations if a.evicted_tiles.size] or [Allocation.empty()]
+        if len(parts) == 1:
+            return self._evicted(parts[0].evicted_tiles, parts[0].evicted_last_used)
+        return self._evicted(
+            *(np.concatenate([getattr(a, f) for a in parts]) for f in ("evicted_tiles", "evicted_last_used"))
         )
 
     def missing_pages(self, wanted: Wanted) -> int:

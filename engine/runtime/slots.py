@@ -187,18 +187,24 @@ class SlotGeometry:
 @dataclass(frozen=True)
 class Allocation:
     """What `SlotLedger.allocate` did: a slot per requested tile (-1: none), the tiles it evicted (in
-    eviction order: least recently used first) and the slots handed out as runs (`RUN_DTYPE`)."""
+    eviction order: least recently used first) and the slots handed out as runs (`runs`, worked out
+    when asked: a frame's reservations do not need them)."""
 
     slots: np.ndarray
     evicted_tiles: np.ndarray
     evicted_slots: np.ndarray
     evicted_last_used: np.ndarray  # frame of each evicted tile's last use
-    runs: np.ndarray
+    layers: int = 1  # the pool's layer count when the slots were handed out
 
     @classmethod
     def empty(cls) -> Allocation:
         e = np.zeros(0, np.int64)
-        return cls(e, e, e, e, np.zeros(0, RUN_DTYPE))
+        return cls(e, e, e, e)
+
+    @property
+    def runs(self) -> np.ndarray:
+        """The slots handed out as runs of consecutive slots in one cell (`RUN_DTYPE`, ascending)."""
+        return slot_runs(np.sort(self.slots[self.slots >= 0]), self.layers)
 
 
 @dataclass(frozen=True)
@@ -332,7 +338,7 @@ class SlotLedger:
         self.level[s] = np.asarray(levels, np.int64).ravel()[got]
         self.last_used[s] = frame
         self.pinned[s] = False
-        return Allocation(out, evicted_tiles, victims, evicted_last_used, slot_runs(np.sort(s), self.layers))
+        return Allocation(out, evicted_tiles, victims, evicted_last_used, self.layers)
 
     def keep_free(self, frame: int, count: int) -> Allocation:
         """Evict least recently used tiles (unused for frames_in_flight frames) until `count` slots are
@@ -347,7 +353,7 @@ class SlotLedger:
         self._clear(victims)
         self._push_free(victims)
         e = np.zeros(0, np.int64)
-        return Allocation(e, tiles, victims, last, np.zeros(0, RUN_DTYPE))
+        return Allocation(e, tiles, victims, last, self.layers)
 
     def weigh_by(self, priority: np.ndarray) -> None:
         """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns

@@ -77,7 +77,6 @@ log = logging.getLogger(__name__)
 BATCH_TILES = 32  # tiles per I/O queue item: small enough to spread over threads, large enough to amortize
 
 
-#: One upload call: where its loads start in the (cache-slot sorted) list and how many it takes.
 class LoadState(enum.IntEnum):
     """A load's state, one uint8 per staging-ring slot (see the module docstring for the owners)."""
 
@@ -171,6 +170,7 @@ class Uploader:
         self.blocking_scratch = _Scratch(self.native)  # the render thread's, for the blocking path
         self.last_calls = 0  # upload calls the latest upload() issued (buffer copies included)
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
+        self._runs_ok: dict[tuple[int, int], bool] = {}  # (texel format, slot size): runs read the ring's stride
         self._closed = False
 
     @property
@@ -534,15 +534,24 @@ class Uploader:
         """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
         plan = []
         ordered = slots[np.lexsort((self.cache_slot[slots], self.pool[slots]))]  # one sort: pool, then slot
-        for s in np.split(ordered, np.diff(self.pool[ordered]).nonzero()[0] + 1):
-            p = int(self.pool[s[0]])
+        pool_of, cache = self.pool[ordered], self.cache_slot[ordered]
+        n = ordered.size
+        bounds = [0, n] if pool_of[0] == pool_of[-1] else [0, *(np.diff(pool_of).nonzero()[0] + 1).tolist(), n]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+            p = int(pool_of[a])
             pool = pools[p]
             assert pool is not None and pool.texture is not None
-            max_run = self.config.upload_max_run
-            if not self.gl.run_image_stride_ok(pool.texture, pool.geometry.slot_size, self.ring.stride):
-                max_run = 1  # slack the unpack modes cannot step over: one call per tile
-            plan.append(PoolUploads(p, s, upload_runs(self.cache_slot[s], s, pool.layers, max_run)))
+            s = ordered[a:b]
+            plan.append(PoolUploads(p, s, upload_runs(cache[a:b], s, pool.layers, self._max_run(pool))))
         return plan
+
+    def _max_run(self, pool: CachePool) -> int:
+        """The longest run a call may upload into `pool`: 1 where the unpack modes cannot step over
+        the slack between ring slots (asked of GL once per texel format and slot size)."""
+        key = (pool.texture.format.internal_format, pool.geometry.slot_size)  # type: ignore[union-attr]
+        if key not in self._runs_ok:
+            self._runs_ok[key] = self.gl.run_image_stride_ok(pool.texture, key[1], self.ring.stride)  # type: ignore[arg-type]
+        return self.config.upload_max_run if self._runs_ok[key] else 1
 
     def _issue(self, slots: np.ndarray, plan: list[PoolUploads], pools: Sequence[CachePool | None]) -> int:
         """Upload ring slots into their cache slots (per pool, one call per run of consecutive cache

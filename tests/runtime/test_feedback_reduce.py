@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from texstream.pack.format import PackHeader
-from texstream.runtime.feedback_reduce import FeedbackReducer, Wanted, histogram_counts, unique_counts, unique_sums
+from texstream.runtime.feedback_reduce import (
+    CompactFeedback,
+    FeedbackReducer,
+    Wanted,
+    histogram_counts,
+    unique_counts,
+    unique_sums,
+)
 from texstream.runtime.tiles import HEADER, TileSpace
 
 SMALL = PackHeader(width=1000, height=700, tile_size=64)  # levels 0..4: tiles 16x11, 8x6, 4x3, 2x2, 1x1
@@ -272,3 +279,28 @@ def test_reduce_large_buffer_matches_a_counter(bias: float) -> None:
     assert invalid > 0
     assert pairs(res.wanted) == sorted(expect.items())
     assert (res.samples, res.invalid, res.bias_levels) == (n, invalid, int(bias))
+
+
+@pytest.mark.parametrize("bias", [0.0, 2.0])
+def test_one_compacted_buffer_reduces_as_its_entries_do(bias: float) -> None:
+    """A buffer compacted on the GPU (unique ids in any order, with counts; closed ids among them)
+    gives the pages and counts its raw entries give; ids listed twice against the shader's promise
+    are summed, not listed twice."""
+    rng = np.random.default_rng(9)
+    space = space_of({0: SMALL, 1: TINY, 2: SMALL})
+    space.unregister(1)
+    raw = rng.integers(0, space.used, 5000).astype(np.uint32)
+    ids, counts = np.unique(raw, return_counts=True)
+    order = rng.permutation(ids.size)
+    ids, counts = ids[order], counts[order].astype(np.uint32)
+    half = counts // 2
+    reducer = FeedbackReducer(space)
+    want = reducer.reduce(raw, bias=bias)
+    for compact in (
+        CompactFeedback(ids, counts, raw.size, 0),
+        CompactFeedback(np.concatenate([ids, ids]), np.concatenate([half, counts - half]), raw.size, 0),
+    ):
+        got = reducer.reduce_batches([compact], bias=bias)
+        assert got.wanted.ids.tolist() == want.wanted.ids.tolist()
+        assert got.wanted.counts.tolist() == want.wanted.counts.tolist()
+        assert got.invalid == want.invalid

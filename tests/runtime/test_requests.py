@@ -600,3 +600,53 @@ def test_simulated_streaming_converges_without_reissuing() -> None:
     assert len(w.update(frame + 1, *still)) == 0
     for tex in (0, 1):
         w.tables.validate(tex)
+
+
+# ---- a still view: nothing to ask for, until something changes -------------------------------------
+def still_world(**config: object) -> tuple[World, list[Page]]:
+    """Every tile resident, a view of two pages at level 0 (what a converged, still camera sees)."""
+    w = World(**config)
+    w.resident_levels(0, 0, 4)
+    return w, [(0, 0, 3, 3, 5), (0, 0, 4, 3, 2)]
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_a_still_view_that_loses_a_tile_asks_for_it_again(prefetch: bool) -> None:
+    w, view = still_world(prefetch=prefetch)
+    for frame in range(4):  # quiet frames: nothing missing, nothing to prefetch
+        assert len(w.update(frame, *view)) == 0
+    w.tables.set_absent(w.ids((0, 0, 4, 3)))  # evicted while the view stays
+    assert w.issue(4, *view) == [(0, 0, 4, 3)]
+
+
+def test_a_still_view_asks_for_prefetch_that_an_eviction_opened() -> None:
+    w, view = still_world(prefetch=True)
+    for frame in range(4):
+        assert len(w.update(frame, *view)) == 0
+    w.tables.set_absent(w.ids((0, 0, 5, 3)))  # a neighbour of a wanted page, not wanted itself
+    r = w.update(4, *view)
+    assert w.names(r.ids) == [(0, 0, 5, 3)] and r.prefetch.tolist() == [True]
+
+
+def test_quiet_frames_react_to_new_feedback_and_to_a_texture_opened() -> None:
+    w, view = still_world()
+    w.tables.set_absent(w.ids((0, 0, 9, 9)))
+    for frame in range(3):
+        assert len(w.update(frame, *view)) == 0
+    assert w.issue(3, *view, (0, 0, 9, 9, 1)) == [(0, 0, 9, 9)]  # the view moved onto a missing tile
+    w.arrive(w.ids((0, 0, 9, 9)))
+    assert len(w.update(4, *view)) == 0
+    w.add(1, HEADER)  # a texture opened: nothing of it is resident
+    assert w.issue(5, *view, (1, 4, 0, 0, 1)) == [(1, 4, 0, 0)]
+    assert w.sched.stats.frames == 6  # quiet frames are frames of the scheduler too
+
+
+def test_a_quiet_view_with_a_failed_tile_retries_it_after_its_back_off() -> None:
+    w, view = still_world(retry_frames=4)
+    tile = w.ids((0, 0, 4, 3))
+    w.tables.set_absent(tile)
+    assert w.issue(0, *view) == [(0, 0, 4, 3)]
+    w.drop(tile)
+    w.sched.mark_failed(tile, 0)
+    issued = [len(w.update(frame, *view)) for frame in range(1, 8)]
+    assert issued == [0, 0, 0, 1, 0, 0, 0]  # retried once its back-off ended (frame 4), not before
