@@ -165,7 +165,7 @@ class Residency:
         self.tables = PageTables(self.space)
         self.reducer = FeedbackReducer(self.space)
         self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
-        self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`'s
+        self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`
         self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
@@ -186,8 +186,6 @@ class Residency:
         self._totals = dict.fromkeys(("uploads", "upload_bytes", "evicted", "failed", "requested", "cancelled"), 0)
         self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
         self._feedback_frames: deque[int] = deque(maxlen=config.cancel_after_frames)  # frames with fresh feedback
-        # the slots `_touch` last found per pool, for (the pages, the tables' version) they were found for
-        self._touched: tuple[Wanted | None, int, list[tuple[int, np.ndarray]]] = (None, -1, [])
         # the newest feedback reduced, for the id space and sets it was reduced against: feedback
         # equal to it (a still view) skips the reduction (`observe`)
         self._reduced: tuple[tuple[int, int], Sequence[np.ndarray | CompactFeedback], Wanted] | None = None
@@ -511,17 +509,10 @@ class Residency:
 
     def _touch(self, wanted: Wanted) -> None:
         """Record a use of every slot `wanted` samples, and its parent's (trilinear reads both)."""
-        if not len(wanted) or not self.headers:
-            return
-        pages, version, per_pool = self._touched
-        if pages is not wanted or version != self.tables.version:  # else the same slots as last frame
+        if len(wanted) and self.headers:
             pools = [p for p, ledger in enumerate(self.ledgers) if ledger is not None]
-            per_pool = self._sampled.by_pool(wanted.ids, self.pool_of, pools)
-            self._touched = (wanted, self.tables.version, per_pool)
-        for p, slots in per_pool:
-            ledger = self.ledgers[p]
-            if ledger is not None:
-                ledger.touch(slots, self.frame)
+            for p, slots in self._sampled.by_pool(wanted.ids, self.pool_of, pools):
+                self.ledgers[p].touch(slots, self.frame)  # type: ignore[union-attr]
 
     def stream_capacity(self, pool: int) -> int:
         """Slots a pool has for streamed tiles (those pinned for the coarsest levels do not count;

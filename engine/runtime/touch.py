@@ -50,12 +50,22 @@ class SampledSlots:
         self._compiled = walk_loop
         self._out = np.zeros(0, np.int64)
         self._count = np.zeros(0, np.int64)
+        self._last: tuple[tuple[np.ndarray, int, tuple[int, ...]], list[tuple[int, np.ndarray]]] | None = None
 
     def by_pool(self, ids: np.ndarray, pool_of: np.ndarray, pools: list[int]) -> list[tuple[int, np.ndarray]]:
         """(pool, slots) for every pool of `pools`: the slots pages `ids` and their parents sample
         (pages with nothing resident above them are left out; a slot may be listed twice).
-        `pool_of`: pool index per texture id (MAX_TEXTURES entries)."""
-        ids = np.ascontiguousarray(ids, np.int64)
+        `pool_of`: pool index per texture id (MAX_TEXTURES entries). The same `ids` object against
+        unchanged tables (a still view) gets the last answer again without a walk."""
+        key = (ids, self.tables.version, tuple(pools))
+        last = self._last
+        if last is not None and last[0][0] is ids and last[0][1:] == key[1:]:
+            return last[1]
+        found = self._find(np.ascontiguousarray(ids, np.int64), pool_of, pools)
+        self._last = (key, found)
+        return found
+
+    def _find(self, ids: np.ndarray, pool_of: np.ndarray, pools: list[int]) -> list[tuple[int, np.ndarray]]:
         if self._compiled is not None and pools:
             return self._by_pool_compiled(ids, pool_of, pools)
         both = np.concatenate([ids, self.space.parent[ids].astype(np.int64)])
