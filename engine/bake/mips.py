@@ -131,12 +131,6 @@ def _encode_table(srgb: bool) -> np.ndarray:
     return code
 
 
-@lru_cache(maxsize=2)
-def _quarter_table(srgb: bool) -> np.ndarray:
-    """float32[256]: 8-bit code -> linear value / 4 (the compiled reduction's table)."""
-    return np.ascontiguousarray(decode_table(srgb) * np.float32(0.25))
-
-
 _use_native = True
 
 
@@ -162,6 +156,15 @@ def _native_encode():  # noqa: ANN202 (a ctypes function or None)
     from ..native import encode_f32
 
     return encode_f32()
+
+
+def _check_native(status: int) -> None:
+    """Raise for a compiled loop's refusal (a geometry it does not take, or no memory for its scratch
+    row): the callers pass checked arrays, so this is a bug or an exhausted heap, never bad input."""
+    if status == -2:
+        raise MemoryError("the compiled mip loop could not allocate its scratch row")
+    if status != 0:
+        raise RuntimeError(f"the compiled mip loop refused its arguments (status {status})")
 
 
 def _encode_plain(f32: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -220,7 +223,7 @@ class Transfer:
             src = np.ascontiguousarray(f32)
             table = _encode_table(True)
             mask = (0b0111 if self.alpha else 0b1111) if self.srgb else 0
-            native(src.ctypes.data, n, w, w * 4, table.ctypes.data, mask, out.ctypes.data, w * 4)
+            _check_native(native(src.ctypes.data, n, w, w * 4, table.ctypes.data, mask, out.ctypes.data, w * 4))
             return out
         if not self.srgb:
             return _encode_plain(f32, out)
@@ -262,13 +265,13 @@ class Transfer:
             if native_f32 is not None:  # the same sums in the same order, in one pass (_native.c)
                 src = np.ascontiguousarray(rows)
                 wrap = int(mode is AddressMode.WRAP)
-                native_f32(src.ctypes.data, m, w, src.strides[0] // 4, wrap, out.ctypes.data, wo * 4)
+                _check_native(native_f32(src.ctypes.data, m, w, src.strides[0] // 4, wrap, out.ctypes.data, wo * 4))
                 return out
         native = _native_reduce(np.uint8) if rows.dtype == np.uint8 and m and w else None
         if native is not None:
             src = np.ascontiguousarray(rows)
-            table = _quarter_table(self.srgb)
-            native(
+            table = _pair_table(self.srgb)
+            status = native(
                 src.ctypes.data,
                 m,
                 w,
@@ -279,6 +282,7 @@ class Transfer:
                 out.ctypes.data,
                 wo * 4,
             )
+            _check_native(status)
             return out
         step = max(2, min(m, _CHUNK_TEXELS // max(1, w)) & ~1)
         if rows.dtype == np.uint8:

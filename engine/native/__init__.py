@@ -238,14 +238,14 @@ def _bake_loop(symbol: str, argtypes: tuple, missing: str) -> ctypes._CFuncPtr |
     except (OSError, AttributeError) as exc:  # a helper built before the function existed
         log.info("texstream's compiled helper has no %s (%s): %s", symbol, exc, missing)
         return None
-    fn.restype = None
+    fn.restype = ctypes.c_int64  # 0, or < 0 for a geometry the loop refused (see _native.c)
     fn.argtypes = argtypes
     return fn
 
 
 @functools.cache
 def reduce_rgba8() -> ctypes._CFuncPtr | None:
-    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
+    """``ts_mip_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
     is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
     args = (
         ctypes.c_void_p,
@@ -258,12 +258,12 @@ def reduce_rgba8() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_reduce_rgba8", args, "numpy reduces")
+    return _bake_loop("ts_mip_reduce_rgba8", args, "numpy reduces")
 
 
 @functools.cache
 def reduce_f32() -> ctypes._CFuncPtr | None:
-    """``ts_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
+    """``ts_mip_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
     args = (
         ctypes.c_void_p,
         ctypes.c_int64,
@@ -273,12 +273,12 @@ def reduce_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_reduce_f32", args, "numpy reduces")
+    return _bake_loop("ts_mip_reduce_f32", args, "numpy reduces")
 
 
 @functools.cache
 def encode_f32() -> ctypes._CFuncPtr | None:
-    """``ts_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
+    """``ts_mip_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
     `reduce_rgba8`: `mips` then encodes with numpy, to the same bits."""
     args = (
         ctypes.c_void_p,
@@ -290,7 +290,7 @@ def encode_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_encode_f32", args, "numpy encodes")
+    return _bake_loop("ts_mip_encode_f32", args, "numpy encodes")
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ def test_encode_table_is_the_formula_on_every_bin(srgb: bool) -> None:
 
 @pytest.mark.parametrize("mode", list(AddressMode))
 def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
-    """ts_reduce_rgba8 and ts_reduce_f32 (_native.c) and the numpy path agree bit for bit: 8-bit and
+    """ts_mip_reduce_rgba8 and ts_mip_reduce_f32 (_native.c) and the numpy path agree bit for bit: 8-bit and
     float rows, sRGB and linear, real alpha and opaque, odd and even widths."""
     from texstream.bake import mips
     from texstream.native import reduce_f32, reduce_rgba8
@@ -188,7 +188,7 @@ def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
         pytest.skip("texstream's compiled helper is not built")
     rng = np.random.default_rng(3)
     try:
-        for m, w in ((2, 1), (2, 3), (4, 7), (16, 64), (6, 333)):
+        for m, w in ((2, 1), (2, 3), (4, 7), (16, 64), (6, 333), (2, 1031)):  # 1031: vector body and tail
             rows = rng.integers(0, 256, (m, w, 4), np.uint8)
             opaque = rows.copy()
             opaque[..., 3] = 255
@@ -205,7 +205,7 @@ def test_the_compiled_reduction_gives_numpys_bits(mode: AddressMode) -> None:
 
 
 def test_the_compiled_encoding_gives_numpys_bits() -> None:
-    """ts_encode_f32 (_native.c) and the numpy path of `Transfer.encode` agree bit for bit on every
+    """ts_mip_encode_f32 (_native.c) and the numpy path of `Transfer.encode` agree bit for bit on every
     kind of float32: rounding ties of four-texel means, values near each code's edges, NaN,
     infinities, negatives, subnormals and random bits; sRGB and linear, alpha and opaque."""
     from texstream.bake import mips
