@@ -451,7 +451,8 @@ def _dilate(block: np.ndarray, filled: np.ndarray) -> np.ndarray:
 # ---- level geometry in bands ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class LevelRows:
-    """Rows [lo, hi) of one level, as uint8 texels (the stage's input level 0) or float32 linear."""
+    """Rows [lo, hi) of one level, as uint8 texels (the stage's input level 0, or a level made with
+    the next one in one pass: its codes, see `band_levels`) or float32 linear."""
 
     level: int
     lo: int
@@ -473,16 +474,30 @@ def band_levels(
     transfer: Transfer,
     mode: AddressMode,
     row_zero: Callable[[int], np.ndarray],
+    *,
+    fuse: bool = True,
 ) -> Iterator[LevelRows]:
     """Yield `first`, then the rows of the next `count` levels that `first`'s rows determine.
 
     `dims(level)` gives a level's (width, height). Under wrap, an odd-height level's last row pairs
     with the level's row 0; `row_zero(level)` supplies it when the band does not hold it.
     Each level is made from the previous one only, so memory is two levels of one band.
+
+    `fuse`: when `first` is 8-bit and the compiled helper is built, the next level may come as its
+    8-bit codes (``Transfer.encode`` of its float rows, the same bits) with the level after made in
+    the same pass (`_reduce_twice`); a caller that needs that level's float rows passes False.
     """
     cur = first
     yield cur
-    for _ in range(count):
+    done = 0
+    if fuse and count >= 2:
+        both = _reduce_twice(first, dims, transfer, mode)
+        if both is not None:
+            yield both[0]
+            cur = both[1]
+            yield cur
+            done = 2
+    for _ in range(count - done):
         w, h = dims(cur.level)
         lo, hi = next_window(cur.lo, cur.hi, h)
         used = cur.data[2 * lo - cur.lo : min(2 * hi, h) - cur.lo]
@@ -497,6 +512,41 @@ def band_levels(
         data = transfer.reduce(used, extra, mode) if hi > lo else np.empty((0, (w + 1) // 2, 4), np.float32)
         cur = LevelRows(cur.level + 1, lo, hi, data)
         yield cur
+
+
+def _reduce_twice(
+    first: LevelRows, dims: Callable[[int], tuple[int, int]], transfer: Transfer, mode: AddressMode
+) -> tuple[LevelRows, LevelRows] | None:
+    """The two levels after 8-bit `first` in one compiled pass (``ts_mip_reduce_twice_rgba8``): the
+    middle one as 8-bit codes, the next as float32 linear; None where that pass does not apply (no
+    helper, numpy chosen, premultiplied or float texels, an odd edge's extra row, no rows)."""
+    if first.data.dtype != np.uint8 or transfer.premultiplied or transfer.float_texels or not _use_native:
+        return None
+    from ..native import reduce_twice_rgba8
+
+    native = reduce_twice_rgba8()
+    if native is None:
+        return None
+    w0, h0 = dims(first.level)
+    w1, h1 = dims(first.level + 1)
+    w2 = dims(first.level + 2)[0]
+    lo1, hi1 = next_window(first.lo, first.hi, h0)
+    lo2, hi2 = next_window(lo1, hi1, h1)
+    if 2 * hi1 > h0 or 2 * hi2 > h1 or hi2 <= lo2 or w1 != (w0 + 1) // 2 or w2 != (w1 + 1) // 2:
+        return None
+    src = np.ascontiguousarray(first.data[2 * lo1 - first.lo : 2 * hi1 - first.lo])
+    if src.shape[1:] != (w0, 4):
+        return None
+    mid = np.empty((hi1 - lo1, w1, 4), np.uint8)
+    last = np.empty((hi2 - lo2, w2, 4), np.float32)
+    mask = (0b0111 if transfer.alpha else 0b1111) if transfer.srgb else 0
+    status = native(
+        src.ctypes.data, src.shape[0], w0, src.strides[0], _pair_table(transfer.srgb).ctypes.data,
+        int(transfer.srgb and transfer.alpha), int(mode is AddressMode.WRAP), _encode_table(True).ctypes.data, mask,
+        mid.ctypes.data, w1 * 4, 2 * lo2 - lo1, hi2 - lo2, last.ctypes.data, w2 * 4,
+    )  # fmt: skip
+    _check_native(status)
+    return LevelRows(first.level + 1, lo1, hi1, mid), LevelRows(first.level + 2, lo2, hi2, last)
 
 
 def reduce_level(level: np.ndarray, transfer: Transfer, mode: AddressMode = AddressMode.CLAMP) -> np.ndarray:

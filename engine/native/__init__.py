@@ -34,6 +34,7 @@ __all__ = [
     "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
+    "reduce_twice_rgba8",
 ]
 
 log = logging.getLogger(__name__)
@@ -291,6 +292,15 @@ def encode_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_int64,
     )
     return _bake_loop("ts_mip_encode_f32", args, "numpy encodes")
+
+
+@functools.cache
+def reduce_twice_rgba8() -> ctypes._CFuncPtr | None:
+    """``ts_mip_reduce_twice_rgba8`` (a band's first two reductions in one pass: the middle level as
+    8-bit codes, the next as float32), or None as for `reduce_rgba8`: `mips` then makes them one by one."""
+    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    args = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, c_int, ptr, i64, i64, i64, ptr, i64)
+    return _bake_loop("ts_mip_reduce_twice_rgba8", args, "the levels are made one by one")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@
  *   ts_rgbe_to_float (HDR reader) RGBE bytes -> float32 RGB through hdr.py's 65536-entry table (the
  *                   twin of its numpy path, bit for bit: the same table lookups).
  *   ts_mip_encode_f32   (bake workers) float32 linear texels back to 8-bit codes (mips.Transfer.encode's twin).
+ *   ts_mip_reduce_twice_rgba8 (bake workers) a band's first two reductions in one pass: the middle level as
+ *                   8-bit codes, the next as float32 (the three loops above, fused).
  *   ts_lattice_noise, ts_subdivide_add, ts_height_rows (bake workers) the procedural terrain and normal
  *                   map generators' loops (bake/procedural.py's numpy path, bit for bit).
  *
@@ -374,33 +376,39 @@ static inline void ts_pair_columns(const float *restrict v, int64_t width, int w
  * texel pairs with itself (clamp) or with column 0 (wrap). With `alpha_from_bytes` (sRGB colour with
  * real alpha) alpha is the sum of the four bytes times float32(1/1020) instead. Only additions and
  * one multiply: no contraction can change a result. Row strides are in bytes (src) and floats (dst). */
+/* One output row of ts_mip_reduce_rgba8 from source rows `a` and `b`; `v` is a scratch row of 4 * width floats. */
+static inline void ts_reduce_rgba8_row(const uint8_t *restrict a, const uint8_t *restrict b, int64_t width,
+                                       const float *pairs, int alpha_from_bytes, int wrap, float *restrict v,
+                                       float *restrict o) {
+    /* Two bytes at a time: one lookup of the pair table gives both channels' values. */
+    for (int64_t x = 0; x < 2 * width; x++) {
+        uint16_t ia, ib;
+        memcpy(&ia, a + 2 * x, 2);
+        memcpy(&ib, b + 2 * x, 2);
+        const float *ta = pairs + 2 * (size_t)ia, *tb = pairs + 2 * (size_t)ib;
+        v[2 * x] = ta[0] + tb[0];
+        v[2 * x + 1] = ta[1] + tb[1];
+    }
+    ts_pair_columns(v, width, wrap, 1.0f, o);
+    if (alpha_from_bytes) {
+        const float k = (float)(1.0 / 1020.0);
+        for (int64_t j = 0; j < (width + 1) / 2; j++) {
+            const int64_t c0 = 2 * j, c1 = c0 + 1 < width ? c0 + 1 : (wrap ? 0 : width - 1);
+            const unsigned total = (unsigned)a[4 * c0 + 3] + b[4 * c0 + 3] + a[4 * c1 + 3] + b[4 * c1 + 3];
+            o[4 * j + 3] = (float)total * k;
+        }
+    }
+}
+
 TS_WIDE int64_t ts_mip_reduce_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride,
-                                const float *pairs, int alpha_from_bytes, int wrap, float *dst, int64_t dst_stride) {
+                                    const float *pairs, int alpha_from_bytes, int wrap, float *dst, int64_t dst_stride) {
     const int64_t out_w = (width + 1) / 2;
     if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * out_w)) return -1;
     float *v = malloc((size_t)(4 * width) * sizeof(float));
     if (v == NULL) return -2;
-    const float k = (float)(1.0 / 1020.0);
     for (int64_t r = 0; r + 1 < rows; r += 2) {
-        const uint8_t *restrict a = src + r * src_stride, *restrict b = a + src_stride;
-        float *restrict o = dst + (r / 2) * dst_stride;
-        /* Two bytes at a time: one lookup of the pair table gives both channels' values. */
-        for (int64_t x = 0; x < 2 * width; x++) {
-            uint16_t ia, ib;
-            memcpy(&ia, a + 2 * x, 2);
-            memcpy(&ib, b + 2 * x, 2);
-            const float *ta = pairs + 2 * (size_t)ia, *tb = pairs + 2 * (size_t)ib;
-            v[2 * x] = ta[0] + tb[0];
-            v[2 * x + 1] = ta[1] + tb[1];
-        }
-        ts_pair_columns(v, width, wrap, 1.0f, o);
-        if (alpha_from_bytes) {
-            for (int64_t j = 0; j < out_w; j++) {
-                const int64_t c0 = 2 * j, c1 = c0 + 1 < width ? c0 + 1 : (wrap ? 0 : width - 1);
-                const unsigned total = (unsigned)a[4 * c0 + 3] + b[4 * c0 + 3] + a[4 * c1 + 3] + b[4 * c1 + 3];
-                o[4 * j + 3] = (float)total * k;
-            }
-        }
+        const uint8_t *a = src + r * src_stride;
+        ts_reduce_rgba8_row(a, a + src_stride, width, pairs, alpha_from_bytes, wrap, v, dst + (r / 2) * dst_stride);
     }
     free(v);
     return 0;
@@ -445,32 +453,67 @@ static inline uint8_t ts_code_table(const float *v, const uint8_t *table) {
  * curve: one rounded code per float32 bin, 2^20 entries); the others take `ts_code_plain`. The three
  * masks the baker uses (linear 0, sRGB opaque 0xF, sRGB with alpha 0x7) each have their own loop.
  * Strides: floats (src), bytes (dst). */
-TS_WIDE int64_t ts_mip_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, const uint8_t *table,
-                              int table_mask, uint8_t *dst, int64_t dst_stride) {
-    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * width)) return -1;
-    table_mask &= 0xF;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *restrict a = src + r * src_stride;
-        uint8_t *restrict o = dst + r * dst_stride;
-        if (table_mask == 0) {
-            for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_plain(a[i]);
-        } else if (table_mask == 0xF) {
-            for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_table(a + i, table);
-        } else if (table_mask == 0x7) {
-            for (int64_t j = 0; j < width; j++) {
-                o[4 * j] = ts_code_table(a + 4 * j, table);
-                o[4 * j + 1] = ts_code_table(a + 4 * j + 1, table);
-                o[4 * j + 2] = ts_code_table(a + 4 * j + 2, table);
-                o[4 * j + 3] = ts_code_plain(a[4 * j + 3]);
-            }
-        } else {
-            for (int64_t i = 0; i < 4 * width; i++)
-                o[i] = (table_mask >> (i & 3) & 1) ? ts_code_table(a + i, table) : ts_code_plain(a[i]);
+/* One row of ts_mip_encode_f32 (`table_mask` already within 0xF). */
+static inline void ts_encode_row(const float *restrict a, int64_t width, const uint8_t *table, int table_mask,
+                                 uint8_t *restrict o) {
+    if (table_mask == 0) {
+        for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_plain(a[i]);
+    } else if (table_mask == 0xF) {
+        for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_table(a + i, table);
+    } else if (table_mask == 0x7) {
+        for (int64_t j = 0; j < width; j++) {
+            o[4 * j] = ts_code_table(a + 4 * j, table);
+            o[4 * j + 1] = ts_code_table(a + 4 * j + 1, table);
+            o[4 * j + 2] = ts_code_table(a + 4 * j + 2, table);
+            o[4 * j + 3] = ts_code_plain(a[4 * j + 3]);
         }
+    } else {
+        for (int64_t i = 0; i < 4 * width; i++)
+            o[i] = (table_mask >> (i & 3) & 1) ? ts_code_table(a + i, table) : ts_code_plain(a[i]);
     }
+}
+
+TS_WIDE int64_t ts_mip_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, const uint8_t *table,
+                                  int table_mask, uint8_t *dst, int64_t dst_stride) {
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * width)) return -1;
+    for (int64_t r = 0; r < rows; r++) ts_encode_row(src + r * src_stride, width, table, table_mask & 0xF, dst + r * dst_stride);
     return 0;
 }
 
+/* (bake workers) A band's first two reductions in one pass, for colour without premultiplied alpha:
+ * 8-bit rows of a level -> the next level's rows as 8-bit codes (`dst1`, what its tiles are cut from)
+ * and the level after as float32 linear (`dst2`), without the middle level's float rows ever leaving
+ * two scratch rows. The same operations as ts_mip_reduce_rgba8, then ts_mip_encode_f32 and
+ * ts_mip_reduce_f32 on its output (bit for bit the three calls, and numpy's path). Middle row i is made
+ * from source rows 2i and 2i + 1 (rows / 2 of them); last row j from middle rows first_pair + 2j and
+ * first_pair + 2j + 1 (first_pair 0 or 1, rows2 of them, all within the middle rows: the caller keeps
+ * the odd edge's extra row to the general path). Strides: bytes (src, dst1), floats (dst2). */
+TS_WIDE int64_t ts_mip_reduce_twice_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride,
+                                          const float *pairs, int alpha_from_bytes, int wrap, const uint8_t *codes,
+                                          int code_mask, uint8_t *dst1, int64_t dst1_stride, int64_t first_pair,
+                                          int64_t rows2, float *dst2, int64_t dst2_stride) {
+    const int64_t w1 = (width + 1) / 2, w2 = (w1 + 1) / 2, n1 = rows / 2;
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst1_stride, 4 * w1) || dst2_stride < 4 * w2 ||
+        first_pair < 0 || first_pair > 1 || rows2 < 0 || first_pair + 2 * rows2 > n1)
+        return -1;
+    float *v = malloc((size_t)(4 * width + 8 * w1) * sizeof(float));
+    if (v == NULL) return -2;
+    float *mid[2] = {v + 4 * width, v + 4 * width + 4 * w1};
+    for (int64_t i = 0; i < n1; i++) {
+        const uint8_t *a = src + 2 * i * src_stride;
+        float *m = mid[i & 1];
+        ts_reduce_rgba8_row(a, a + src_stride, width, pairs, alpha_from_bytes, wrap, v, m);
+        ts_encode_row(m, w1, codes, code_mask & 0xF, dst1 + i * dst1_stride);
+        const int64_t k = i - first_pair;
+        if (k >= 1 && k % 2 == 1 && k / 2 < rows2) {
+            const float *up = mid[(i - 1) & 1];
+            for (int64_t x = 0; x < 4 * w1; x++) v[x] = up[x] + m[x];
+            ts_pair_columns(v, w1, wrap, 0.25f, dst2 + (k / 2) * dst2_stride);
+        }
+    }
+    free(v);
+    return 0;
+}
 
 /* ---- procedural sources (bake/procedural.py's twins, bit for bit) --------------------------------------
  * ts_lattice_noise   hashed white noise on a lattice block, times an octave's amplitude;
