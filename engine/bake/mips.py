@@ -56,6 +56,13 @@ numpy runs as one gather each:
   values within 2^-12 (relative) of a rounding boundary, which may land one code off (measured:
   0.7 % of random values, never more than one code). Negative values and NaN encode as 0.
   Alpha and linear data are encoded arithmetically, round(v * 255) with ties up.
+
+Where the compiled helper is built (`engine/native/_native.c`, the default) both steps run there, to
+the same bits, and a band's first two reductions run as one pass (`band_levels`' ``fuse``): the
+level after the band's 8-bit rows comes out as its 8-bit codes, the one after that as float32,
+and the middle level's float rows (16 bytes a texel, a quarter of the band's texels) are never
+written to memory and read back. Measured on the 2-core box (8192² photo, BC1 + zstd, one process):
+mip reduction and re-encoding went from 18 % to 12 % of a band's CPU time.
 """
 
 from __future__ import annotations

@@ -21,11 +21,18 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
 
 __all__ = [
     "Codecs",
     "HdrFunctions",
     "Native",
+    "checksum_tiles",
     "ProceduralFunctions",
     "encode_f32",
     "hdr_functions",
@@ -301,6 +308,37 @@ def reduce_twice_rgba8() -> ctypes._CFuncPtr | None:
     i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     args = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, c_int, ptr, i64, i64, i64, ptr, i64)
     return _bake_loop("ts_mip_reduce_twice_rgba8", args, "the levels are made one by one")
+
+
+@functools.cache
+def checksum_tiles() -> Callable[[memoryview, int, int], np.ndarray] | None:
+    """The xxh3-64 of each of a buffer's `n` back-to-back tiles of `size` bytes as a uint64 array, in
+    one call of ``ts_checksum_tiles`` (the hash the pack's index records, from the same xxhash library
+    the pure-Python path calls); None when the helper or the hash is missing (`codec` then hashes
+    tile by tile)."""
+    native = load()
+    if native is None:
+        return None
+    try:
+        fn = ctypes.CDLL(native.path).ts_checksum_tiles
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no ts_checksum_tiles (%s): tiles are hashed one by one", exc)
+        return None
+    fn.restype = ctypes.c_int64
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(Codecs), ctypes.c_void_p)
+    codecs = ctypes.byref(native.codecs)
+    import numpy as np
+
+    def checksums(data: memoryview, n: int, size: int) -> np.ndarray:
+        if n < 0 or size < 0 or len(data) < n * size:
+            raise ValueError(f"{len(data)} bytes do not hold {n} tiles of {size} bytes")
+        src = np.frombuffer(data, np.uint8, n * size)
+        out = np.empty(n, np.uint64)
+        if n and fn(src.ctypes.data, n, size, codecs, out.ctypes.data) != 0:
+            raise RuntimeError("ts_checksum_tiles refused its arguments")
+        return out
+
+    return checksums
 
 
 @dataclass(frozen=True)

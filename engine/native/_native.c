@@ -4,6 +4,7 @@
  *                   coalesced pread of file-contiguous runs, zstd/lz4 decode straight into the
  *                   slot, xxh3-64 check. Called through ctypes.CDLL, so the GIL is released for
  *                   the whole batch (one GIL round trip per batch instead of several per tile).
+ *   ts_checksum_tiles (bake workers) the xxh3-64 of each tile of a band's raw tiles, in one call.
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
@@ -106,6 +107,14 @@ int64_t ts_decode_batch(int codec, int64_t n, const uint8_t *src, const int64_t 
         good += status[i] == TS_OK;
     }
     return good;
+}
+
+/* (bake workers) The xxh3-64 of each of `n` tiles of `size` bytes laid back to back at `data` (a band's
+ * raw tiles, as the pack's index records them), in one call: `out[i]` for tile i. */
+int64_t ts_checksum_tiles(const uint8_t *data, int64_t n, int64_t size, const ts_codecs *codecs, uint64_t *out) {
+    if (n < 0 || size < 0) return -1;
+    for (int64_t i = 0; i < n; i++) out[i] = codecs->xxh3(data + i * size, (size_t)size);
+    return 0;
 }
 
 /* Read `n` tiles, sorted by file offset, into their ring slots. A tile whose load_state byte equals
