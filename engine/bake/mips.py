@@ -61,8 +61,9 @@ Where the compiled helper is built (`engine/native/_native.c`, the default) both
 the same bits, and a band's first two reductions run as one pass (`band_levels`' ``fuse``): the
 level after the band's 8-bit rows comes out as its 8-bit codes, the one after that as float32,
 and the middle level's float rows (16 bytes a texel, a quarter of the band's texels) are never
-written to memory and read back. Measured on the 2-core box (8192² photo, BC1 + zstd, one process):
-mip reduction and re-encoding went from 18 % to 12 % of a band's CPU time.
+written to memory and read back. Measured on the 2-core box (8192² photo, one process): mip
+reduction and re-encoding went from 19 % to 15 % of a band's CPU time for BC1 + zstd (155 to 119 ms
+a bake), from 25 % to 16 % for BC5 + zstd (195 to 105 ms).
 """
 
 from __future__ import annotations
