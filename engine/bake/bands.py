@@ -208,7 +208,13 @@ def _run_band(job: BandJob, state: WorkerState) -> JobResult:
             res.alpha = st.index == 0
     reductions = st.count - 1 if st.final else st.count
     levels = band_levels(
-        LevelRows(st.level, lo, hi, data), reductions, h.level_dims, transfer, h.address_mode, job.top_row0.__getitem__
+        LevelRows(st.level, lo, hi, data),
+        reductions,
+        h.level_dims,
+        transfer,
+        h.address_mode,
+        job.top_row0.__getitem__,
+        fuse=not job.want_top,  # the wrap context keeps each level's float row 0
     )
     for lr in levels:
         d = lr.level - st.level

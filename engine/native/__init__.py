@@ -21,11 +21,18 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
 
 __all__ = [
     "Codecs",
     "HdrFunctions",
     "Native",
+    "checksum_tiles",
     "ProceduralFunctions",
     "encode_f32",
     "expand_pages",
@@ -35,6 +42,7 @@ __all__ = [
     "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
+    "reduce_twice_rgba8",
     "sample_slots",
 ]
 
@@ -242,14 +250,14 @@ def _bake_loop(symbol: str, argtypes: tuple, missing: str) -> ctypes._CFuncPtr |
     except (OSError, AttributeError) as exc:  # a helper built before the function existed
         log.info("texstream's compiled helper has no %s (%s): %s", symbol, exc, missing)
         return None
-    fn.restype = None
+    fn.restype = ctypes.c_int64  # 0, or < 0 for a geometry the loop refused (see _native.c)
     fn.argtypes = argtypes
     return fn
 
 
 @functools.cache
 def reduce_rgba8() -> ctypes._CFuncPtr | None:
-    """``ts_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
+    """``ts_mip_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
     is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
     args = (
         ctypes.c_void_p,
@@ -262,12 +270,12 @@ def reduce_rgba8() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_reduce_rgba8", args, "numpy reduces")
+    return _bake_loop("ts_mip_reduce_rgba8", args, "numpy reduces")
 
 
 @functools.cache
 def reduce_f32() -> ctypes._CFuncPtr | None:
-    """``ts_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
+    """``ts_mip_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
     args = (
         ctypes.c_void_p,
         ctypes.c_int64,
@@ -277,12 +285,12 @@ def reduce_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_reduce_f32", args, "numpy reduces")
+    return _bake_loop("ts_mip_reduce_f32", args, "numpy reduces")
 
 
 @functools.cache
 def encode_f32() -> ctypes._CFuncPtr | None:
-    """``ts_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
+    """``ts_mip_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
     `reduce_rgba8`: `mips` then encodes with numpy, to the same bits."""
     args = (
         ctypes.c_void_p,
@@ -294,7 +302,47 @@ def encode_f32() -> ctypes._CFuncPtr | None:
         ctypes.c_void_p,
         ctypes.c_int64,
     )
-    return _bake_loop("ts_encode_f32", args, "numpy encodes")
+    return _bake_loop("ts_mip_encode_f32", args, "numpy encodes")
+
+
+@functools.cache
+def reduce_twice_rgba8() -> ctypes._CFuncPtr | None:
+    """``ts_mip_reduce_twice_rgba8`` (a band's first two reductions in one pass: the middle level as
+    8-bit codes, the next as float32), or None as for `reduce_rgba8`: `mips` then makes them one by one."""
+    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    args = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, c_int, ptr, i64, i64, i64, ptr, i64)
+    return _bake_loop("ts_mip_reduce_twice_rgba8", args, "the levels are made one by one")
+
+
+@functools.cache
+def checksum_tiles() -> Callable[[memoryview, int, int], np.ndarray] | None:
+    """The xxh3-64 of each of a buffer's `n` back-to-back tiles of `size` bytes as a uint64 array, in
+    one call of ``ts_checksum_tiles`` (the hash the pack's index records, from the same xxhash library
+    the pure-Python path calls); None when the helper or the hash is missing (`codec` then hashes
+    tile by tile)."""
+    native = load()
+    if native is None:
+        return None
+    try:
+        fn = ctypes.CDLL(native.path).ts_checksum_tiles
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no ts_checksum_tiles (%s): tiles are hashed one by one", exc)
+        return None
+    fn.restype = ctypes.c_int64
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(Codecs), ctypes.c_void_p)
+    codecs = ctypes.byref(native.codecs)
+    import numpy as np
+
+    def checksums(data: memoryview, n: int, size: int) -> np.ndarray:
+        if n < 0 or size < 0 or len(data) < n * size:
+            raise ValueError(f"{len(data)} bytes do not hold {n} tiles of {size} bytes")
+        src = np.frombuffer(data, np.uint8, n * size)
+        out = np.empty(n, np.uint64)
+        if n and fn(src.ctypes.data, n, size, codecs, out.ctypes.data) != 0:
+            raise RuntimeError("ts_checksum_tiles refused its arguments")
+        return out
+
+    return checksums
 
 
 @functools.cache

@@ -4,6 +4,7 @@
  *                   coalesced pread of file-contiguous runs, zstd/lz4 decode straight into the
  *                   slot, xxh3-64 check. Called through ctypes.CDLL, so the GIL is released for
  *                   the whole batch (one GIL round trip per batch instead of several per tile).
+ *   ts_checksum_tiles (bake workers) the xxh3-64 of each tile of a band's raw tiles, in one call.
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
@@ -11,13 +12,15 @@
  *                   ts_copy_spans one glCopyBufferSubData per span (staging ring -> device buffer).
  *                   Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
- *   ts_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
- *   ts_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
+ *   ts_mip_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
+ *   ts_mip_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
  *   ts_hdr_scanlines (HDR reader) a Radiance picture's scanlines, run-length encoded or flat, into RGBE
  *                   bytes; the twin of assets/hdr.py's `_scanline`, same results and errors.
  *   ts_rgbe_to_float (HDR reader) RGBE bytes -> float32 RGB through hdr.py's 65536-entry table (the
  *                   twin of its numpy path, bit for bit: the same table lookups).
- *   ts_encode_f32   (bake workers) float32 linear texels back to 8-bit codes (mips.Transfer.encode's twin).
+ *   ts_mip_encode_f32   (bake workers) float32 linear texels back to 8-bit codes (mips.Transfer.encode's twin).
+ *   ts_mip_reduce_twice_rgba8 (bake workers) a band's first two reductions in one pass: the middle level as
+ *                   8-bit codes, the next as float32 (the three loops above, fused).
  *   ts_lattice_noise, ts_subdivide_add, ts_height_rows (bake workers) the procedural terrain and normal
  *                   map generators' loops (bake/procedural.py's numpy path, bit for bit).
  *
@@ -32,6 +35,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -105,6 +109,14 @@ int64_t ts_decode_batch(int codec, int64_t n, const uint8_t *src, const int64_t 
     return good;
 }
 
+/* (bake workers) The xxh3-64 of each of `n` tiles of `size` bytes laid back to back at `data` (a band's
+ * raw tiles, as the pack's index records them), in one call: `out[i]` for tile i. */
+int64_t ts_checksum_tiles(const uint8_t *data, int64_t n, int64_t size, const ts_codecs *codecs, uint64_t *out) {
+    if (n < 0 || size < 0) return -1;
+    for (int64_t i = 0; i < n; i++) out[i] = codecs->xxh3(data + i * size, (size_t)size);
+    return 0;
+}
+
 /* Read `n` tiles, sorted by file offset, into their ring slots. A tile whose load_state byte equals
  * `skip_state` when its run starts is skipped (a cancelled load). Tiles closer than `max_gap` bytes
  * in the file are read with one pread (the gap is read too) as long as the run fits `scratch`.
@@ -175,58 +187,6 @@ void ts_upload_cells(void *compressed_fn, void *plain_fn, int compressed, int64_
         for (int64_t i = 0; i < n; i++)
             f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, 1, GL_RGBA, GL_UNSIGNED_BYTE,
               (const void *)(intptr_t)offset[i]);
-    }
-}
-
-/* (bake workers) The first 2x2 box reduction of a band: an even number of rows of 8-bit RGBA texels
- * -> float32 linear texels, in one pass. The twin of mips.Transfer.reduce's numpy path for uint8 rows,
- * bit for bit: `table` maps a byte to its linear value already scaled by 1/4 (exact: a power of two),
- * each output channel is (t[r0c0] + t[r1c0]) + (t[r0c1] + t[r1c1]) summed in float32 in that order,
- * and an odd width's last texel pairs with itself (clamp) or with column 0 (wrap). With
- * `alpha_from_bytes` (sRGB colour with real alpha) alpha is the sum of the four bytes times
- * float32(1/1020) instead. Only additions and one multiply: no contraction can change a result.
- * Row strides are in bytes (src) and floats (dst). */
-void ts_reduce_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride, const float *table,
-                     int alpha_from_bytes, int wrap, float *dst, int64_t dst_stride) {
-    const int64_t half = width / 2, out_w = (width + 1) / 2;
-    const float k = (float)(1.0 / 1020.0);
-    for (int64_t r = 0; r + 1 < rows; r += 2) {
-        const uint8_t *a = src + r * src_stride, *b = a + src_stride;
-        float *o = dst + (r / 2) * dst_stride;
-        for (int64_t j = 0; j < out_w; j++) {
-            const int64_t c0 = 2 * j, c1 = j < half ? 2 * j + 1 : (wrap ? 0 : width - 1);
-            const uint8_t *p0 = a + 4 * c0, *q0 = b + 4 * c0, *p1 = a + 4 * c1, *q1 = b + 4 * c1;
-            for (int c = 0; c < 4; c++) {
-                float v0 = table[p0[c]] + table[q0[c]];
-                float v1 = table[p1[c]] + table[q1[c]];
-                o[4 * j + c] = v0 + v1;
-            }
-            if (alpha_from_bytes) {
-                unsigned total = (unsigned)p0[3] + q0[3] + p1[3] + q1[3];
-                o[4 * j + 3] = (float)total * k;
-            }
-        }
-    }
-}
-
-/* (bake workers) The 2x2 box reduction of float32 linear rows (every reduction after a band's first):
- * ((r0c0 + r1c0) + (r0c1 + r1c1)) * 0.25f per channel, the numpy path's order; an odd width's last
- * texel pairs as in ts_reduce_rgba8. Strides are in floats. */
-void ts_reduce_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, int wrap, float *dst,
-                   int64_t dst_stride) {
-    const int64_t half = width / 2, out_w = (width + 1) / 2;
-    for (int64_t r = 0; r + 1 < rows; r += 2) {
-        const float *a = src + r * src_stride, *b = a + src_stride;
-        float *o = dst + (r / 2) * dst_stride;
-        for (int64_t j = 0; j < out_w; j++) {
-            const int64_t c0 = 2 * j, c1 = j < half ? 2 * j + 1 : (wrap ? 0 : width - 1);
-            for (int c = 0; c < 4; c++) {
-                float v0 = a[4 * c0 + c] + b[4 * c0 + c];
-                float v1 = a[4 * c1 + c] + b[4 * c1 + c];
-                float sum = v0 + v1;
-                o[4 * j + c] = sum * 0.25f;
-            }
-        }
     }
 }
 
@@ -471,47 +431,8 @@ void ts_rgbe_to_float(const uint8_t *rgbe, int64_t n, const float *table, float 
     }
 }
 
-/* (bake workers) float32 linear texels -> 8-bit codes, in one pass: the twin of mips.Transfer.encode's
- * numpy path, bit for bit. A channel whose bit is set in `table_mask` takes table[bits >> 12] (the sRGB
- * curve: one rounded code per float32 bin, 2^20 entries); the others take round(v * 255) as numpy
- * computes it: v * 255.0f, then + (0.5f + 1/512) (two float32 roundings, so no multiply-add may be
- * contracted), NaN or below 0 -> 0, above 255 -> 255, truncated. Strides: floats (src), bytes (dst). */
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, const uint8_t *table,
-                   int table_mask, uint8_t *dst, int64_t dst_stride) {
-    const float bias = 0.501953125f; /* float32(0.5 + 1/512), exact */
-    for (int64_t r = 0; r < rows; r++) {
-        const float *a = src + r * src_stride;
-        uint8_t *o = dst + r * dst_stride;
-        for (int64_t i = 0; i < 4 * width; i++) {
-            const int c = (int)(i & 3);
-            if (table_mask >> c & 1) {
-                uint32_t bits;
-                memcpy(&bits, a + i, 4);
-                o[i] = table[bits >> 12];
-            } else {
-                float t = a[i] * 255.0f;
-                t = t + bias;
-                if (!(t > 0.0f)) t = 0.0f; /* NaN too, as numpy's fmax(t, 0) */
-                if (t > 255.0f) t = 255.0f;
-                o[i] = (uint8_t)t;
-            }
-        }
-    }
-}
-
-/* ---- procedural sources (bake/procedural.py's twins, bit for bit) --------------------------------------
- * ts_lattice_noise   hashed white noise on a lattice block, times an octave's amplitude;
- * ts_subdivide_add   one Chaikin subdivision step in both axes (rows first), added to a block;
- * ts_height_rows     the last subdivision to texels, central differences and the per-texel work of the
- *                    terrain colour (one table gather) or the normal map, streaming three texel rows.
- * Every float operation is a float32 operation in numpy's order, each rounded (no contraction: the
- * pragma above ts_encode_f32 covers these too); float -> int32 casts give INT32_MIN for NaN or out of
- * range, as x86's conversion numpy relies on, and int32 arithmetic wraps as numpy's does. */
+/* The bake loops and the procedural loops below are bit-for-bit twins of numpy's separate float32
+ * operations: no float arithmetic may be contracted (fused multiply-add). */
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -519,7 +440,7 @@ void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
 #pragma GCC optimize("O3", "fp-contract=off")
 #endif
 
-/* The procedural loops are also compiled for AVX2 and picked at load time where the toolchain can
+/* The bake and procedural loops are also compiled for AVX2 and picked at load time where the toolchain can
  * (GCC on x86-64 Linux: ifunc): the same IEEE operations on wider vectors, so the same bits (no FMA:
  * contraction is off, and AVX2 code uses no FMA instruction unless contracted). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
@@ -528,6 +449,190 @@ void ts_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_st
 #define TS_WIDE
 #endif
 
+/* ---- bake loops: mip reduction and float -> 8-bit encoding (bake/mips.py's numpy twins, bit for bit) ---------
+ *
+ * Written as flat loops over contiguous floats (a vertical pass of two rows into a scratch row, then a
+ * horizontal pass over texel pairs) so that the compiler vectorizes them (O3 above; AVX2 through
+ * TS_WIDE): the same float32 additions in the same order as the numpy path, so the same bits. Each
+ * checks its geometry (rows >= 0, width >= 1, row strides holding a row) and returns -1 without
+ * touching memory when it does not hold, -2 when the scratch row cannot be allocated, 0 otherwise.
+ * Tables: 65536 float pairs (indexed by a u16) for the reductions, 2^20 codes (indexed by a float's top 20
+ * bits) for the encoding: no index can leave them. */
+
+static int ts_bad_geometry(int64_t rows, int64_t width, int64_t src_stride, int64_t src_row, int64_t dst_stride,
+                           int64_t dst_row) {
+    return rows < 0 || width < 1 || width > (INT64_MAX / 16) || src_stride < src_row || dst_stride < dst_row;
+}
+
+/* The horizontal half of a 2x2 box: texel j of the output row is texel 2j plus texel 2j + 1 of the
+ * vertical sums `v` (an odd width's last texel pairs with itself under clamp, with texel 0 under wrap),
+ * times `scale` (1 when the table applied the 1/4 already: multiplying by 1 changes no bit). */
+static inline void ts_pair_columns(const float *restrict v, int64_t width, int wrap, float scale, float *restrict o) {
+    const int64_t half = width / 2;
+    for (int64_t j = 0; j < half; j++)
+        for (int c = 0; c < 4; c++) o[4 * j + c] = (v[8 * j + c] + v[8 * j + 4 + c]) * scale;
+    if (width % 2) {
+        const int64_t c1 = wrap ? 0 : width - 1;
+        for (int c = 0; c < 4; c++) o[4 * half + c] = (v[4 * (width - 1) + c] + v[4 * c1 + c]) * scale;
+    }
+}
+
+/* (bake workers) The first 2x2 box reduction of a band: an even number of rows of 8-bit RGBA texels
+ * -> float32 linear texels (an odd last row is left out, as the caller never passes one). The twin of
+ * mips.Transfer.reduce's numpy path for uint8 rows, bit for bit: `pairs` (mips._pair_table, 65536 x 2
+ * floats) maps two bytes read as a little-endian u16 to their two linear values already scaled by 1/4
+ * (exact: a power of two), so one lookup serves two channels; each output channel is
+ * (t[r0c0] + t[r1c0]) + (t[r0c1] + t[r1c1]) summed in float32 in that order, and an odd width's last
+ * texel pairs with itself (clamp) or with column 0 (wrap). With `alpha_from_bytes` (sRGB colour with
+ * real alpha) alpha is the sum of the four bytes times float32(1/1020) instead. Only additions and
+ * one multiply: no contraction can change a result. Row strides are in bytes (src) and floats (dst). */
+/* One output row of ts_mip_reduce_rgba8 from source rows `a` and `b`; `v` is a scratch row of 4 * width floats. */
+static inline void ts_reduce_rgba8_row(const uint8_t *restrict a, const uint8_t *restrict b, int64_t width,
+                                       const float *pairs, int alpha_from_bytes, int wrap, float *restrict v,
+                                       float *restrict o) {
+    /* Two bytes at a time: one lookup of the pair table gives both channels' values. */
+    for (int64_t x = 0; x < 2 * width; x++) {
+        uint16_t ia, ib;
+        memcpy(&ia, a + 2 * x, 2);
+        memcpy(&ib, b + 2 * x, 2);
+        const float *ta = pairs + 2 * (size_t)ia, *tb = pairs + 2 * (size_t)ib;
+        v[2 * x] = ta[0] + tb[0];
+        v[2 * x + 1] = ta[1] + tb[1];
+    }
+    ts_pair_columns(v, width, wrap, 1.0f, o);
+    if (alpha_from_bytes) {
+        const float k = (float)(1.0 / 1020.0);
+        for (int64_t j = 0; j < (width + 1) / 2; j++) {
+            const int64_t c0 = 2 * j, c1 = c0 + 1 < width ? c0 + 1 : (wrap ? 0 : width - 1);
+            const unsigned total = (unsigned)a[4 * c0 + 3] + b[4 * c0 + 3] + a[4 * c1 + 3] + b[4 * c1 + 3];
+            o[4 * j + 3] = (float)total * k;
+        }
+    }
+}
+
+TS_WIDE int64_t ts_mip_reduce_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride,
+                                    const float *pairs, int alpha_from_bytes, int wrap, float *dst, int64_t dst_stride) {
+    const int64_t out_w = (width + 1) / 2;
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * out_w)) return -1;
+    float *v = malloc((size_t)(4 * width) * sizeof(float));
+    if (v == NULL) return -2;
+    for (int64_t r = 0; r + 1 < rows; r += 2) {
+        const uint8_t *a = src + r * src_stride;
+        ts_reduce_rgba8_row(a, a + src_stride, width, pairs, alpha_from_bytes, wrap, v, dst + (r / 2) * dst_stride);
+    }
+    free(v);
+    return 0;
+}
+
+/* (bake workers) The 2x2 box reduction of float32 linear rows (every reduction after a band's first):
+ * ((r0c0 + r1c0) + (r0c1 + r1c1)) * 0.25f per channel, the numpy path's order; an odd width's last
+ * texel pairs as in ts_mip_reduce_rgba8. Strides are in floats. */
+TS_WIDE int64_t ts_mip_reduce_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, int wrap, float *dst,
+                              int64_t dst_stride) {
+    const int64_t out_w = (width + 1) / 2;
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * out_w)) return -1;
+    float *v = malloc((size_t)(4 * width) * sizeof(float));
+    if (v == NULL) return -2;
+    for (int64_t r = 0; r + 1 < rows; r += 2) {
+        const float *restrict a = src + r * src_stride, *restrict b = a + src_stride;
+        for (int64_t x = 0; x < 4 * width; x++) v[x] = a[x] + b[x];
+        ts_pair_columns(v, width, wrap, 0.25f, dst + (r / 2) * dst_stride);
+    }
+    free(v);
+    return 0;
+}
+
+/* round(v * 255) as numpy computes it: v * 255.0f, then + (0.5f + 1/512) (two float32 roundings: the
+ * file's fp-contract=off keeps them apart), NaN or below 0 -> 0, above 255 -> 255, truncated. */
+static inline uint8_t ts_code_plain(float v) {
+    float t = v * 255.0f;
+    t = t + 0.501953125f; /* float32(0.5 + 1/512), exact */
+    t = t > 0.0f ? t : 0.0f; /* NaN too, as numpy's fmax(t, 0) */
+    t = t > 255.0f ? 255.0f : t;
+    return (uint8_t)(int32_t)t;
+}
+
+static inline uint8_t ts_code_table(const float *v, const uint8_t *table) {
+    uint32_t bits;
+    memcpy(&bits, v, 4);
+    return table[bits >> 12];
+}
+
+/* (bake workers) float32 linear texels -> 8-bit codes, in one pass: the twin of mips.Transfer.encode's
+ * numpy path, bit for bit. A channel whose bit is set in `table_mask` takes table[bits >> 12] (the sRGB
+ * curve: one rounded code per float32 bin, 2^20 entries); the others take `ts_code_plain`. The three
+ * masks the baker uses (linear 0, sRGB opaque 0xF, sRGB with alpha 0x7) each have their own loop.
+ * Strides: floats (src), bytes (dst). */
+/* One row of ts_mip_encode_f32 (`table_mask` already within 0xF). */
+static inline void ts_encode_row(const float *restrict a, int64_t width, const uint8_t *table, int table_mask,
+                                 uint8_t *restrict o) {
+    if (table_mask == 0) {
+        for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_plain(a[i]);
+    } else if (table_mask == 0xF) {
+        for (int64_t i = 0; i < 4 * width; i++) o[i] = ts_code_table(a + i, table);
+    } else if (table_mask == 0x7) {
+        for (int64_t j = 0; j < width; j++) {
+            o[4 * j] = ts_code_table(a + 4 * j, table);
+            o[4 * j + 1] = ts_code_table(a + 4 * j + 1, table);
+            o[4 * j + 2] = ts_code_table(a + 4 * j + 2, table);
+            o[4 * j + 3] = ts_code_plain(a[4 * j + 3]);
+        }
+    } else {
+        for (int64_t i = 0; i < 4 * width; i++)
+            o[i] = (table_mask >> (i & 3) & 1) ? ts_code_table(a + i, table) : ts_code_plain(a[i]);
+    }
+}
+
+TS_WIDE int64_t ts_mip_encode_f32(const float *src, int64_t rows, int64_t width, int64_t src_stride, const uint8_t *table,
+                                  int table_mask, uint8_t *dst, int64_t dst_stride) {
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst_stride, 4 * width)) return -1;
+    for (int64_t r = 0; r < rows; r++) ts_encode_row(src + r * src_stride, width, table, table_mask & 0xF, dst + r * dst_stride);
+    return 0;
+}
+
+/* (bake workers) A band's first two reductions in one pass, for colour without premultiplied alpha:
+ * 8-bit rows of a level -> the next level's rows as 8-bit codes (`dst1`, what its tiles are cut from)
+ * and the level after as float32 linear (`dst2`), without the middle level's float rows ever leaving
+ * two scratch rows. The same operations as ts_mip_reduce_rgba8, then ts_mip_encode_f32 and
+ * ts_mip_reduce_f32 on its output (bit for bit the three calls, and numpy's path). Middle row i is made
+ * from source rows 2i and 2i + 1 (rows / 2 of them); last row j from middle rows first_pair + 2j and
+ * first_pair + 2j + 1 (first_pair 0 or 1, rows2 of them, all within the middle rows: the caller keeps
+ * the odd edge's extra row to the general path). Strides: bytes (src, dst1), floats (dst2). */
+TS_WIDE int64_t ts_mip_reduce_twice_rgba8(const uint8_t *src, int64_t rows, int64_t width, int64_t src_stride,
+                                          const float *pairs, int alpha_from_bytes, int wrap, const uint8_t *codes,
+                                          int code_mask, uint8_t *dst1, int64_t dst1_stride, int64_t first_pair,
+                                          int64_t rows2, float *dst2, int64_t dst2_stride) {
+    const int64_t w1 = (width + 1) / 2, w2 = (w1 + 1) / 2, n1 = rows / 2;
+    if (ts_bad_geometry(rows, width, src_stride, 4 * width, dst1_stride, 4 * w1) || dst2_stride < 4 * w2 ||
+        first_pair < 0 || first_pair > 1 || rows2 < 0 || first_pair + 2 * rows2 > n1)
+        return -1;
+    float *v = malloc((size_t)(4 * width + 8 * w1) * sizeof(float));
+    if (v == NULL) return -2;
+    float *mid[2] = {v + 4 * width, v + 4 * width + 4 * w1};
+    for (int64_t i = 0; i < n1; i++) {
+        const uint8_t *a = src + 2 * i * src_stride;
+        float *m = mid[i & 1];
+        ts_reduce_rgba8_row(a, a + src_stride, width, pairs, alpha_from_bytes, wrap, v, m);
+        ts_encode_row(m, w1, codes, code_mask & 0xF, dst1 + i * dst1_stride);
+        const int64_t k = i - first_pair;
+        if (k >= 1 && k % 2 == 1 && k / 2 < rows2) {
+            const float *up = mid[(i - 1) & 1];
+            for (int64_t x = 0; x < 4 * w1; x++) v[x] = up[x] + m[x];
+            ts_pair_columns(v, w1, wrap, 0.25f, dst2 + (k / 2) * dst2_stride);
+        }
+    }
+    free(v);
+    return 0;
+}
+
+/* ---- procedural sources (bake/procedural.py's twins, bit for bit) --------------------------------------
+ * ts_lattice_noise   hashed white noise on a lattice block, times an octave's amplitude;
+ * ts_subdivide_add   one Chaikin subdivision step in both axes (rows first), added to a block;
+ * ts_height_rows     the last subdivision to texels, central differences and the per-texel work of the
+ *                    terrain colour (one table gather) or the normal map, streaming three texel rows.
+ * Every float operation is a float32 operation in numpy's order, each rounded (no contraction: the
+ * pragma above the bake loops covers these too); float -> int32 casts give INT32_MIN for NaN or out of
+ * range, as x86's conversion numpy relies on, and int32 arithmetic wraps as numpy's does. */
 static inline uint32_t ts_mix32(uint32_t h) {
     h ^= h >> 15;
     h *= 0x2C1B3C6Du;

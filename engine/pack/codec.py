@@ -67,18 +67,33 @@ def encode_many(
     n = len(view) // raw_size if raw_size > 0 else 0
     if n * raw_size != len(view):
         raise ValueError(f"{len(view)} bytes are not whole tiles of {raw_size} bytes")
-    tiles = [view[i * raw_size : (i + 1) * raw_size] for i in range(n)]
-    digests = [checksum(t) for t in tiles]
+    digests = _checksums(view, n, raw_size)
     if mode is Supercompression.ZSTD and n > 1:
         comp = _zstd_compressor(zstd_level)
         try:
-            offsets = [(i * raw_size, raw_size) for i in range(n)]
-            segments = struct.pack(f"<{2 * n}Q", *(v for pair in offsets for v in pair))
+            segments = struct.pack(f"<{2 * n}Q", *_segments(n, raw_size))
             frames = comp.multi_compress_to_buffer(zstandard.BufferWithSegments(view, segments), threads=0)
-            return [frames[i].tobytes() for i in range(n)], digests
+            return [f.tobytes() for f in frames], digests
         except (AttributeError, NotImplementedError):  # a python-zstandard backend without it (cffi)
             pass
-    return [compress(t, mode, zstd_level) for t in tiles], digests
+    return [compress(view[i * raw_size : (i + 1) * raw_size], mode, zstd_level) for i in range(n)], digests
+
+
+def _segments(n: int, size: int) -> list[int]:
+    """(offset, length) of `n` back-to-back tiles of `size` bytes, flattened."""
+    flat = [size] * (2 * n)
+    flat[0::2] = range(0, n * size, size)
+    return flat
+
+
+def _checksums(view: memoryview, n: int, size: int) -> list[int]:
+    """`checksum` of each of the `n` tiles of `view`: in one compiled call where the helper is built."""
+    from ..native import checksum_tiles
+
+    batch = checksum_tiles()
+    if batch is not None and n > 1:
+        return batch(view, n, size).tolist()
+    return [checksum(view[i * size : (i + 1) * size]) for i in range(n)]
 
 
 def decompress(stored: bytes | memoryview, mode: Supercompression, raw_size: int) -> bytes | memoryview:

@@ -391,9 +391,147 @@ def _replay_deciders(lib: Path) -> int:
     return checks
 
 
-def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr", "procedural", "deciders")) -> int:
-    """Every corpus and crash input of the pack, header, tile and hdr targets, and the procedural
-    generators' loops, through the sanitized helper."""
+def _replay_mips(lib: Path) -> int:
+    """The bake's mip loops (ts_mip_reduce_rgba8, ts_mip_reduce_f32, ts_mip_encode_f32 and
+    ts_mip_reduce_twice_rgba8) of the sanitized build on exact-size arrays of odd and even widths
+    (vector bodies and their tails) against numpy's path, then calls with a row stride one texel
+    short, an empty width or rows the source does not make: refused (-1), nothing touched."""
+    import numpy as np
+
+    from texstream.bake import mips
+    from texstream.bake.mips import Transfer
+    from texstream.pack.format import AddressMode
+
+    cdll = ctypes.CDLL(str(lib))
+    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    reduce8, reduce32, encode = cdll.ts_mip_reduce_rgba8, cdll.ts_mip_reduce_f32, cdll.ts_mip_encode_f32
+    twice = cdll.ts_mip_reduce_twice_rgba8
+    reduce8.argtypes = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, i64)
+    reduce32.argtypes = (ptr, i64, i64, i64, c_int, ptr, i64)
+    encode.argtypes = (ptr, i64, i64, i64, ptr, c_int, ptr, i64)
+    twice.argtypes = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, c_int, ptr, i64, i64, i64, ptr, i64)
+    for fn in (reduce8, reduce32, encode, twice):
+        fn.restype = i64
+    rng = np.random.default_rng(5)
+    checks = 0
+    previous = mips.use_native_reduce(False)  # the reference: numpy's path
+    try:
+        for m, w in ((2, 1), (2, 3), (4, 7), (6, 333), (2, 1031), (8, 64)):
+            u8 = rng.integers(0, 256, (m, w, 4), np.uint8)
+            f32 = rng.random((m, w, 4), np.float32) * np.float32(1.5) - np.float32(0.25)
+            wo = (w + 1) // 2
+            for srgb, alpha in ((True, True), (True, False), (False, True)):
+                t = Transfer(srgb=srgb, alpha=alpha)
+                for mode in AddressMode:
+                    wrap = int(mode is AddressMode.WRAP)
+                    out = np.empty((m // 2, wo, 4), np.float32)
+                    pairs = mips._pair_table(srgb)
+                    got = reduce8(
+                        u8.ctypes.data,
+                        m,
+                        w,
+                        w * 4,
+                        pairs.ctypes.data,
+                        int(srgb and alpha),
+                        wrap,
+                        out.ctypes.data,
+                        wo * 4,
+                    )
+                    if got != 0 or not np.array_equal(out.view(np.uint32), t.reduce(u8, None, mode).view(np.uint32)):
+                        raise AssertionError(f"ts_mip_reduce_rgba8 {m}x{w} {t} {mode}: status {got} or texels differ")
+                    got = reduce32(f32.ctypes.data, m, w, w * 4, wrap, out.ctypes.data, wo * 4)
+                    if got != 0 or not np.array_equal(out.view(np.uint32), t.reduce(f32, None, mode).view(np.uint32)):
+                        raise AssertionError(f"ts_mip_reduce_f32 {m}x{w} {mode}: status {got} or texels differ")
+                    checks += 2
+                codes = np.empty((m, w, 4), np.uint8)
+                mask = (0b0111 if alpha else 0b1111) if srgb else 0
+                table = mips._encode_table(True)
+                for first_pair in (0, 1):
+                    rows2 = (m // 2 - first_pair) // 2
+                    if rows2 < 1:
+                        continue
+                    w2 = (wo + 1) // 2
+                    mid, last = np.empty((m // 2, wo, 4), np.uint8), np.empty((rows2, w2, 4), np.float32)
+                    got = twice(
+                        u8.ctypes.data, m, w, w * 4, pairs.ctypes.data, int(srgb and alpha), 0, table.ctypes.data,
+                        mask, mid.ctypes.data, wo * 4, first_pair, rows2, last.ctypes.data, w2 * 4,
+                    )  # fmt: skip
+                    one = t.reduce(u8, None, AddressMode.CLAMP)
+                    two = t.reduce(one[first_pair : first_pair + 2 * rows2], None, AddressMode.CLAMP)
+                    if got != 0 or not np.array_equal(mid, t.encode(one)) or not np.array_equal(last, two):
+                        raise AssertionError(f"ts_mip_reduce_twice_rgba8 {m}x{w} {t} from {first_pair}: differs")
+                    checks += 1
+                got = encode(f32.ctypes.data, m, w, w * 4, table.ctypes.data, mask, codes.ctypes.data, w * 4)
+                if got != 0 or not np.array_equal(codes, t.encode(f32)):
+                    raise AssertionError(f"ts_mip_encode_f32 {m}x{w} {t}: status {got} or codes differ")
+                checks += 1
+    finally:
+        mips.use_native_reduce(previous)
+    u8 = np.zeros((2, 5, 4), np.uint8)
+    f32 = np.zeros((2, 5, 4), np.float32)
+    out = np.zeros((1, 3, 4), np.float32)
+    codes = np.zeros((2, 5, 4), np.uint8)
+    pairs, table = mips._pair_table(True), mips._encode_table(True)
+    refusals = (
+        reduce8(u8.ctypes.data, 2, 5, 16, pairs.ctypes.data, 0, 0, out.ctypes.data, 12),  # source stride short
+        reduce8(u8.ctypes.data, 2, 5, 20, pairs.ctypes.data, 0, 0, out.ctypes.data, 8),  # output stride short
+        reduce8(u8.ctypes.data, 2, 0, 20, pairs.ctypes.data, 0, 0, out.ctypes.data, 12),  # no width
+        reduce32(f32.ctypes.data, 2, 5, 16, 0, out.ctypes.data, 12),
+        reduce32(f32.ctypes.data, -2, 5, 20, 0, out.ctypes.data, 12),
+        encode(f32.ctypes.data, 2, 5, 20, table.ctypes.data, 0, codes.ctypes.data, 16),
+        twice(  # a last row from middle rows the source does not make
+            u8.ctypes.data,
+            2,
+            5,
+            20,
+            pairs.ctypes.data,
+            0,
+            0,
+            table.ctypes.data,
+            0,
+            codes.ctypes.data,
+            12,
+            0,
+            1,
+            out.ctypes.data,
+            8,
+        ),  # fmt: skip
+    )
+    if any(r != -1 for r in refusals) or out.any() or codes.any():
+        raise AssertionError(f"the mip loops took a geometry they must refuse: {refusals}")
+    return checks + len(refusals) + _replay_checksums(lib)
+
+
+def _replay_checksums(lib: Path) -> int:
+    """ts_checksum_tiles of the sanitized build on exact-size buffers of tiles against xxhash's."""
+    import numpy as np
+    import xxhash
+
+    from texstream.native import Codecs, load_library
+
+    native = load_library(str(lib), deep_bind=False)
+    if native is None:
+        raise AssertionError(f"cannot load {lib} with its codecs")
+    fn = ctypes.CDLL(str(lib)).ts_checksum_tiles
+    fn.restype = ctypes.c_int64
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(Codecs), ctypes.c_void_p)
+    rng = np.random.default_rng(2)
+    for n, size in ((1, 1), (3, 9248), (7, 1), (2, 0)):
+        data = rng.integers(0, 256, n * size, np.uint8)
+        out = np.empty(n, np.uint64)
+        got = fn(data.ctypes.data, n, size, ctypes.byref(native.codecs), out.ctypes.data)
+        want = [xxhash.xxh3_64_intdigest(data[i * size : (i + 1) * size].tobytes()) for i in range(n)]
+        if got != 0 or out.tolist() != want:
+            raise AssertionError(f"ts_checksum_tiles of {n} tiles of {size} bytes: status {got} or digests differ")
+    return 4
+
+
+def replay(
+    lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr", "procedural", "mips", "deciders")
+) -> int:
+    """Every corpus and crash input of the pack, header, tile and hdr targets, the procedural
+    generators' loops, the bake's mip loops and the render thread's decider loops, through the
+    sanitized helper."""
     from texstream.native import load_library
     from texstream.runtime.io_workers import _Scratch
 
@@ -414,6 +552,9 @@ def replay(lib: Path, targets: tuple[str, ...] = ("pack", "header", "tile", "hdr
                 continue
             if target == "deciders":
                 checks += _replay_deciders(lib)
+                continue
+            if target == "mips":
+                checks += _replay_mips(lib)
                 continue
             files = sorted((HERE / "corpus" / target).glob("*")) + sorted((HERE / "crashes" / target).glob("*"))
             for f in files:

@@ -90,3 +90,19 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_procedural_loops(saniti
     proc = _replay(lib, "procedural")
     assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+
+
+def test_the_sanitizer_catches_a_planted_overflow_in_the_mip_loops(sanitized: Path, tmp_path: Path) -> None:
+    """A reduction that writes an odd width's extra texel whatever the width: one texel past the end
+    of an even-width level's last row."""
+    source = SOURCE.read_text()
+    planted = source.replace("    if (width % 2) {\n        const int64_t c1", "    if (1) {\n        const int64_t c1")
+    assert planted != source
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _replay(lib, "mips")
+    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
