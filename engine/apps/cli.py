@@ -58,7 +58,9 @@ def _add_encoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--border", type=int, default=4, help="border texels, multiple of 4 (default 4)")
     g.add_argument("--address", default="clamp", help="clamp (default) or wrap")
     g.add_argument("--supercompression", default="zstd", help="none, zstd (default) or lz4")
-    g.add_argument("--zstd-level", type=int, default=3, help="zstd level 1..19 (default 3)")
+    g.add_argument(
+        "--zstd-level", type=int, default=BakeConfig.zstd_level, help="zstd level 1..19 (default %(default)s)"
+    )
     g.add_argument(
         "--bc7-quality",
         default="normal",
