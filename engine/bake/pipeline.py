@@ -81,8 +81,7 @@ from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_forma
 from .jobs import BandJob, CutJob, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
 from .report import BakeReport, JobTiming
-from .source import Source, open_source, texel_dtype
-from .tiff_strips import worker_rows
+from .source import Source, VipsSource, open_source, texel_dtype
 from .tiler import LevelCutter
 from .workers import PassedFd, Task, WorkerPool, check_interrupt, signals_deferred, start_context
 
@@ -144,7 +143,9 @@ class _Baker:
         # process reads in-memory ones in place; else this process reads it into the ring.
         # On a cluster, workers also read files that libvips reads region by region (`cluster.worker_source`).
         self.band_source: Source | None = source if getattr(source, "parallel", False) else None
-        if self.band_source is None and cluster is None:
+        if self.band_source is None and cluster is None and isinstance(source, VipsSource):
+            from .tiff_strips import worker_rows  # only libvips sources can be strip TIFFs
+
             self.band_source = worker_rows(source)  # None unless an uncompressed strip TIFF
         if cluster is not None:
             from .cluster import worker_source

@@ -297,14 +297,13 @@ def test_spawned_workers_where_the_fork_server_is_missing(
 ) -> None:
     """Without a fork server (Windows): spawned workers; without memfd (macOS), bands pickled, no
     shared ring; the same pack either way."""
+    import multiprocessing
     import os
-
-    from texstream.bake import workers
 
     src = _photo_odd()
     served, spawned = tmp_path / "f.tpk", tmp_path / "s.tpk"
     bake(Plain(src), served, _cfg(jobs=2, address_mode=AddressMode.WRAP))
-    monkeypatch.setattr(workers.mp, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     if not ring:
         monkeypatch.delattr(os, "memfd_create", raising=False)
     bake(Plain(src), spawned, _cfg(jobs=2, address_mode=AddressMode.WRAP))
