@@ -308,11 +308,11 @@ class PillowSource:
 
     def _decode(self, img: object) -> tuple[np.ndarray, int, int]:
         """(RGBA, channels, EXIF orientation) of an opened Pillow image."""
-        from PIL import ImageOps
-
         decoded = _decode_plain_png(img)
         if decoded is not None:
             return (*decoded, 1)
+        from PIL import ImageOps
+
         try:
             if getattr(img, "n_frames", 1) > 1:
                 img.seek(0)  # type: ignore[attr-defined]
