@@ -77,6 +77,18 @@ def test_small_bake_runs_in_process_importing_only_what_it_needs(tmp_path: Path)
         assert reader.verify() == []
 
 
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_command_line_starts_one_blas_thread_unless_told(given: str | None) -> None:
+    """OpenBLAS starting a thread per core as numpy loads cost ~40 ms of CPU time a command."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import os, texstream.apps.cli, numpy; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (given or "1")
+
+
 def test_verify_lists_corrupt_tiles(photo_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bad = tmp_path / "bad.tpk"
     data = bytearray(photo_pack.read_bytes())
