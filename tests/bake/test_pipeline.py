@@ -224,9 +224,22 @@ def test_bad_arguments(tmp_path: Path) -> None:
     assert isinstance(ArraySource(np.zeros((4, 4), np.uint8)), Source)
 
 
-def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from texstream.bake import pipeline
+
+    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 0.0)
     bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True, jobs=2))
     assert "tile" in capsys.readouterr().err
+
+
+def test_no_progress_bar_for_a_bake_shorter_than_its_delay(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from texstream.bake import pipeline
+
+    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 3600.0)
+    bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True))
+    assert capsys.readouterr().err == ""
 
 
 def test_stage_plan_bounds_band_memory() -> None:
