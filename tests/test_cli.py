@@ -50,6 +50,45 @@ def test_bake_info_verify_extract(photo_pack: Path, tmp_path: Path, capsys: pyte
     np.testing.assert_array_equal(np.asarray(Image.open(part).convert("RGB")), decoded[20:70, 10:110])
 
 
+def test_small_bake_runs_in_process_importing_only_what_it_needs(tmp_path: Path) -> None:
+    """`texstream bake` of a small image bakes in its own process (no workers) and imports neither GL,
+    the streamer, the network code, the worker-process machinery nor the procedural generators:
+    those imports were a third of a 2048² bake's command-line time."""
+    out = tmp_path / "coffee.tpk"
+    code = (
+        "import json, sys\n"
+        "from texstream.apps.cli import main\n"
+        f"code = main(['bake', {str(ASSETS / 'coffee.png')!r}, {str(out)!r}])\n"
+        "print(json.dumps([code, sorted(sys.modules)]))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    *summary, loaded = res.stdout.splitlines()
+    code, modules = json.loads(loaded)
+    assert code == 0 and "on 1 jobs" in summary[-1]
+    unwanted = (
+        "moderngl", "glfw", "pyvips", "tqdm", "multiprocessing", "http", "ssl", "texstream.gl",
+        "texstream.runtime", "texstream.scene", "texstream.telemetry", "texstream.remote.remote_file",
+        "texstream.remote.transport", "texstream.remote.cache", "texstream.bake.procedural",
+        "texstream.bake.cluster", "texstream.bake.tiff_strips", "texstream.assets.image_packs",
+    )  # fmt: skip
+    assert not [m for m in modules if any(m == u or m.startswith(f"{u}.") for u in unwanted)]
+    with PackReader(out) as reader:
+        assert reader.verify() == []
+
+
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_command_line_starts_one_blas_thread_unless_told(given: str | None) -> None:
+    """OpenBLAS starting a thread per core as numpy loads cost ~40 ms of CPU time a command."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import os, texstream.apps.cli, numpy; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (given or "1")
+
+
 def test_verify_lists_corrupt_tiles(photo_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bad = tmp_path / "bad.tpk"
     data = bytearray(photo_pack.read_bytes())

@@ -16,11 +16,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._shadow import check_not_shadowed
-from ..config import BakeConfig
-from ..errors import BudgetError, EngineError
-from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat
-from .progress import ImagePackBar
+# No command does linear algebra that BLAS threads would speed up, and OpenBLAS starting its thread
+# pool as numpy loads costs about 40 ms of CPU time (a tenth of a small bake's whole command): one
+# thread unless the user's environment says otherwise. Set before the imports below load numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from .._shadow import check_not_shadowed  # noqa: E402
+from ..config import BakeConfig  # noqa: E402
+from ..errors import BudgetError, EngineError  # noqa: E402
+from ..pack.format import AddressMode, PackHeader, Supercompression, TexelFormat  # noqa: E402
+from .progress import ImagePackBar  # noqa: E402
 
 check_not_shadowed()  # a `texstream` folder imported in place of the package: say which, not "no __version__"
 

@@ -423,7 +423,7 @@ def _resolve(
     jobs: int,
 ) -> tuple[str | os.PathLike[str], PackCache | None]:
     """`resolve_pack`'s answer, and the cache holding a lease on it (None: not a cached pack)."""
-    from ..remote import is_remote
+    from ..remote.urls import is_remote
     from .load import is_block_file
 
     text = os.fspath(path)

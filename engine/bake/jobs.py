@@ -172,6 +172,9 @@ class RingWindow:
 
 @dataclass
 class BandJob:
+    """Band `band` of `stage`: where its input rows are, the other end's rows wrap needs, and where its
+    output goes."""
+
     stage: Stage
     band: int
     data: RingRef | RingWindow | np.ndarray | None  # None: the worker reads the source itself
@@ -188,6 +191,8 @@ class BandJob:
 
 @dataclass
 class CutJob:
+    """Tile row `ty` of `level` cut from rows already gathered (wrap's deferred top tile row)."""
+
     level: int
     ty: int
     rows: np.ndarray  # (S, width, 4) uint8, already resolved by the address mode
@@ -196,6 +201,8 @@ class CutJob:
 
 @dataclass
 class JobResult:
+    """What a worker hands back for one job: its tiles, the next stage's rows, and its timing."""
+
     tiles: EncodedTiles | PackedTiles = field(default_factory=EncodedTiles)
     output: np.ndarray | None = None
     top_rows: dict[int, np.ndarray] = field(default_factory=dict)

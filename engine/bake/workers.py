@@ -23,19 +23,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from multiprocessing import connection
-from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, first_line
+
+if TYPE_CHECKING:  # imported where used: a bake in process starts no workers and needs neither
+    import socket
+    from multiprocessing import connection
+    from multiprocessing.context import BaseContext
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ def forget_start_environment() -> None:
 def report_error_line(error_line: str) -> bool:
     """In a worker that is about to die of an exception: send its first line to the bake process,
     which reports it; whether it was sent."""
+    import socket
+
     address = os.environ.get(ERROR_SOCKET)
     if not address or not hasattr(socket, "AF_UNIX"):
         return False
@@ -152,6 +155,8 @@ class _ErrorReports:
         self._socket: socket.socket | None = None
         if not sys.platform.startswith("linux"):
             return
+        import socket
+
         address = f"texstream-bake-{os.getpid()}-{os.urandom(6).hex()}"
         try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -357,6 +362,8 @@ def _group_signals_blocked() -> Iterator[None]:
 
 def start_context() -> BaseContext:
     """The fork server (started here if needed, with the pipeline preloaded), else spawn."""
+    import multiprocessing as mp
+
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
@@ -482,6 +489,8 @@ class WorkerPool:
 
     def poll(self, timeout: float) -> None:
         """Take the replies that arrive within `timeout`; raise if a worker died."""
+        from multiprocessing import connection
+
         busy = {w.conn: w for w in self.workers if w.task is not None}
         sentinels = {w.process.sentinel: w for w in self.workers}
         ready = connection.wait([*busy, *sentinels], timeout)

@@ -4,9 +4,28 @@
 reading (`RemoteFile`), the byte transports (`transport`) and the cache of fetched blocks (`cache`).
 """
 
-from .network import NetworkCounters, NetworkSummary, RemoteStats, summarize
-from .remote_file import RemoteFile, SourceState, SourceStatus, is_remote, open_remote
-from .transport import PackChangedError, RemoteError, RemoteVersion
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+# Each name -> the submodule that defines it, imported on first use (PEP 562): telling a URL from a
+# path (`is_remote`, which a local bake asks) imports neither HTTP, TLS nor the block cache.
+_EXPORTS = {
+    ".network": ("NetworkCounters", "NetworkSummary", "RemoteStats", "summarize"),
+    ".remote_file": ("RemoteFile", "SourceState", "SourceStatus", "open_remote"),
+    ".transport": ("PackChangedError", "RemoteError", "RemoteVersion"),
+    ".urls": ("is_remote",),
+}
+
+if TYPE_CHECKING:
+    from .network import NetworkCounters, NetworkSummary, RemoteStats, summarize
+    from .remote_file import RemoteFile, SourceState, SourceStatus, open_remote
+    from .transport import PackChangedError, RemoteError, RemoteVersion
+    from .urls import is_remote
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "NetworkCounters",

@@ -27,7 +27,6 @@ import enum
 import errno
 import logging
 import random
-import re
 import threading
 import time
 from collections import deque
@@ -52,6 +51,7 @@ from .transport import (
     Transport,
     redact,
 )
+from .urls import is_remote
 
 if TYPE_CHECKING:
     from ..config import RemoteConfig
@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 
 PROBE_BYTES = 64 << 10  # the first request: header, level table and (small packs) the index
 LATENCY_SAMPLES = 512
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _T = TypeVar("_T")
 
 
@@ -93,14 +92,6 @@ class SourceStatus:
 
 
 SOURCE_OK = SourceStatus(SourceState.OK)
-
-
-def is_remote(path: object) -> bool:
-    """Whether `path` names a pack by URL (`scheme://`, other than file://)."""
-    if not isinstance(path, str):
-        return False
-    m = _SCHEME.match(path)
-    return m is not None and m.group(1).lower() != "file"
 
 
 class _SharedCache:

@@ -224,9 +224,22 @@ def test_bad_arguments(tmp_path: Path) -> None:
     assert isinstance(ArraySource(np.zeros((4, 4), np.uint8)), Source)
 
 
-def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from texstream.bake import pipeline
+
+    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 0.0)
     bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True, jobs=2))
     assert "tile" in capsys.readouterr().err
+
+
+def test_no_progress_bar_for_a_bake_shorter_than_its_delay(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from texstream.bake import pipeline
+
+    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 3600.0)
+    bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True))
+    assert capsys.readouterr().err == ""
 
 
 def test_stage_plan_bounds_band_memory() -> None:
@@ -297,14 +310,13 @@ def test_spawned_workers_where_the_fork_server_is_missing(
 ) -> None:
     """Without a fork server (Windows): spawned workers; without memfd (macOS), bands pickled, no
     shared ring; the same pack either way."""
+    import multiprocessing
     import os
-
-    from texstream.bake import workers
 
     src = _photo_odd()
     served, spawned = tmp_path / "f.tpk", tmp_path / "s.tpk"
     bake(Plain(src), served, _cfg(jobs=2, address_mode=AddressMode.WRAP))
-    monkeypatch.setattr(workers.mp, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     if not ring:
         monkeypatch.delattr(os, "memfd_create", raising=False)
     bake(Plain(src), spawned, _cfg(jobs=2, address_mode=AddressMode.WRAP))

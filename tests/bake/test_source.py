@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvips
-from PIL import Image
+from PIL import Image, ImageOps
 
 from texstream.bake import ArraySource, PillowSource, VipsSource, bake, open_source
 from texstream.config import BakeConfig
@@ -219,4 +219,85 @@ def test_truncated_image(tmp_path: Path, threshold: int | None) -> None:
     with pytest.raises(SourceError, match="cut.png") as info:
         src = open_source(path, **kwargs)
         _read_all(src, 128)  # libvips may only notice when it reaches the missing rows
+    assert "\n" not in str(info.value)
+
+
+# ---- plain PNG files: decoded by libspng where imagecodecs is installed -------------------------------
+def _png_cases(tmp_path: Path) -> dict[str, tuple[Path, bool]]:
+    """name -> (a PNG file, whether `plain_png_layout` takes it: its samples are its pixels)."""
+    rng = np.random.default_rng(5)
+    rgb = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    rgb[:5, :5] = (10, 20, 30)  # the transparency key below
+    rgba = np.dstack([rgb, rng.integers(0, 256, (H, W), dtype=np.uint8)])
+    cases: dict[str, tuple[Path, bool]] = {}
+
+    def save(name: str, plain: bool, image: Image.Image, **params: object) -> None:
+        path = tmp_path / f"{name}.png"
+        image.save(path, **params)
+        cases[name] = (path, plain)
+
+    save("rgb", True, Image.fromarray(rgb))
+    save("rgba", True, Image.fromarray(rgba))
+    save("grey", True, Image.fromarray(rgb[..., 0], "L"))
+    save("grey16", False, Image.fromarray((_ramp() * 257).astype(np.uint16)))
+    save("palette", False, Image.fromarray(rgb).quantize(16))
+    save("key", False, Image.fromarray(rgb), transparency=(10, 20, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 3
+    save("exif", False, Image.fromarray(rgb), exif=exif.tobytes())
+    from PIL.PngImagePlugin import PngInfo
+
+    xmp = PngInfo()
+    xmp.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta><rdf:Description tiff:Orientation="3"/></x:xmpmeta>')
+    save("xmp", False, Image.fromarray(rgb), pnginfo=xmp)
+    text = PngInfo()
+    text.add_text("Software", "a paint program")
+    save("text", True, Image.fromarray(rgb), pnginfo=text)
+    save("animated", False, Image.fromarray(rgb), save_all=True, append_images=[Image.fromarray(rgb[::-1].copy())])
+    interlaced = tmp_path / "interlaced.png"
+    pyvips.Image.new_from_array(rgb, interpretation="srgb").pngsave(str(interlaced), interlace=True)
+    cases["interlaced"] = (interlaced, False)
+    return cases
+
+
+def test_plain_png_layout_takes_only_files_whose_samples_are_their_pixels(tmp_path: Path) -> None:
+    from texstream.bake.source import plain_png_layout
+
+    for name, (path, plain) in _png_cases(tmp_path).items():
+        channels = {"rgb": 3, "rgba": 4, "grey": 1, "text": 3}.get(name)
+        assert plain_png_layout(path.read_bytes()) == ((W, H, channels) if plain else None), name
+    data = (tmp_path / "rgb.png").read_bytes()
+    assert plain_png_layout(data[:-12]) is None  # ends before IEND: Pillow reports the damage
+    assert plain_png_layout(b"GIF89a" + data[6:]) is None
+
+
+@pytest.mark.parametrize("imagecodecs", [True, False])
+def test_png_files_decode_as_pillow_decodes_them(
+    tmp_path: Path, imagecodecs: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every PNG gives Pillow's pixels, channel meaning and metadata, whichever decoder reads it."""
+    from texstream.bake.source import pil_to_rgba
+
+    if not imagecodecs:
+        monkeypatch.setitem(__import__("sys").modules, "imagecodecs", None)  # not installed
+    for name, (path, _) in _png_cases(tmp_path).items():
+        with Image.open(path) as img:
+            want, channels = pil_to_rgba(ImageOps.exif_transpose(img))  # shown upright
+        src = open_source(path)
+        assert isinstance(src, PillowSource)
+        np.testing.assert_array_equal(src.read_rows(0, H), want, err_msg=name)
+        assert src.channels == channels and src.describe()["source_mode"] == Image.open(path).mode, name
+    assert open_source(tmp_path / "exif.png").orientation == open_source(tmp_path / "xmp.png").orientation == 3
+    key = open_source(tmp_path / "key.png").read_rows(0, H)
+    assert (key[:5, :5, 3] == 0).all() and key[5:, :, 3].min() == 255  # the transparency key applied
+
+
+def test_damaged_plain_png_is_one_line(tmp_path: Path) -> None:
+    data = bytearray((ASSETS / "astronaut.png").read_bytes())
+    at = data.index(b"IDAT") + 4 + 1000
+    data[at : at + 64] = bytes(64)  # zeroed compressed bytes, the chunk's length and IEND intact
+    path = tmp_path / "damaged.png"
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="damaged.png") as info:
+        open_source(path)
     assert "\n" not in str(info.value)
