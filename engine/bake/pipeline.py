@@ -66,7 +66,7 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -80,6 +80,7 @@ from .feeds import StageFeed
 from .format_choice import ALPHA_FORMATS, MIP_FILTER, FormatChoice, choose_format, creation_metadata, warn_dropped_alpha
 from .jobs import BandJob, CutJob, LevelRing, RingRef, RingWindow, Settings, Stage, plan_stages
 from .mips import BLEED_ROWS, Transfer
+from .progress_bar import DelayedBar
 from .report import BakeReport, JobTiming
 from .source import Source, VipsSource, open_source, texel_dtype
 from .tiler import LevelCutter
@@ -169,8 +170,7 @@ class _Baker:
         self.payload_fd = -1  # the shared memory, where this process reads the payload slots
         self.payload_buffer: bytearray | None = None  # what it reads them into (one slot, reused)
         self.writer: PackWriter | None = None
-        self.bar: Any = None  # tqdm progress bar, from `PROGRESS_DELAY_S` into the bake
-        self.tiles_done = 0
+        self.bar = DelayedBar(self.header.tile_count, self.out.name, config.progress)
         self.raw_bytes = 0
 
     # ---- pool -------------------------------------------------------------------------------------
@@ -350,8 +350,7 @@ class _Baker:
         if job.payload_at is not None:
             self.free_payloads.append(job.payload_at[0])
         self.raw_bytes += raw * len(res.tiles)
-        self.tiles_done += len(res.tiles)
-        self._show_progress(len(res.tiles))
+        self.bar.update(len(res.tiles))
         if isinstance(job, CutJob):
             return
         feed = self.feeds[job.stage.index]
@@ -371,22 +370,6 @@ class _Baker:
             feed.deferred_sent = True
             for cut in self._deferred_cuts(feed):
                 self._submit(pool, cut, None)
-
-    def _show_progress(self, tiles: int) -> None:
-        """Move the progress bar on by `tiles`; it appears once the bake has run `PROGRESS_DELAY_S`."""
-        if self.bar is not None:
-            self.bar.update(tiles)
-        elif self.config.progress and time.perf_counter() - self.began >= PROGRESS_DELAY_S:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=self.header.tile_count,
-                initial=self.tiles_done,
-                unit="tile",
-                desc=self.out.name,
-                leave=False,
-                dynamic_ncols=True,
-            )
 
     def _output_rows(self, st: Stage, band: int) -> tuple[int, int]:
         """The rows of level ``st.level + st.count`` that band `band` of stage `st` makes (the
@@ -445,6 +428,7 @@ class _Baker:
     def run(self) -> BakeReport:
         start, cpu = time.perf_counter(), time.process_time()
         self.began = start
+        self.bar.start()
         self.writer = PackWriter(self.out, self.header, self.metadata)
         pool = None
         failed = True
@@ -470,8 +454,7 @@ class _Baker:
             self.writer.commit()
             failed = False
         finally:
-            if self.bar is not None:
-                self.bar.close()
+            self.bar.close()
             if failed:
                 try:
                     if pool is not None:
@@ -516,10 +499,6 @@ def ring_rows(window: int, output: int, in_flight: int) -> int:
 
 
 # ---- public API ---------------------------------------------------------------------------------------
-PROGRESS_DELAY_S = 0.5
-"""Seconds a bake with ``BakeConfig.progress`` runs before its progress bar appears: a shorter one
-shows none, and does not import tqdm (about 30 ms of CPU time, a tenth of a 2048² bake's command)."""
-
 IN_PROCESS_PIXELS = 16 << 20
 """Source pixels (4096²) up to which a bake with the default job count (``BakeConfig.jobs == 0``)
 runs in the calling process, with no worker processes: below it, starting the workers (a fork
@@ -652,7 +631,6 @@ def bake_procedural(
 __all__ = [
     "ALPHA_FORMATS",
     "IN_PROCESS_PIXELS",
-    "PROGRESS_DELAY_S",
     "BakeReport",
     "JobTiming",
     "FormatChoice",

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import urllib.parse
 import warnings
 from pathlib import Path
@@ -55,6 +54,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import SourceError, first_line
+from .png_plain import decode_plain_png
 
 log = logging.getLogger(__name__)
 
@@ -308,9 +308,11 @@ class PillowSource:
 
     def _decode(self, img: object) -> tuple[np.ndarray, int, int]:
         """(RGBA, channels, EXIF orientation) of an opened Pillow image."""
-        decoded = _decode_plain_png(img)
-        if decoded is not None:
-            return (*decoded, 1)
+        plain = decode_plain_png(img)
+        if plain is not None:
+            channels = 1 if plain.ndim == 2 else plain.shape[2]
+            rgba = _grey(plain) if channels == 1 else _rgb(plain) if channels == 3 else plain
+            return rgba, channels, 1
         from PIL import ImageOps
 
         try:
@@ -335,82 +337,6 @@ class PillowSource:
 
     def describe(self) -> dict:
         return {"source_kind": "pillow", "source_mode": self.mode, "source_orientation": self.orientation}
-
-
-# ---- plain PNG files ----------------------------------------------------------------------------
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_PLAIN_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # colour type (grey, RGB, RGBA) -> channels, at 8 bits a sample
-# Chunks whose meaning Pillow applies to the pixels: a transparency key, frames of an animation, an
-# EXIF or XMP orientation (in eXIf, or in text chunks under these keywords).
-_APPLIED_CHUNKS = (b"tRNS", b"acTL", b"fcTL", b"eXIf")
-_ORIENTATION_TEXT = (b"Raw profile type exif", b"XML:com.adobe.xmp")
-
-
-def plain_png_layout(data: bytes | memoryview) -> tuple[int, int, int] | None:
-    """(width, height, channels) of a whole PNG file whose pixels are its 8-bit grey, RGB or RGBA
-    samples as they are: not interlaced, one image, no transparency key and no orientation (EXIF or
-    XMP) for a reader to apply; None for any other file, or one that ends before its IEND chunk."""
-    view = memoryview(data)
-    if bytes(view[:8]) != _PNG_SIGNATURE or bytes(view[12:16]) != b"IHDR" or len(view) < 33:
-        return None
-    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", view[16:29])
-    if depth != 8 or colour not in _PLAIN_PNG_CHANNELS or interlace:
-        return None
-    at = 8
-    while at + 8 <= len(view):
-        length, kind = struct.unpack(">I4s", view[at : at + 8])
-        if kind in _APPLIED_CHUNKS:
-            return None
-        if kind in (b"tEXt", b"zTXt", b"iTXt") and bytes(view[at + 8 : at + 8 + min(length, 80)]).split(b"\0")[0] in (
-            _ORIENTATION_TEXT
-        ):
-            return None
-        if kind == b"IEND":
-            return width, height, _PLAIN_PNG_CHANNELS[colour]
-        at += 12 + length
-    return None
-
-
-def _png_decoder():  # noqa: ANN202 (libspng through imagecodecs, or None where it is not installed)
-    try:
-        import imagecodecs
-
-        return imagecodecs.spng_decode if imagecodecs.SPNG.available else None
-    except (ImportError, AttributeError):
-        return None
-
-
-def _decode_plain_png(img: object) -> tuple[np.ndarray, int] | None:
-    """A Pillow-opened PNG file decoded by libspng (imagecodecs, when installed) straight into numpy
-    arrays, as (RGBA, channels) equal to `pil_to_rgba` of Pillow's decode; None where Pillow decodes
-    it: other formats, PNG files `plain_png_layout` refuses, no imagecodecs, or a decode that fails
-    (Pillow then reports the damage in its own words).
-
-    Why: for a 2048² RGB photo Pillow takes about 125 ms of CPU time (its decode, then a copy
-    through `tobytes` into numpy, into memory it faults in page by page), libspng into numpy's own
-    (huge-page) arrays about 50 ms: a third of a small bake's command-line time."""
-    filename = getattr(img, "filename", "")
-    if getattr(img, "format", None) != "PNG" or not filename:
-        return None
-    decode = _png_decoder()
-    if decode is None:
-        return None
-    try:
-        data = Path(filename).read_bytes()
-    except OSError:
-        return None
-    layout = plain_png_layout(data)
-    if layout is None or layout[:2] != getattr(img, "size", None):
-        return None
-    width, height, channels = layout
-    samples = np.empty((height, width) if channels == 1 else (height, width, channels), np.uint8)
-    try:
-        decode(data, out=samples)
-    except Exception:  # noqa: BLE001 - damaged data: Pillow decodes it again and says what is wrong
-        return None
-    if channels == 1:
-        return _grey(samples), 1
-    return (_rgb(samples), 3) if channels == 3 else (samples, 4)
 
 
 def _exif_orientation(img: object) -> int:

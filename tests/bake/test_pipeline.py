@@ -225,9 +225,9 @@ def test_bad_arguments(tmp_path: Path) -> None:
 
 
 def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    from texstream.bake import pipeline
+    from texstream.bake import progress_bar
 
-    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(progress_bar, "PROGRESS_DELAY_S", 0.0)
     bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True, jobs=2))
     assert "tile" in capsys.readouterr().err
 
@@ -235,9 +235,9 @@ def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch
 def test_no_progress_bar_for_a_bake_shorter_than_its_delay(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from texstream.bake import pipeline
+    from texstream.bake import progress_bar
 
-    monkeypatch.setattr(pipeline, "PROGRESS_DELAY_S", 3600.0)
+    monkeypatch.setattr(progress_bar, "PROGRESS_DELAY_S", 3600.0)
     bake(ArraySource(load_photo("coffee.png")), tmp_path / "p.tpk", _cfg(progress=True))
     assert capsys.readouterr().err == ""
 

@@ -261,7 +261,7 @@ def _png_cases(tmp_path: Path) -> dict[str, tuple[Path, bool]]:
 
 
 def test_plain_png_layout_takes_only_files_whose_samples_are_their_pixels(tmp_path: Path) -> None:
-    from texstream.bake.source import plain_png_layout
+    from texstream.bake.png_plain import plain_png_layout
 
     for name, (path, plain) in _png_cases(tmp_path).items():
         channels = {"rgb": 3, "rgba": 4, "grey": 1, "text": 3}.get(name)
