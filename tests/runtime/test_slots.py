@@ -787,3 +787,34 @@ def test_a_shrink_plan_keeps_the_most_recent_and_changes_nothing_until_applied(
     ledger.apply_shrink(plan)
     ledger.check()
     assert ledger.capacity == shrink_to and ledger.resident_count == min(n, shrink_to)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool) -> None:
+    """Victims when most slots share a few last-use frames (an LRU's usual shape): the longest idle
+    (divided by priority), finer levels first among equals, then the lowest slots, in that order."""
+    rng = np.random.default_rng(3)
+    n = 4096
+    ledger = SlotLedger("pool", n, 2, cells=16)
+    tex, levels = rng.integers(0, 3, n), rng.integers(0, 4, n)
+    ledger.mark_resident(ledger.allocate(0, np.arange(n), tex, levels).slots, 0)
+    for frame, share in ((10, 0.5), (11, 0.2), (39, 0.05)):  # a few frames touched most slots
+        ledger.touch(np.flatnonzero(rng.random(n) < share), frame)
+    ledger.pin(np.flatnonzero(rng.random(n) < 0.05))
+    priority = np.ones(256)
+    if weighted:
+        priority[:3] = (1.0, 2.0, 0.5)
+        ledger.weigh_by(priority)
+    frame, count = 40, 700
+    last_used, pinned = ledger.last_used.copy(), ledger.pinned.copy()
+
+    evicted = ledger.keep_free(frame, count)
+
+    def key(slot: int) -> tuple[int, int, int]:
+        idle = (frame - int(last_used[slot])) / priority[tex[slot]]
+        return (-int(np.floor(idle * 16)), int(levels[slot]), slot)
+
+    candidates = [s for s in range(n) if not pinned[s] and last_used[s] <= frame - 2]
+    expect = sorted(candidates, key=key)[:count]
+    assert evicted.evicted_slots.tolist() == expect
+    assert evicted.evicted_tiles.tolist() == expect  # tile i was loaded into slot i
