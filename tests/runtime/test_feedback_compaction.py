@@ -119,3 +119,27 @@ def test_a_streamer_wants_the_same_pages_with_and_without_compaction(
             seen[compaction] = (w.ids.tolist(), w.counts.tolist())
             s.validate()
     assert seen[True] == seen[False] and sum(seen[True][1]) == 3000
+
+
+def test_a_ring_told_compaction_costs_more_reads_raw_entries_with_the_same_pages(gl_context, ring) -> None:  # noqa: ANN001
+    r, _ = ring
+    entries = np.array([7, 7, 9, 4999, 5000], np.uint32)  # 5000: past the ids in use
+    probe = r.choice.probe_frames
+    frame = 0
+    for _ in range(probe):  # compaction is measured first: each frame's feedback took 2 ms
+        frame += 1
+        got = compacted(gl_context, r, frame, entries)
+        r.record_cost([got], 2e-3)
+    assert not r.compacting  # the CPU reduction is measured next
+    for _ in range(probe):
+        frame += 1
+        r.begin_frame(frame)
+        assert r.inject(entries)
+        r.end_frame()
+        gl_context.finish()
+        (raw,) = r.collect(frame + 1)
+        assert not isinstance(raw, CompactFeedback) and sorted(raw.tolist()) == sorted(entries.tolist())
+        r.record_cost([raw], 1e-3)  # cheaper than compacting
+    assert not r.compacting and r.choice.chosen is False
+    ids, counts, outside = histogram_counts(raw, 5000)
+    assert (ids.tolist(), counts.tolist(), outside) == ([7, 9, 4999], [2, 1, 1], 1)
