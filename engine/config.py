@@ -362,7 +362,9 @@ class StreamerConfig:
         feedback buffer is the framebuffer size / this
     feedback_compaction : bool
         reduce the feedback to unique pages on the GPU before reading it back (compute shaders, GL
-        4.3; where the context lacks them, or the budget lacks room, the CPU reduces the entries)
+        4.3; where the context lacks them, or the budget lacks room, the CPU reduces the entries);
+        while allowed, it runs only when it costs the render thread less than the CPU reduction
+        (both ways are measured, `feedback_reduce.CompactionChoice`)
     cancel_after_frames : int
         a queued request not wanted again for this long is dropped
     prefetch : bool

@@ -127,6 +127,9 @@ PATH_FIELDS = (
     "phases_ms",  # mean ms per update() phase (FrameStats), on streaming and on idle frames
     "update_cpu_ms_p50",
     "update_cpu_ms_p95",
+    "feedback_age_p50",  # frames between a draw and the update() that read its feedback
+    "feedback_age_p95",
+    "compacted_frames",  # frames whose feedback buffer was compacted on the GPU (it runs while it pays)
     "gpu_ms_p50",
     "latency_samples",
     "latency_p50_frames",
@@ -367,6 +370,8 @@ def run_path(
         update_ms = np.zeros(frames)
         streaming = np.zeros(frames, bool)
         phases = np.zeros((frames, len(PHASES)))
+        feedback_age = np.full(frames, -1)
+        compacted = 0
         settle = _Settle(path)
         mb_s_peak = pressure_peak = 0.0
         lines = 0
@@ -379,6 +384,7 @@ def run_path(
             cpu_ms[i], update_ms[i] = s.last.update_cpu_ms, rec.update_ms
             streaming[i] = bool(rec.uploads or rec.requested)
             phases[i] = [getattr(rec, p) for p in PHASES]
+            feedback_age[i], compacted = rec.feedback_age, compacted + s.feedback_info().compacted
             settle.frame(i, rec)
             telemetry.gpu_begin()
             rig.draw(pose)
@@ -434,6 +440,9 @@ def run_path(
             },
             "update_cpu_ms_p50": float(np.percentile(cpu_ms, 50)),
             "update_cpu_ms_p95": float(np.percentile(cpu_ms, 95)),
+            "feedback_age_p50": float(np.percentile(feedback_age[feedback_age >= 0], 50)),
+            "feedback_age_p95": float(np.percentile(feedback_age[feedback_age >= 0], 95)),
+            "compacted_frames": int(compacted),
             "gpu_ms_p50": sm["gpu_ms_p50"],
             "latency_samples": sm["latency_samples"],
             "latency_p50_frames": sm["latency_p50_frames"],

@@ -81,6 +81,12 @@ def print_scene(r: dict) -> None:
             f"{k.removesuffix('_ms')} {ph['streaming'][k]:.2f}|{ph['idle'][k]:.2f}" for k in ph["streaming"]
         )
         print(f"    {name:<15}{p['streaming_frames']:>5} frames {spread:<24} {cells}")
+    ages = ", ".join(
+        f"{n} {p['feedback_age_p50']:.0f}/{p['feedback_age_p95']:.0f} "
+        f"({p['compacted_frames']} of {p['frames']} compacted)"
+        for n, p in r["paths"].items()
+    )
+    print(f"  feedback age p50/p95 frames (frames whose feedback was compacted on the GPU): {ages}")
     c = r["naive_comparison"]
     nv, ts = c["naive"], c["texstream"]
     print(f"  naive vs texstream on the same {c['size']}^2 image (flythrough, {nv['frames']} frames):")

@@ -18,12 +18,16 @@ thousand), so the CPU reads and reduces that list instead of every entry. The di
 shader storage bindings 7 (the feedback) and 6 (their work buffer, where the page tables are bound
 for drawing: the streamer binds the page tables again right after). Without compute shaders, or when
 the budget cannot hold the work buffer, the CPU reduces the raw entries (`FeedbackReducer`): the same
-pages and counts.
+pages and counts. Where compaction can run, it runs only while it pays: the streamer reports each
+frame's feedback cost on the render thread (`record_cost`) and `CompactionChoice` keeps the cheaper
+way, measuring the other again now and then (on llvmpipe the dispatches cost the render thread more
+than the CPU reduction they save).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import moderngl
@@ -35,7 +39,7 @@ from ..gl.gl_ext import GLExt
 from ..gl.objects import FenceLike, MappedBuffer
 from ..gl.shaders import compute_shader, shader_file
 from .budget import BudgetManager
-from .feedback_reduce import CompactFeedback
+from .feedback_reduce import CompactFeedback, CompactionChoice
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +163,7 @@ class FeedbackRing:
         compact = compact and FeedbackCompactor.available(ctx, gl)
         self.compactor = FeedbackCompactor(ctx, capacity) if compact else None
         self._compacting = False  # the compactor's work buffer is sized and reserved (`track_ids`)
+        self.choice = CompactionChoice(self.compactor is not None)  # compact a buffer only while it pays
         self.n_ids = 0  # tile ids in use, as `track_ids` was last told
         readback = max(self.nbytes_each, self.compactor.list_bytes if self.compactor else 0)
         self._entries = [
@@ -247,8 +252,19 @@ class FeedbackRing:
 
     @property
     def compacting(self) -> bool:
-        """The feedback is reduced to unique pages on the GPU before it is read back."""
-        return self._compacting
+        """The feedback is reduced to unique pages on the GPU before it is read back (it can, and it
+        costs the render thread less than reducing the entries on the CPU: `CompactionChoice`)."""
+        return self._compacting and self.choice.compact
+
+    def record_cost(self, batches: Sequence[np.ndarray | CompactFeedback], seconds: float) -> None:
+        """The render thread's `seconds` for one frame's feedback: closing the buffer, collecting
+        `batches` (this frame's `collect`) and reducing them; counted for the way they were made
+        (nothing when none were read, or when they were made both ways)."""
+        if not self._compacting or not batches:
+            return
+        compacted = {isinstance(b, CompactFeedback) for b in batches}
+        if len(compacted) == 1:
+            self.choice.record(compacted.pop(), seconds)
 
     def fitted(
         self, viewport: tuple[int, int, int, int] | None, budget: BudgetManager, config: StreamerConfig
@@ -284,7 +300,7 @@ class FeedbackRing:
             # Shader writes reach glGetBufferSubData / glMapBuffer only through this barrier; the
             # fence behind it tells when both the draw and the barrier are done.
             cur = self._current
-            cur.compacted = self._compacting and cur.readback is not None
+            cur.compacted = self.compacting and cur.readback is not None
             if cur.compacted:
                 assert self.compactor is not None and cur.readback is not None
                 work = self.compactor.run(cur.buffer)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from .tiles import TileSpace
 
 __all__ = [
     "CompactFeedback",
+    "CompactionChoice",
     "FeedbackReducer",
     "FeedbackResult",
     "Wanted",
@@ -82,6 +84,71 @@ class CompactFeedback:
     counts: np.ndarray
     samples: int
     invalid: int
+
+
+class CompactionChoice:
+    """Whether the next feedback buffer is compacted on the GPU, chosen by measuring both ways.
+
+    Compaction (engine/runtime/feedback.py) trades the CPU's pass over every entry for two compute
+    dispatches, a larger readback and a few GL calls a frame. Which costs the render thread less
+    depends on the driver and on how many entries the draws write: on a software rasterizer the
+    dispatches run on the CPU too, and a small screen writes few entries. The streamer reports each
+    frame's feedback cost on the render thread (closing the buffer, reading it, reducing it) with the
+    way the buffers it read were made (`record`); the choice runs `probe_frames` frames each way,
+    keeps the way whose median is lower, and tries the other way again every `reprobe_frames` frames.
+    No GL, no clock: the costs are given.
+
+    Parameters
+    ----------
+    available : bool
+        Compaction can run (compute shaders, a work buffer in the budget); False: never compact.
+    probe_frames : int
+        Frames measured each way before choosing.
+    reprobe_frames : int
+        Frames the chosen way runs before the other is measured again.
+    """
+
+    def __init__(self, available: bool, *, probe_frames: int = 16, reprobe_frames: int = 600) -> None:
+        if probe_frames < 1 or reprobe_frames < 1:
+            raise ValueError(f"probe_frames and reprobe_frames must be >= 1, got {probe_frames!r}, {reprobe_frames!r}")
+        self.available = available
+        self.probe_frames, self.reprobe_frames = probe_frames, reprobe_frames
+        self.compact = available  # the way the next buffer is made: compaction is measured first
+        self.chosen: bool | None = None  # the cheaper way once both were measured
+        self._costs: dict[bool, deque[float]] = {w: deque(maxlen=probe_frames) for w in (True, False)}
+        self._frames = 0  # frames measured since the way last changed
+
+    def median(self, compact: bool) -> float | None:
+        """Median seconds of the latest frames measured that way (None before any)."""
+        c = self._costs[compact]
+        return float(np.median(c)) if c else None
+
+    def record(self, compacted: bool, seconds: float) -> None:
+        """One frame's feedback cost on the render thread, for buffers made `compacted` (frames that
+        read buffers made the other way, closed before a switch, are not counted)."""
+        if not self.available or compacted != self.compact:
+            return
+        costs = self._costs[compacted]
+        costs.append(seconds)
+        self._frames += 1
+        if self.chosen is not None and self.compact == self.chosen:
+            if self._frames >= self.reprobe_frames:  # the other way may have become cheaper
+                self._costs[not self.chosen].clear()
+                self._switch(not self.chosen)
+            return
+        if len(costs) < self.probe_frames:
+            return
+        other = self._costs[not compacted]
+        if len(other) < self.probe_frames:  # the other way is not measured yet
+            self._switch(not compacted)
+            return
+        self.chosen = self.median(True) <= self.median(False)  # type: ignore[operator]
+        self._switch(self.chosen)
+
+    def _switch(self, compact: bool) -> None:
+        if compact != self.compact:
+            log.debug("feedback: %s the GPU", "compacting on" if compact else "not compacting on")
+        self.compact, self._frames = compact, 0
 
 
 HISTOGRAM_IDS_PER_ENTRY = 8  # the histogram path while the id space is at most this many ids per entry

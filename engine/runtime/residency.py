@@ -25,6 +25,7 @@ synthetic feedback (tests/runtime/test_residency.py).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -383,6 +384,8 @@ class Residency:
         """`wanted` coarsened by the mip `bias`, each texture by its priority's share of it
         (`texture_sets.bias_levels`); `pressure` (default: bias > 0) says whether a bias is in force."""
         if (bias > 0 if pressure is None else pressure) and len(wanted):
+            if self.priority.uniform:  # every page by floor(bias) (bias_levels' answer, without its passes)
+                return self.reducer.coarsen(wanted, max(0, math.floor(bias + 1e-9)))
             levels = bias_levels(self.space, self.priority.values, wanted.ids, bias)
             return coarsen_by(self.space, wanted, levels)
         return wanted
@@ -547,6 +550,9 @@ class Residency:
 
         bm, cfg = self.budget, self.config.budget
         if bm.bias == 0:
+            caps = [self.stream_capacity(p) for p, ledger in enumerate(self.ledgers) if ledger is not None]
+            if 2 * len(wanted) < cfg.low_water * min(caps, default=0):
+                return  # all pages plus parents cannot fill even the smallest pool (no per-pool count needed)
             pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
             if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in pages.nonzero()[0].tolist()):
                 return  # no pool's pages plus parents can fill it: no pressure to measure

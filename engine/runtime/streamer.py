@@ -358,6 +358,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         st = FrameStats(frame=core.begin_frame())
         if up is not None:
             up.reclaim()  # staging slots whose upload fences signalled
+        f0 = time.thread_time()  # the feedback's cost on this thread: compacting pays only if it lowers it
         self._feedback = self._feedback.fitted(self.ctx.viewport, self.budget, self.config)
         self._feedback.end_frame()
         self._pages.bind(VT_PAGES_BINDING)  # the feedback compaction's dispatches used its binding
@@ -365,6 +366,8 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         st.feedback_ms = clock.lap()
         wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
         st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
+        if not self.freeze_feedback:
+            self._feedback.record_cost(raw, time.thread_time() - f0)
         if up is not None:
             drained = up.drain()
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))

@@ -119,3 +119,55 @@ def test_a_streamer_wants_the_same_pages_with_and_without_compaction(
             seen[compaction] = (w.ids.tolist(), w.counts.tolist())
             s.validate()
     assert seen[True] == seen[False] and sum(seen[True][1]) == 3000
+
+
+def test_a_ring_told_compaction_costs_more_reads_raw_entries_with_the_same_pages(gl_context, ring) -> None:  # noqa: ANN001
+    r, _ = ring
+    entries = np.array([7, 7, 9, 4999, 5000], np.uint32)  # 5000: past the ids in use
+    probe = r.choice.probe_frames
+    frame = 0
+    for _ in range(probe):  # compaction is measured first: each frame's feedback took 2 ms
+        frame += 1
+        got = compacted(gl_context, r, frame, entries)
+        r.record_cost([got], 2e-3)
+    assert not r.compacting  # the CPU reduction is measured next
+    for _ in range(probe):
+        frame += 1
+        r.begin_frame(frame)
+        assert r.inject(entries)
+        r.end_frame()
+        gl_context.finish()
+        (raw,) = r.collect(frame + 1)
+        assert not isinstance(raw, CompactFeedback) and sorted(raw.tolist()) == sorted(entries.tolist())
+        r.record_cost([raw], 1e-3)  # cheaper than compacting
+    assert not r.compacting and r.choice.chosen is False
+    ids, counts, outside = histogram_counts(raw, 5000)
+    assert (ids.tolist(), counts.tolist(), outside) == ([7, 9, 4999], [2, 1, 1], 1)
+
+
+def test_compaction_adds_no_frame_between_a_draw_and_its_request(
+    gl_context: moderngl.Context, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """On a GPU that keeps up (each frame finished before the next update), a page drawn in frame N is
+    wanted and requested by update N + 1, compacted or not."""
+    pack = tmp_path_factory.mktemp("compaction-latency") / "checker.tpk"
+    bake_procedural(pack, 1024, "checker", 1, BakeConfig(tile_size=64, progress=False))
+    seen = {}
+    for compaction in (True, False):
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=64), feedback_compaction=compaction, prefetch=False)
+        with Streamer(gl_context, cfg) as s:
+            vt = s.open(pack)
+            page = vt.table.ids(np.array([0]), np.array([5]), np.array([9])).astype(np.uint32)
+            s.update()
+            drawn = s.frame  # update() opened this frame's feedback buffer: the "draw" writes into it
+            assert s.inject_feedback(np.repeat(page, 50))
+            gl_context.finish()
+            frames = []
+            for _ in range(3):
+                st = s.update()
+                frames.append((st.frame - drawn, st.wanted_pages, st.requested, s.feedback_info().compacted))
+                gl_context.finish()
+            seen[compaction] = [f[:3] for f in frames]
+            assert frames[0][3] is (compaction and FeedbackCompactor.available(gl_context, s.gl))
+    assert seen[True] == seen[False]
+    assert seen[True][0][0] == 1 and seen[True][0][1] == 1 and seen[True][0][2] >= 1  # wanted, requested at once

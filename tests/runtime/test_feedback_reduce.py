@@ -10,6 +10,7 @@ import pytest
 from texstream.pack.format import PackHeader
 from texstream.runtime.feedback_reduce import (
     CompactFeedback,
+    CompactionChoice,
     FeedbackReducer,
     Wanted,
     histogram_counts,
@@ -304,3 +305,38 @@ def test_one_compacted_buffer_reduces_as_its_entries_do(bias: float) -> None:
         assert got.wanted.ids.tolist() == want.wanted.ids.tolist()
         assert got.wanted.counts.tolist() == want.wanted.counts.tolist()
         assert got.invalid == want.invalid
+
+
+def _run_choice(choice: CompactionChoice, cost: dict[bool, float], frames: int) -> list[bool]:
+    """`frames` frames of feedback costing `cost[way]`; the way each frame's buffer was made."""
+    ways = []
+    for _ in range(frames):
+        ways.append(choice.compact)
+        choice.record(choice.compact, cost[choice.compact])
+    return ways
+
+
+def test_compaction_is_kept_only_while_it_costs_the_render_thread_less() -> None:
+    choice = CompactionChoice(True, probe_frames=4, reprobe_frames=20)
+    ways = _run_choice(choice, {True: 3e-4, False: 1e-4}, 8)
+    assert ways == [True] * 4 + [False] * 4  # compaction measured first, then the CPU reduction
+    assert choice.chosen is False and not choice.compact
+    ways = _run_choice(choice, {True: 3e-4, False: 1e-4}, 28)
+    assert ways == [False] * 20 + [True] * 4 + [False] * 4  # measured again after reprobe_frames
+    ways = _run_choice(choice, {True: 1e-4, False: 3e-4}, 20)  # the screen grew: now compaction pays
+    assert ways == [False] * 16 + [True] * 4 and choice.chosen is True and choice.compact  # 20 since the choice
+
+
+def test_frames_read_from_buffers_of_the_other_way_are_not_counted() -> None:
+    choice = CompactionChoice(True, probe_frames=2)
+    choice.record(False, 1.0)  # a buffer closed before compaction was chosen: not compaction's cost
+    choice.record(True, 1e-4)
+    choice.record(True, 1e-4)
+    assert not choice.compact and choice.median(True) == pytest.approx(1e-4) and choice.median(False) is None
+
+
+def test_without_compaction_the_choice_never_compacts() -> None:
+    choice = CompactionChoice(False, probe_frames=1)
+    assert _run_choice(choice, {True: 0.0, False: 1.0}, 5) == [False] * 5 and choice.chosen is None
+    with pytest.raises(ValueError, match="probe_frames"):
+        CompactionChoice(True, probe_frames=0)
