@@ -37,6 +37,7 @@ __all__ = [
     "encode_f32",
     "expand_pages",
     "hdr_functions",
+    "histogram_pages",
     "load",
     "load_library",
     "procedural_functions",
@@ -362,6 +363,24 @@ def expand_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
         return None
     fn.restype = ctypes.c_int64
     fn.argtypes = (ctypes.c_int64, *(ctypes.c_void_p,) * 3, ctypes.c_int64, ctypes.c_int64, *(ctypes.c_void_p,) * 4)
+    return fn
+
+
+@functools.cache
+def histogram_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_histogram_pages`` (raw feedback entries to distinct page ids and counts; see _native.c)
+    from the helper at `path` (None: the installed one), or None as for `expand_pages`: the feedback
+    reduction then counts with numpy, to the same pages. Called with the GIL held."""
+    path = path or _module_file("texstream.native._native")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.PyDLL(path).ts_histogram_pages
+    except (OSError, AttributeError) as exc:
+        log.info("texstream's compiled helper has no ts_histogram_pages (%s): numpy counts the feedback", exc)
+        return None
+    fn.restype = ctypes.c_int64
+    fn.argtypes = (ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, *(ctypes.c_void_p,) * 5)
     return fn
 
 

@@ -278,6 +278,46 @@ int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, co
     return bad ? -1 : m;
 }
 
+/* (Render thread) Raw feedback entries values[0..n) (tile ids, any order, repeats) reduced to the
+ * sorted distinct ids below `n_ids` with how often each occurs; entries at or above n_ids are
+ * counted in *outside and dropped. Counts go through `scratch` (n_ids int32s) and presence through
+ * `bits` (n_ids / 64 rounded up words): both zero on entry and zero again on return. out_ids and
+ * out_counts hold min(n, n_ids) entries. Returns the number of ids written. Linear in n plus the
+ * words between the smallest and the largest id seen. */
+int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int32_t *scratch, uint64_t *bits,
+                           int64_t *out_ids, int64_t *out_counts, int64_t *outside) {
+    int64_t lo = n_ids, hi = -1, dropped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t v = values[i];
+        if (v >= n_ids) {
+            dropped++;
+            continue;
+        }
+        if (scratch[v]++ == 0) {
+            bits[v >> 6] |= (uint64_t)1 << (v & 63);
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+    }
+    int64_t m = 0;
+    if (hi >= 0) {
+        for (int64_t w = lo >> 6; w <= hi >> 6; w++) {
+            uint64_t word = bits[w];
+            bits[w] = 0;
+            while (word) {
+                const int64_t id = (w << 6) + __builtin_ctzll(word);
+                word &= word - 1;
+                out_ids[m] = id;
+                out_counts[m] = scratch[id];
+                scratch[id] = 0;
+                m++;
+            }
+        }
+    }
+    *outside = dropped;
+    return m;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

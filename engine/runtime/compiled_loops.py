@@ -42,8 +42,8 @@ class Addresses:
 def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
-    expand, sample = native.expand_pages(path), native.sample_slots(path)
-    if expand is None or sample is None:
+    expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
+    if expand is None or sample is None or histogram is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -93,4 +93,27 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             n_pools, MAX_LEVELS, at(out), stride, at(out_count),
         )  # fmt: skip
 
-    return DeciderLoops(expand_pages=expand_pages, sample_slots=sample_slots)
+    def histogram_pages(
+        values: np.ndarray,
+        n_ids: int,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        out_ids: np.ndarray,
+        out_counts: np.ndarray,
+        outside: np.ndarray,
+    ) -> int:
+        if not (
+            values.dtype == np.uint32
+            and values.flags.c_contiguous
+            and scratch.dtype == np.int32
+            and scratch.size >= n_ids
+            and bits.size * 64 >= n_ids
+            and min(out_ids.size, out_counts.size) >= min(values.size, n_ids)
+            and outside.size >= 1
+        ):
+            raise ValueError("histogram_pages: a buffer is too small or of the wrong type for the entries")
+        return histogram(
+            values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
+        )
+
+    return DeciderLoops(expand_pages=expand_pages, sample_slots=sample_slots, histogram_pages=histogram_pages)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "CompactionChoice",
     "FeedbackReducer",
     "FeedbackResult",
+    "HistogramLoop",
     "Wanted",
     "histogram_counts",
     "same_feedback",
@@ -265,11 +266,44 @@ def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[n
     ]
 
 
-class FeedbackReducer:
-    """Reduces raw feedback entries against the open textures' tile ids (vectorized)."""
+# (values, n_ids, scratch, bits, out_ids, out_counts, outside) -> ids written: ``ts_histogram_pages``
+HistogramLoop = Callable[[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]
 
-    def __init__(self, space: TileSpace) -> None:
+
+class FeedbackReducer:
+    """Reduces raw feedback entries against the open textures' tile ids (vectorized).
+
+    Parameters
+    ----------
+    space
+        The tile id space.
+    histogram_loop
+        The compiled count of raw uint32 entries (`touch.DeciderLoops.histogram_pages`: one pass
+        over the entries, where numpy's histogram takes several), or None: numpy, the same pages.
+    """
+
+    def __init__(self, space: TileSpace, *, histogram_loop: HistogramLoop | None = None) -> None:
         self.space = space
+        self._histogram = histogram_loop
+        self._scratch = np.zeros(0, np.int32)  # the loop's counts and presence bits, left zeroed by it
+        self._bits = np.zeros(0, np.uint64)
+        self._out_ids = np.zeros(0, np.int64)  # what it writes, copied out
+        self._out_counts = np.zeros(0, np.int64)
+        self._outside = np.zeros(1, np.int64)
+
+    def _histogram_compiled(self, ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """`histogram_counts` of uint32 entries in one call of the compiled loop."""
+        values = np.ascontiguousarray(ids.ravel())
+        if self._scratch.size < n_ids:
+            self._scratch = np.zeros(max(n_ids, 2 * self._scratch.size), np.int32)
+            self._bits = np.zeros(-(-self._scratch.size // 64), np.uint64)
+        room = min(values.size, n_ids)
+        if self._out_ids.size < room:
+            self._out_ids = np.empty(max(room, 2 * self._out_ids.size, 4096), np.int64)
+            self._out_counts = np.empty_like(self._out_ids)
+        out_ids, out_counts = self._out_ids, self._out_counts
+        n = self._histogram(values, n_ids, self._scratch, self._bits, out_ids, out_counts, self._outside)  # type: ignore[misc]
+        return out_ids[:n].copy(), out_counts[:n].copy(), int(self._outside[0])
 
     def reduce(self, raw: np.ndarray, bias: float = 0.0) -> FeedbackResult:
         """Unique wanted pages with coverage counts, coarsened by floor(bias) levels.
@@ -289,7 +323,9 @@ class FeedbackReducer:
         total = int(ids.size)
         n_ids = self.space.used
         outside = 0
-        if total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
+        if total and self._histogram is not None and ids.dtype == np.uint32:
+            uniq, counts, outside = self._histogram_compiled(ids, n_ids)
+        elif total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
             uniq, counts, outside = histogram_counts(ids, n_ids)
         else:
             uniq, counts = unique_counts(ids)

@@ -164,7 +164,7 @@ class Residency:
         self.frame = 0
         self.space = TileSpace()
         self.tables = PageTables(self.space)
-        self.reducer = FeedbackReducer(self.space)
+        self.reducer = FeedbackReducer(self.space, histogram_loop=loops and loops.histogram_pages)
         self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
         self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`
         self.priority = Priorities()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
 from .texture_sets import ExpandLoop
 from .tiles import MAX_TEXTURES, TileSpace
@@ -31,6 +32,7 @@ class DeciderLoops:
 
     expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
+    histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
 
 
 class SampledSlots:

@@ -315,12 +315,13 @@ def _replay_procedural(lib: Path) -> int:
 
 
 def _replay_deciders(lib: Path) -> int:
-    """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample) on
-    random tables against numpy's, from exact-size buffers, then on hostile tables: ids past the
-    table, follower entries past it, a parent table with a cycle (the walk is bounded)."""
+    """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
+    count of raw feedback entries) on random tables against numpy's, from exact-size buffers, then on
+    hostile tables: ids past the table, follower entries past it, a parent table with a cycle (the walk
+    is bounded), entries past every id."""
     import numpy as np
 
-    from texstream.native import expand_pages, sample_slots
+    from texstream.native import expand_pages, histogram_pages, sample_slots
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
     from texstream.runtime.page_table import PageTables
@@ -328,8 +329,8 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
     from texstream.runtime.touch import SampledSlots
 
-    expand, sample = expand_pages(str(lib)), sample_slots(str(lib))
-    if expand is None or sample is None:
+    expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
+    if expand is None or sample is None or histogram is None:
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -387,7 +388,27 @@ def _replay_deciders(lib: Path) -> int:
                     raise AssertionError(f"ts_sample_slots case {case}, pool {p}: compiled slots != numpy's")
         elif got < 0:
             raise AssertionError(f"ts_sample_slots on a parent cycle refused in-range ids: {got}")
-        checks += 2
+        values = rng.integers(0, capacity + 40, int(rng.integers(1, 3000))).astype(np.uint32)
+        values[::7] = np.uint32(0xFFFFFFFF)
+        n_ids = int(space.used)
+        scratch32, bits = np.zeros(n_ids, np.int32), np.zeros(-(-n_ids // 64), np.uint64)
+        room = min(values.size, n_ids)
+        hist_ids, hist_counts, outside = np.empty(room, np.int64), np.empty(room, np.int64), np.zeros(1, np.int64)
+        m = histogram(
+            values.size, values.ctypes.data, n_ids, scratch32.ctypes.data, bits.ctypes.data, hist_ids.ctypes.data,
+            hist_counts.ctypes.data, outside.ctypes.data,
+        )  # fmt: skip
+        inside = values[values < n_ids]
+        want_ids, want_counts = np.unique(inside, return_counts=True)
+        if not (
+            np.array_equal(hist_ids[:m], want_ids)
+            and np.array_equal(hist_counts[:m], want_counts)
+            and int(outside[0]) == values.size - inside.size
+            and not scratch32.any()
+            and not bits.any()
+        ):
+            raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
+        checks += 3
     return checks
 
 

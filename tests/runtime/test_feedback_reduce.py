@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from texstream.pack.format import PackHeader
+from texstream.runtime.compiled_loops import decider_loops
 from texstream.runtime.feedback_reduce import (
     CompactFeedback,
     CompactionChoice,
@@ -340,3 +341,27 @@ def test_without_compaction_the_choice_never_compacts() -> None:
     assert _run_choice(choice, {True: 0.0, False: 1.0}, 5) == [False] * 5 and choice.chosen is None
     with pytest.raises(ValueError, match="probe_frames"):
         CompactionChoice(True, probe_frames=0)
+
+
+@pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_count_of_raw_entries_equals_numpys(seed: int) -> None:
+    """Raw uint32 feedback (repeats, ids of no tile, ids past every texture, a gap where a texture
+    closed) reduces to the same pages, counts and dropped entries through both paths, frame after
+    frame (the compiled count leaves its scratch clean), and under a bias."""
+    rng = np.random.default_rng(seed)
+    space = space_of({0: SMALL, 1: PackHeader(width=512, height=512, tile_size=128), 2: SMALL})
+    space.unregister(1)
+    loops = decider_loops()
+    assert loops is not None
+    compiled, plain = FeedbackReducer(space, histogram_loop=loops.histogram_pages), FeedbackReducer(space)
+    for frame in range(3):
+        raw = rng.integers(0, space.used + 50, int(rng.integers(1, 5000))).astype(np.uint32)
+        raw[:: 97 + frame] = np.uint32(0xFFFFFFFF)
+        for bias in (0.0, 1.5):
+            a, b = compiled.reduce(raw, bias), plain.reduce(raw, bias)
+            np.testing.assert_array_equal(a.wanted.ids, b.wanted.ids)
+            np.testing.assert_array_equal(a.wanted.counts, b.wanted.counts)
+            assert (a.samples, a.invalid, a.bias_levels) == (b.samples, b.invalid, b.bias_levels)
+    empty = compiled.reduce(np.full(7, 0xFFFFFFFF, np.uint32))
+    assert len(empty.wanted) == 0 and empty.invalid == 7
