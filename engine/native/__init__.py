@@ -240,18 +240,24 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     return native
 
 
-def _bake_loop(symbol: str, argtypes: tuple, missing: str) -> ctypes._CFuncPtr | None:
-    """The helper's `symbol` (a bake loop: plain C, called through ctypes.CDLL, so the GIL is released),
-    or None when the helper is not built or predates it (`missing` says what numpy then does, logged)."""
-    path = _module_file("texstream.native._native")
+def _bake_loop(
+    symbol: str, argtypes: tuple, missing: str, *, path: str | None = None, keep_gil: bool = False
+) -> ctypes._CFuncPtr | None:
+    """The helper's `symbol` (a loop in plain C returning int64: 0 or a count, < 0 for arguments it
+    refused; see _native.c), or None when the helper is not built or predates it (`missing` says what
+    numpy then does, logged). Bake loops are called through ctypes.CDLL, which releases the GIL;
+    `keep_gil` (the render thread's loops, a few microseconds a call: releasing the lock would only
+    invite a wait to take it back) through ctypes.PyDLL. `path`: a helper other than the installed one
+    (the sanitizer tests' build)."""
+    path = path or _module_file("texstream.native._native")
     if path is None:
         return None
     try:
-        fn = getattr(ctypes.CDLL(path), symbol)
+        fn = getattr((ctypes.PyDLL if keep_gil else ctypes.CDLL)(path), symbol)
     except (OSError, AttributeError) as exc:  # a helper built before the function existed
         log.info("texstream's compiled helper has no %s (%s): %s", symbol, exc, missing)
         return None
-    fn.restype = ctypes.c_int64  # 0, or < 0 for a geometry the loop refused (see _native.c)
+    fn.restype = ctypes.c_int64
     fn.argtypes = argtypes
     return fn
 
@@ -346,72 +352,32 @@ def checksum_tiles() -> Callable[[memoryview, int, int], np.ndarray] | None:
     return checksums
 
 
+_ptr, _i64 = ctypes.c_void_p, ctypes.c_int64
+
+
 @functools.cache
 def expand_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_expand_pages`` (texture sets: a frame's lead pages onto their followers' pages, see
     _native.c) from the helper at `path` (None: the installed one), or None when it is not built or
-    predates it: `texture_sets.SetTable.expand` then does it with numpy, to the same pages. Called
-    on the render thread with the GIL held (a few microseconds: releasing it would only invite a
-    wait to take it back)."""
-    path = path or _module_file("texstream.native._native")
-    if path is None:
-        return None
-    try:
-        fn = ctypes.PyDLL(path).ts_expand_pages
-    except (OSError, AttributeError) as exc:
-        log.info("texstream's compiled helper has no ts_expand_pages (%s): numpy expands texture sets", exc)
-        return None
-    fn.restype = ctypes.c_int64
-    fn.argtypes = (ctypes.c_int64, *(ctypes.c_void_p,) * 3, ctypes.c_int64, ctypes.c_int64, *(ctypes.c_void_p,) * 4)
-    return fn
+    predates it: `texture_sets.SetTable.expand` then does it with numpy, to the same pages."""
+    args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
+    return _bake_loop("ts_expand_pages", args, "numpy expands texture sets", path=path, keep_gil=True)
 
 
 @functools.cache
 def histogram_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_histogram_pages`` (raw feedback entries to distinct page ids and counts; see _native.c)
-    from the helper at `path` (None: the installed one), or None as for `expand_pages`: the feedback
-    reduction then counts with numpy, to the same pages. Called with the GIL held."""
-    path = path or _module_file("texstream.native._native")
-    if path is None:
-        return None
-    try:
-        fn = ctypes.PyDLL(path).ts_histogram_pages
-    except (OSError, AttributeError) as exc:
-        log.info("texstream's compiled helper has no ts_histogram_pages (%s): numpy counts the feedback", exc)
-        return None
-    fn.restype = ctypes.c_int64
-    fn.argtypes = (ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, *(ctypes.c_void_p,) * 5)
-    return fn
+    """``ts_histogram_pages`` (raw feedback entries to distinct page ids and counts), or None as for
+    `expand_pages`: the feedback reduction then counts with numpy, to the same pages."""
+    args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr)
+    return _bake_loop("ts_histogram_pages", args, "numpy counts the feedback", path=path, keep_gil=True)
 
 
 @functools.cache
 def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_sample_slots`` (the cache slots a frame's pages and their parents sample, by pool; see
-    _native.c) from the helper at `path` (None: the installed one), or None as for `expand_pages`:
-    `touch.SampledSlots` then finds them with numpy, the same slots. Called with the GIL held."""
-    path = path or _module_file("texstream.native._native")
-    if path is None:
-        return None
-    try:
-        fn = ctypes.PyDLL(path).ts_sample_slots
-    except (OSError, AttributeError) as exc:
-        log.info("texstream's compiled helper has no ts_sample_slots (%s): numpy finds the slots to touch", exc)
-        return None
-    fn.restype = ctypes.c_int64
-    i64 = ctypes.c_int64
-    fn.argtypes = (
-        i64,
-        *(ctypes.c_void_p,) * 4,
-        i64,
-        ctypes.c_void_p,
-        i64,
-        i64,
-        i64,
-        ctypes.c_void_p,
-        i64,
-        ctypes.c_void_p,
-    )
-    return fn
+    """``ts_sample_slots`` (the cache slots a frame's pages and their parents sample, by pool), or None
+    as for `expand_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
+    args = (_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr)
+    return _bake_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,27 @@ void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const in
           (intptr_t)size[i]);
 }
 
+/* The ids marked in `bits` between `lo` and `hi` (both inclusive; none when hi < 0), ascending, with
+ * their counts in `scratch`, written to out_ids / out_counts; clears both marks and counts. Returns
+ * how many were written. (ts_expand_pages and ts_histogram_pages collect through it.) */
+static int64_t ts_take_marked(uint64_t *bits, int64_t *scratch, int64_t lo, int64_t hi, int64_t *out_ids,
+                              int64_t *out_counts) {
+    int64_t m = 0;
+    for (int64_t w = lo >> 6; hi >= 0 && w <= hi >> 6; w++) {
+        uint64_t word = bits[w];
+        bits[w] = 0;
+        while (word) {
+            const int64_t id = (w << 6) + __builtin_ctzll(word);
+            word &= word - 1;
+            out_ids[m] = id;
+            out_counts[m] = scratch[id];
+            scratch[id] = 0;
+            m++;
+        }
+    }
+    return m;
+}
+
 /* (Texture sets, render thread) The wanted pages of a frame plus the pages the sets' followers want
  * for them, as sorted unique ids with summed coverage: for every wanted lead page ids[i] (with
  * coverage counts[i]) the page itself and each non-negative entry of row ids[i] of `follow`
@@ -241,50 +262,32 @@ int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, co
             bad = 1;
             continue;
         }
-        scratch[id] += c;
-        bits[id >> 6] |= (uint64_t)1 << (id & 63);
-        lo = id < lo ? id : lo;
-        hi = id > hi ? id : hi;
         const int32_t *row = follow + id * k;
-        for (int64_t j = 0; j < k; j++) {
-            const int64_t f = row[j];
-            if (f < 0)
+        for (int64_t j = -1; j < k; j++) { /* the page itself, then its followers */
+            const int64_t page = j < 0 ? id : row[j];
+            if (page < 0)
                 continue;
-            if (f >= capacity) {
+            if (page >= capacity) {
                 bad = 1;
                 continue;
             }
-            scratch[f] += c;
-            bits[f >> 6] |= (uint64_t)1 << (f & 63);
-            lo = f < lo ? f : lo;
-            hi = f > hi ? f : hi;
+            scratch[page] += c;
+            bits[page >> 6] |= (uint64_t)1 << (page & 63);
+            lo = page < lo ? page : lo;
+            hi = page > hi ? page : hi;
         }
     }
-    int64_t m = 0;
-    if (hi >= 0) {
-        for (int64_t w = lo >> 6; w <= hi >> 6; w++) {
-            uint64_t word = bits[w];
-            bits[w] = 0;
-            while (word) {
-                const int64_t id = (w << 6) + __builtin_ctzll(word);
-                word &= word - 1;
-                out_ids[m] = id;
-                out_counts[m] = scratch[id];
-                scratch[id] = 0;
-                m++;
-            }
-        }
-    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
     return bad ? -1 : m;
 }
 
 /* (Render thread) Raw feedback entries values[0..n) (tile ids, any order, repeats) reduced to the
  * sorted distinct ids below `n_ids` with how often each occurs; entries at or above n_ids are
- * counted in *outside and dropped. Counts go through `scratch` (n_ids int32s) and presence through
+ * counted in *outside and dropped. Counts go through `scratch` (n_ids int64s) and presence through
  * `bits` (n_ids / 64 rounded up words): both zero on entry and zero again on return. out_ids and
  * out_counts hold min(n, n_ids) entries. Returns the number of ids written. Linear in n plus the
  * words between the smallest and the largest id seen. */
-int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int32_t *scratch, uint64_t *bits,
+int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int64_t *scratch, uint64_t *bits,
                            int64_t *out_ids, int64_t *out_counts, int64_t *outside) {
     int64_t lo = n_ids, hi = -1, dropped = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -299,21 +302,7 @@ int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int
             hi = v > hi ? v : hi;
         }
     }
-    int64_t m = 0;
-    if (hi >= 0) {
-        for (int64_t w = lo >> 6; w <= hi >> 6; w++) {
-            uint64_t word = bits[w];
-            bits[w] = 0;
-            while (word) {
-                const int64_t id = (w << 6) + __builtin_ctzll(word);
-                word &= word - 1;
-                out_ids[m] = id;
-                out_counts[m] = scratch[id];
-                scratch[id] = 0;
-                m++;
-            }
-        }
-    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
     *outside = dropped;
     return m;
 }

@@ -105,7 +105,7 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
         if not (
             values.dtype == np.uint32
             and values.flags.c_contiguous
-            and scratch.dtype == np.int32
+            and scratch.dtype == np.int64
             and scratch.size >= n_ids
             and bits.size * 64 >= n_ids
             and min(out_ids.size, out_counts.size) >= min(values.size, n_ids)

@@ -285,7 +285,7 @@ class FeedbackReducer:
     def __init__(self, space: TileSpace, *, histogram_loop: HistogramLoop | None = None) -> None:
         self.space = space
         self._histogram = histogram_loop
-        self._scratch = np.zeros(0, np.int32)  # the loop's counts and presence bits, left zeroed by it
+        self._scratch = np.zeros(0, np.int64)  # the loop's counts and presence bits, left zeroed by it
         self._bits = np.zeros(0, np.uint64)
         self._out_ids = np.zeros(0, np.int64)  # what it writes, copied out
         self._out_counts = np.zeros(0, np.int64)
@@ -295,7 +295,7 @@ class FeedbackReducer:
         """`histogram_counts` of uint32 entries in one call of the compiled loop."""
         values = np.ascontiguousarray(ids.ravel())
         if self._scratch.size < n_ids:
-            self._scratch = np.zeros(max(n_ids, 2 * self._scratch.size), np.int32)
+            self._scratch = np.zeros(max(n_ids, 2 * self._scratch.size), np.int64)
             self._bits = np.zeros(-(-self._scratch.size // 64), np.uint64)
         room = min(values.size, n_ids)
         if self._out_ids.size < room:

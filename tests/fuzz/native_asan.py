@@ -391,11 +391,11 @@ def _replay_deciders(lib: Path) -> int:
         values = rng.integers(0, capacity + 40, int(rng.integers(1, 3000))).astype(np.uint32)
         values[::7] = np.uint32(0xFFFFFFFF)
         n_ids = int(space.used)
-        scratch32, bits = np.zeros(n_ids, np.int32), np.zeros(-(-n_ids // 64), np.uint64)
+        scratch_counts, bits = np.zeros(n_ids, np.int64), np.zeros(-(-n_ids // 64), np.uint64)
         room = min(values.size, n_ids)
         hist_ids, hist_counts, outside = np.empty(room, np.int64), np.empty(room, np.int64), np.zeros(1, np.int64)
         m = histogram(
-            values.size, values.ctypes.data, n_ids, scratch32.ctypes.data, bits.ctypes.data, hist_ids.ctypes.data,
+            values.size, values.ctypes.data, n_ids, scratch_counts.ctypes.data, bits.ctypes.data, hist_ids.ctypes.data,
             hist_counts.ctypes.data, outside.ctypes.data,
         )  # fmt: skip
         inside = values[values < n_ids]
@@ -404,7 +404,7 @@ def _replay_deciders(lib: Path) -> int:
             np.array_equal(hist_ids[:m], want_ids)
             and np.array_equal(hist_counts[:m], want_counts)
             and int(outside[0]) == values.size - inside.size
-            and not scratch32.any()
+            and not scratch_counts.any()
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")

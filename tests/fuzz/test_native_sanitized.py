@@ -37,6 +37,22 @@ def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return lib
 
 
+def _assert_planted_overflow_caught(tmp_path: Path, old: str, new: str, target: str) -> None:
+    """A copy of the helper with `old` replaced by `new` (a planted bug) must fail the `target` replay
+    with an AddressSanitizer report: the replay really runs the instrumented code on exact-size buffers."""
+    source = SOURCE.read_text()
+    planted = source.replace(old, new)
+    assert planted != source
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _replay(lib, target)
+    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+
+
 def test_the_corpus_through_the_sanitized_helper(sanitized: Path) -> None:
     proc = _replay(sanitized)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
@@ -46,63 +62,30 @@ def test_the_corpus_through_the_sanitized_helper(sanitized: Path) -> None:
 def test_the_sanitizer_catches_a_planted_overflow(sanitized: Path, tmp_path: Path) -> None:
     """The same replay on a copy of the helper that copies one byte too many must fail with an
     AddressSanitizer report: the replay really runs the instrumented code on exact-size buffers."""
-    source = SOURCE.read_text()
-    planted = source.replace("memcpy(dst, src, (size_t)raw);", "memcpy(dst, src, (size_t)raw + 1);")
-    assert planted != source
-    copy = tmp_path / "src" / "_native.c"
-    copy.parent.mkdir()
-    copy.write_text(planted)
-    lib, why = build(tmp_path / "out", source=copy)
-    assert lib is not None, why
-    proc = _replay(lib, "tile")  # the planted bug is in the uncompressed tile copy
-    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+    copy_tile = "memcpy(dst, src, (size_t)raw);"  # the uncompressed tile copy
+    _assert_planted_overflow_caught(tmp_path, copy_tile, "memcpy(dst, src, (size_t)raw + 1);", "tile")
 
 
 def test_the_sanitizer_catches_a_run_past_a_scanline(sanitized: Path, tmp_path: Path) -> None:
     """A copy of the helper whose Radiance decoder trusts a repeat run's count (no check against the
     scanline's end) must fail the hdr replay with an AddressSanitizer report (the corpus has a picture
     whose last scanline holds such a run)."""
-    source = SOURCE.read_text()
     check = "if (filled + count > width) {\n                        result[0] = TS_HDR_RUN_PAST;"
-    planted = source.replace(check, "if (0) {\n                        result[0] = TS_HDR_RUN_PAST;")
-    assert planted != source
-    copy = tmp_path / "src" / "_native.c"
-    copy.parent.mkdir()
-    copy.write_text(planted)
-    lib, why = build(tmp_path / "out", source=copy)
-    assert lib is not None, why
-    proc = _replay(lib, "hdr")
-    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+    _assert_planted_overflow_caught(
+        tmp_path, check, "if (0) {\n                        result[0] = TS_HDR_RUN_PAST;", "hdr"
+    )
 
 
 def test_the_sanitizer_catches_a_planted_overflow_in_the_procedural_loops(sanitized: Path, tmp_path: Path) -> None:
     """A terrain row gather that writes each texel one texel on: past the end of a band's last row."""
-    source = SOURCE.read_text()
-    planted = source.replace("memcpy(o + 4 * x, table + index[x], 4);", "memcpy(o + 4 * x + 4, table + index[x], 4);")
-    assert planted != source
-    copy = tmp_path / "src" / "_native.c"
-    copy.parent.mkdir()
-    copy.write_text(planted)
-    lib, why = build(tmp_path / "out", source=copy)
-    assert lib is not None, why
-    proc = _replay(lib, "procedural")
-    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+    _assert_planted_overflow_caught(
+        tmp_path, "memcpy(o + 4 * x, table + index[x], 4);", "memcpy(o + 4 * x + 4, table + index[x], 4);", "procedural"
+    )
 
 
 def test_the_sanitizer_catches_a_planted_overflow_in_the_mip_loops(sanitized: Path, tmp_path: Path) -> None:
     """A reduction that writes an odd width's extra texel whatever the width: one texel past the end
     of an even-width level's last row."""
-    source = SOURCE.read_text()
-    planted = source.replace("    if (width % 2) {\n        const int64_t c1", "    if (1) {\n        const int64_t c1")
-    assert planted != source
-    copy = tmp_path / "src" / "_native.c"
-    copy.parent.mkdir()
-    copy.write_text(planted)
-    lib, why = build(tmp_path / "out", source=copy)
-    assert lib is not None, why
-    proc = _replay(lib, "mips")
-    assert proc.returncode == 86, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr
+    _assert_planted_overflow_caught(
+        tmp_path, "    if (width % 2) {\n        const int64_t c1", "    if (1) {\n        const int64_t c1", "mips"
+    )
