@@ -29,14 +29,12 @@ __all__ = [
     "streamer_stats",
 ]
 
-#: `FrameStats` fields timing update()'s phases, in the order a frame runs them (the feedback's is
-#: in two parts: closing and reading the ready buffers first, then, after the uploads, reading the
-#: buffer just closed when the GPU has finished it meanwhile).
+#: `FrameStats` fields timing update()'s phases, in the order a frame runs them.
 PHASES = (
     "feedback_ms",
+    "reduce_ms",
     "drain_ms",
     "upload_ms",
-    "reduce_ms",
     "select_ms",
     "reserve_ms",
     "submit_ms",

@@ -349,18 +349,18 @@ class Residency:
         self.wanted = Wanted.empty()
         return self.frame
 
-    def gpu_finished(self, done_frame: int) -> None:
-        """The GPU has finished every draw of frames up to `done_frame` (a fence behind them signalled):
-        slots evicted after it are writable at once (`SlotLedger.open_gates_before`). Before uploads."""
-        for ledger in (x for x in self.ledgers if x is not None):
-            ledger.open_gates_before(done_frame, self.frame)
-
-    def observe(self, feedback: Sequence[np.ndarray | CompactFeedback]) -> Wanted:
+    def observe(self, feedback: Sequence[np.ndarray | CompactFeedback], gpu_done: int | None = None) -> Wanted:
         """Fold in the feedback read this frame (raw page ids or buffers compacted on the GPU, possibly
         none): this frame's wanted pages, bias applied. Until newer feedback arrives, the newest wanted
         pages are assumed to be needed still and their slots are touched every frame. Under a bias,
         finer tiles the draws still sample are not touched: they age out and make room for what the
-        budget can hold (a frame in flight never loses a tile it samples: the slots' overwrite gate)."""
+        budget can hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
+        `gpu_done`: the newest frame whose draws the GPU has finished (a fence behind them signalled),
+        if known: slots evicted after it are writable at once (`SlotLedger.open_gates_before`)."""
+        if gpu_done is not None:
+            for ledger in self.ledgers:
+                if ledger is not None:
+                    ledger.open_gates_before(gpu_done, self.frame)
         wanted = Wanted.empty()
         if feedback and self.headers:
             stamp = (self.space.generation, self.sets.generation)

@@ -20,6 +20,7 @@ from ..assets.image_packs import ProgressCallback, open_pack_reader
 from ..config import StreamerConfig
 from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
+from ..gl.objects import FrameThrottle
 from ..gl.shaders import register_includes
 from ..pack.format import PackHeader
 from ..pack.reader import PackReader
@@ -361,9 +362,12 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         self._feedback = self._feedback.fitted(self.ctx.viewport, self.budget, self.config)
         self._feedback.end_frame()
         self._pages.bind(VT_PAGES_BINDING)  # the feedback compaction's dispatches used its binding
-        raw = self._feedback.collect(st.frame)  # its first poll flushes the buffer just closed
-        core.gpu_finished(self._feedback.completed)
-        feedback_cpu, st.feedback_ms = time.thread_time() - f0, clock.lap()
+        raw = self._feedback.collect(st.frame)
+        st.feedback_ms = clock.lap()
+        wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
+        st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
+        if not self.freeze_feedback:
+            self._feedback.record_cost(raw, time.thread_time() - f0)
         if up is not None:
             drained = up.drain()
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
@@ -374,13 +378,6 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
                 st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames
-        f1, raw = time.thread_time(), raw + self._feedback.collect(st.frame)  # closed above, if done by now
-        st.feedback_ms += clock.lap()
-        wanted = core.observe([] if self.freeze_feedback else raw)
-        st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
-        if not self.freeze_feedback:
-            self._feedback.record_cost(raw, feedback_cpu + time.thread_time() - f1)
-        if up is not None:
             orders = core.orders(up.free_slots, up.cancel_stale)
             st.select_ms, st.reserve_ms = orders.select_ms, clock.lap() - orders.select_ms
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)
@@ -396,6 +393,12 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
+
+    def throttle(self, depth: int = 2) -> FrameThrottle:
+        """A `FrameThrottle` for a headless loop: call its ``frame_done()`` after each frame's draws
+        and at most `depth` frames stay queued on the GPU, as a window's swap chain would keep."""
+        self._check_open()
+        return self.gl.throttle(depth)
 
     def _on_bind(self, tex_id: int) -> None:
         """A texture is bound for drawing: the shared buffers, and the forgotten-update() watch."""

@@ -23,8 +23,6 @@ if TYPE_CHECKING:  # typing only: the attributes the mixin reads are the streame
     from collections.abc import Callable
 
     from ..config import StreamerConfig
-    from ..gl.gl_ext import GLExt
-    from ..gl.objects import FrameThrottle
     from .budget import BudgetManager
     from .feedback import FeedbackRing
     from .page_buffer import PageTableBuffer
@@ -50,17 +48,10 @@ class StreamerViews:
     _feedback: FeedbackRing
     _pages: PageTableBuffer
     _check_open: Callable[[], None]
-    gl: GLExt
     _load_now: Callable[..., None]
 
     _packs: OpenPacks[VirtualTexture]
     _pool_set: PoolSet
-
-    def throttle(self, depth: int = 2) -> FrameThrottle:
-        """A `FrameThrottle` for a headless loop: call its ``frame_done()`` after each frame's draws
-        and at most `depth` frames stay queued on the GPU, as a window's swap chain would keep."""
-        self._check_open()
-        return self.gl.throttle(depth)
 
     @property
     def frame(self) -> int:

@@ -230,7 +230,7 @@ def test_reserve_now_refuses_what_the_pool_cannot_hold_and_changes_nothing() -> 
 
 def test_slots_evicted_on_demand_open_their_gates_when_the_gpu_reports_done() -> None:
     """A cut evicts tiles to load new ones: their slots may be overwritten once the GPU has finished
-    the draws issued before the eviction (`gpu_finished`), not frames_in_flight frames later."""
+    the draws issued before the eviction (observe's gpu_done), not frames_in_flight frames later."""
     sim = Sim(capacity=24)
     core = sim.core
     sim.frame(sim.level_pages(0, 1))  # the 16 level-1 pages fill the stream slots (24 - 5 pinned)
@@ -245,9 +245,9 @@ def test_slots_evicted_on_demand_open_their_gates_when_the_gpu_reports_done() ->
     gated = orders.cache_slot[sim.ledger.writable_at[orders.cache_slot] > core.frame]
     assert gated.size > 0  # loads into slots evicted this frame wait for the draws in flight
     core.begin_frame()
-    core.gpu_finished(core.frame - 3)  # the GPU is still on draws from before the eviction
+    core.observe([], gpu_done=core.frame - 3)  # the GPU is still on draws from before the eviction
     assert (sim.ledger.writable_at[gated] > core.frame).all()
-    core.gpu_finished(core.frame - 2)  # it finished the last frame drawn before the eviction
+    core.observe([], gpu_done=core.frame - 2)  # it finished the last frame drawn before the eviction
     assert (sim.ledger.writable_at[gated] <= core.frame).all()
     core.check()
 

@@ -457,34 +457,6 @@ def test_ring_slots_reused_only_after_their_fence(
         assert psnr(frame, ref) >= CONVERGED_DB
 
 
-class SecondPollFence:
-    """Wraps a real fence; unsignalled at its first poll (a GPU that finishes the work behind it a
-    moment later: while update() uploads)."""
-
-    def __init__(self, inner) -> None:  # noqa: ANN001
-        self.inner, self.polls = inner, 0
-
-    def signalled(self) -> bool:
-        self.polls += 1
-        return self.polls > 1 and self.inner.signalled()
-
-    def release(self) -> None:
-        self.inner.release()
-
-
-def test_the_feedback_fenced_at_the_start_of_update_is_read_in_the_same_update(
-    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """update() fences the last frame's feedback first; when the GPU finishes it while update() goes
-    on (drain, uploads), the same update reads it: one frame old, not two."""
-    with Streamer(gl_context, config()) as s:
-        vt = s.open(packs.colour)
-        fence = s.gl.fence
-        monkeypatch.setattr(s.gl, "fence", lambda: SecondPollFence(fence()))
-        ages = [s.last.feedback_age for _ in run(s, renderer, vt, View(0.5, 0.5, 0.6), 8)]
-        assert ages[2:] == [1] * 6, ages
-
-
 # ---- the CLI ---------------------------------------------------------------------------------
 def cli(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run(
