@@ -240,7 +240,10 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     return native
 
 
-def _bake_loop(
+_ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int  # the loops' argument types
+
+
+def _compiled_loop(
     symbol: str, argtypes: tuple, missing: str, *, path: str | None = None, keep_gil: bool = False
 ) -> ctypes._CFuncPtr | None:
     """The helper's `symbol` (a loop in plain C returning int64: 0 or a count, < 0 for arguments it
@@ -266,59 +269,31 @@ def _bake_loop(
 def reduce_rgba8() -> ctypes._CFuncPtr | None:
     """``ts_mip_reduce_rgba8`` (a bake band's first mip reduction; see _native.c), or None when the helper
     is not built: `mips` then reduces with numpy, to the same bits. Needs no codec function."""
-    args = (
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-    )
-    return _bake_loop("ts_mip_reduce_rgba8", args, "numpy reduces")
+    args = (_ptr, _i64, _i64, _i64, _ptr, _int, _int, _ptr, _i64)
+    return _compiled_loop("ts_mip_reduce_rgba8", args, "numpy reduces")
 
 
 @functools.cache
 def reduce_f32() -> ctypes._CFuncPtr | None:
     """``ts_mip_reduce_f32`` (the reductions after a band's first), or None as for `reduce_rgba8`."""
-    args = (
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-    )
-    return _bake_loop("ts_mip_reduce_f32", args, "numpy reduces")
+    args = (_ptr, _i64, _i64, _i64, _int, _ptr, _i64)
+    return _compiled_loop("ts_mip_reduce_f32", args, "numpy reduces")
 
 
 @functools.cache
 def encode_f32() -> ctypes._CFuncPtr | None:
     """``ts_mip_encode_f32`` (float32 linear texels to 8-bit codes in a bake band), or None as for
     `reduce_rgba8`: `mips` then encodes with numpy, to the same bits."""
-    args = (
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-    )
-    return _bake_loop("ts_mip_encode_f32", args, "numpy encodes")
+    args = (_ptr, _i64, _i64, _i64, _ptr, _int, _ptr, _i64)
+    return _compiled_loop("ts_mip_encode_f32", args, "numpy encodes")
 
 
 @functools.cache
 def reduce_twice_rgba8() -> ctypes._CFuncPtr | None:
     """``ts_mip_reduce_twice_rgba8`` (a band's first two reductions in one pass: the middle level as
     8-bit codes, the next as float32), or None as for `reduce_rgba8`: `mips` then makes them one by one."""
-    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    args = (ptr, i64, i64, i64, ptr, c_int, c_int, ptr, c_int, ptr, i64, i64, i64, ptr, i64)
-    return _bake_loop("ts_mip_reduce_twice_rgba8", args, "the levels are made one by one")
+    args = (_ptr, _i64, _i64, _i64, _ptr, _int, _int, _ptr, _int, _ptr, _i64, _i64, _i64, _ptr, _i64)
+    return _compiled_loop("ts_mip_reduce_twice_rgba8", args, "the levels are made one by one")
 
 
 @functools.cache
@@ -352,16 +327,13 @@ def checksum_tiles() -> Callable[[memoryview, int, int], np.ndarray] | None:
     return checksums
 
 
-_ptr, _i64 = ctypes.c_void_p, ctypes.c_int64
-
-
 @functools.cache
 def expand_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_expand_pages`` (texture sets: a frame's lead pages onto their followers' pages, see
     _native.c) from the helper at `path` (None: the installed one), or None when it is not built or
     predates it: `texture_sets.SetTable.expand` then does it with numpy, to the same pages."""
     args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
-    return _bake_loop("ts_expand_pages", args, "numpy expands texture sets", path=path, keep_gil=True)
+    return _compiled_loop("ts_expand_pages", args, "numpy expands texture sets", path=path, keep_gil=True)
 
 
 @functools.cache
@@ -369,7 +341,7 @@ def histogram_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_histogram_pages`` (raw feedback entries to distinct page ids and counts), or None as for
     `expand_pages`: the feedback reduction then counts with numpy, to the same pages."""
     args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr)
-    return _bake_loop("ts_histogram_pages", args, "numpy counts the feedback", path=path, keep_gil=True)
+    return _compiled_loop("ts_histogram_pages", args, "numpy counts the feedback", path=path, keep_gil=True)
 
 
 @functools.cache
@@ -377,7 +349,7 @@ def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_sample_slots`` (the cache slots a frame's pages and their parents sample, by pool), or None
     as for `expand_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
     args = (_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr)
-    return _bake_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
+    return _compiled_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

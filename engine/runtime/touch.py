@@ -17,7 +17,7 @@ import numpy as np
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
 from .texture_sets import ExpandLoop
-from .tiles import MAX_TEXTURES, TileSpace
+from .tiles import TileSpace
 
 __all__ = ["DeciderLoops", "SampledSlots", "WalkLoop"]
 
@@ -85,9 +85,7 @@ class SampledSlots:
             self._out = np.empty(n_pools * max(stride, 1024), np.int64)
         if self._count.size < n_pools:
             self._count = np.zeros(n_pools, np.int64)
-        pool_of = np.ascontiguousarray(pool_of, np.int64)
-        if pool_of.size < MAX_TEXTURES or not space.parent.size == tables.own.size == space.tex.size:
-            raise ValueError("touch: the tile space and the page tables disagree on their size")
+        pool_of = np.ascontiguousarray(pool_of, np.int64)  # the loop checks the sizes against each other
         got = self._compiled(ids, space.parent, tables.own, space.tex, pool_of, n_pools, self._out, stride, self._count)
         if got < 0:
             raise ValueError("touch: a page id, texture or pool is outside the tables")
