@@ -356,11 +356,8 @@ class Residency:
         finer tiles the draws still sample are not touched: they age out and make room for what the
         budget can hold (a frame in flight never loses a tile it samples: the slots' overwrite gate).
         `gpu_done`: the newest frame whose draws the GPU has finished (a fence behind them signalled),
-        if known: slots evicted after it are writable at once (`SlotLedger.open_gates_before`)."""
-        if gpu_done is not None:
-            for ledger in self.ledgers:
-                if ledger is not None:
-                    ledger.open_gates_before(gpu_done, self.frame)
+        if known: slots evicted after it are writable at once (`open_gates`)."""
+        self.open_gates(gpu_done)
         wanted = Wanted.empty()
         if feedback and self.headers:
             stamp = (self.space.generation, self.sets.generation)
@@ -379,6 +376,12 @@ class Residency:
         self.wanted = wanted
         self._touch(self.needed)
         return wanted
+
+    def open_gates(self, gpu_done: int | None) -> None:
+        """The GPU finished the draws up to frame `gpu_done` (None: unknown): the slots evicted after
+        it are writable from now on (`SlotLedger.open_gates_before`)."""
+        for ledger in [g for g in self.ledgers if g is not None] if gpu_done is not None else []:
+            ledger.open_gates_before(gpu_done, self.frame)
 
     def coarsen(self, wanted: Wanted, bias: float, *, pressure: bool | None = None) -> Wanted:
         """`wanted` coarsened by the mip `bias`, each texture by its priority's share of it
@@ -606,13 +609,8 @@ class Residency:
             got = total = 0
         for t in self.headers:
             per[t] = float(r[t] / n[t]) if n[t] else 1.0
-        return Completeness(
-            frame=self.frame,
-            wanted_pages=total,
-            resident_pages=got,
-            overall=got / total if total else 1.0,
-            per_texture=per,
-        )
+        overall = got / total if total else 1.0
+        return Completeness(frame=self.frame, wanted_pages=total, resident_pages=got, overall=overall, per_texture=per)
 
     def totals(self) -> StreamTotals:
         return StreamTotals(**self._totals)

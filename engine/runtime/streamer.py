@@ -22,12 +22,12 @@ from ..errors import BudgetError, EngineError, TileCorruptError
 from ..gl.gl_ext import GLExt
 from ..gl.objects import FrameThrottle
 from ..gl.shaders import register_includes
-from ..pack.format import PackHeader
 from ..pack.reader import PackReader
 from ..remote import NetworkCounters
 from . import staging_share
-from .budget import BudgetManager, budget_bytes
+from .budget import BudgetManager
 from .budget_advice import open_error
+from .budget_verbs import BudgetVerbs
 from .compiled_loops import decider_loops
 from .feedback import FeedbackRing
 from .frame_stats import FrameStats, IOStatus, PhaseClock
@@ -52,7 +52,7 @@ __all__ = ["FrameStats", "IOStatus", "Streamer", "TextureSet", "VirtualTexture"]
 log = logging.getLogger(__name__)
 
 
-class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
+class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
     """Streams tiles of any number of packs into one VRAM budget.
 
     Every method belongs to the thread that made the streamer (the one its GL context is current on);
@@ -244,28 +244,6 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         self._pool_set.detach(vt.pool, vt.id, empty)
         vt.reader.close()
 
-    def _plan_pools(self, budget: int | None = None) -> None:
-        """Share what the budget leaves after fixed costs among the pools (the core decides, the pools
-        move), let the loads follow their renamed cache slots, and cancel the loads whose cache
-        slots a shrink removed (nothing to free)."""
-        self._feedback.fit_budget(self.budget, self.budget.budget if budget is None else budget)
-        for r in self._pool_set.replan(self._core, self.budget.budget if budget is None else budget):
-            if self._uploader is not None:
-                self._uploader.move_cache_slots(r.pool.index, r.result.moved_from, r.result.moved_to)
-                if r.result.cancelled_tiles.size:
-                    self._uploader.cancel(r.result.cancelled_tiles)
-
-    def _make_room(self, h: PackHeader, key: PoolKey) -> None:
-        """Shrink the pools (they share all the budget) so a new texture's fixed costs fit."""
-        used = self._core.space.used + HEADER + h.tile_count
-        extra = self._pages.growth_bytes(used) + self._feedback.growth_bytes(used, self.budget)
-        extra += self._pool_set.first_layers_bytes(key, self._core.pinned_tiles(h), h)
-        if self._uploader is None or self._uploader.ring.slot_bytes < h.tile_raw_size:
-            ring = staging_share.staging_bytes(self.config, self.budget, h.tile_raw_size)
-            extra += max(0, ring - staging_share.staging_reserved(self.budget))
-        if self.pools and extra > self.budget.available:
-            self._plan_pools(budget=self.budget.budget - extra)
-
     def _ensure_uploader(self, tile_bytes: int) -> None:
         sources = [(vt.id, vt.reader) for vt in self.textures]
         up = Uploader.fitting(self._uploader, tile_bytes, sources, **self._uploader_parts)
@@ -304,35 +282,6 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         core.loaded_now(vt.id, ids, slots, pinned_levels=pinned_levels)
         self._pages.upload(core.tables)
 
-    # ---- budget -------------------------------------------------------------------------------
-    def set_budget(self, megabytes: float) -> None:
-        """Change the VRAM budget at run time; the cache pools shrink or grow (the tiles that stay
-        are copied on the GPU).
-
-        Parameters
-        ----------
-        megabytes : float
-            The new budget in MiB (finite, positive).
-
-        Raises
-        ------
-        ValueError
-            Not a finite positive number.
-        BudgetError
-            Too small for what must stay resident (pinned levels, page tables, staging ring).
-        EngineError
-            The streamer is released.
-        """
-        self._check_open()
-        nbytes = budget_bytes(megabytes)
-        if nbytes < self.budget.budget:
-            self._plan_pools(budget=nbytes)  # shrink first, then lower the budget
-            self.budget.set_budget(nbytes)
-        else:
-            self.budget.set_budget(nbytes)
-            self._plan_pools()
-        self._pages.upload(self._core.tables)
-
     def update(self) -> FrameStats:
         """Advance one frame: read the newest GPU feedback, decide what to load and evict, issue
         the finished reads' uploads and update the page tables.
@@ -363,18 +312,26 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs):
         self._feedback.end_frame()
         self._pages.bind(VT_PAGES_BINDING)  # the feedback compaction's dispatches used its binding
         raw = self._feedback.collect(st.frame)
-        st.feedback_ms = clock.lap()
-        wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
-        st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
-        if not self.freeze_feedback:
-            self._feedback.record_cost(raw, time.thread_time() - f0)
+        core.open_gates(self._feedback.completed)  # the uploads may write slots the finished draws left
+        feedback_cpu, st.feedback_ms = time.thread_time() - f0, clock.lap()
         if up is not None:
             drained = up.drain()
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed, st.drain_ms = len(core.apply(drained=drained)), clock.lap()
             uploaded = up.upload(st.frame, self._pool_set.by_index)  # caps and time budget: the config's
-            core.apply(uploaded=uploaded)
             st.upload_ms = clock.lap()
+        # Read again what the GPU finished during the drain and the uploads (the last draw, when it
+        # keeps up), observed before the uploads enter the page tables: the slots it touches are those
+        # the draws sampled through.
+        f0 = time.thread_time()
+        raw += self._feedback.collect(st.frame)
+        st.feedback_ms += clock.lap()
+        wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
+        st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
+        if not self.freeze_feedback:
+            self._feedback.record_cost(raw, feedback_cpu + time.thread_time() - f0)
+        if up is not None:
+            core.apply(uploaded=uploaded)
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
                 st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames

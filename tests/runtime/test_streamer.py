@@ -354,15 +354,64 @@ def test_corrupt_tile_keeps_fallback(
 
 
 # ---- eviction delay and fence-gated ring reuse -------------------------------------------------
+class FenceWatch:
+    """Wraps every fence a streamer makes (through `Streamer.gl`). A fence made in update U follows
+    the draws of frame U - 1, so once it reports signalled the GPU has finished them: `done` is the
+    newest such frame. With `first_poll_unsignalled`, each fence answers "not yet" to its first poll,
+    as when the GPU finishes the work during the update that first asks (llvmpipe signals at once)."""
+
+    def __init__(self, streamer: Streamer, monkeypatch: pytest.MonkeyPatch, *, first_poll_unsignalled: bool) -> None:
+        self.done = -1
+        make = streamer.gl.fence
+        monkeypatch.setattr(streamer.gl, "fence", lambda: WatchedFence(make(), self, streamer.frame - 1))
+        self.delay = int(first_poll_unsignalled)
+
+
+class WatchedFence:
+    def __init__(self, inner, watch: FenceWatch, after_frame: int) -> None:  # noqa: ANN001
+        self.inner, self.watch, self.after_frame, self.polls = inner, watch, after_frame, 0
+
+    def signalled(self) -> bool:
+        self.polls += 1
+        if self.polls <= self.watch.delay or not self.inner.signalled():
+            return False
+        self.watch.done = max(self.watch.done, self.after_frame)
+        return True
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+def test_feedback_the_gpu_finishes_during_the_update_is_read_in_it(
+    gl_context: moderngl.Context, packs: Packs, renderer: PlaneRenderer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """update() polls the last draw's feedback again after the uploads: feedback the GPU finishes
+    meanwhile is one frame old, not two, and the view converges as with fences that signal at once."""
+    view = View(0.5, 0.5, 0.5)
+    ref = reference(gl_context, packs.colour, view)
+    with Streamer(gl_context, config()) as s:
+        vt = s.open(packs.colour)
+        FenceWatch(s, monkeypatch, first_poll_unsignalled=True)
+        ages = []
+        for frame, _st in run(s, renderer, vt, view, FRAMES):  # noqa: B007
+            ages.append(s.last.feedback_age)
+        assert ages[1:] == [1] * (len(ages) - 1), ages
+        assert psnr(frame, ref) >= CONVERGED_DB
+        assert s.last.missing_pages == 0
+
+
 @PATHS
+@pytest.mark.parametrize("fences", ["instant", "second-poll"])
 def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
-    gl_context: moderngl.Context, packs: Packs, upload_path: UploadPath
+    gl_context: moderngl.Context, packs: Packs, upload_path: UploadPath, fences: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exhaustive feedback (every fragment, read right after each draw) names exactly the slots a
     draw sampled through its page table. Under budget pressure, with the camera jumping back to a
     view whose tiles went cold (the engine learns that draw N sampled them only at N + 2), no slot
-    sampled by draw N receives another tile before update N + frames_in_flight, and every evicted
-    tile's last known use is at least frames_in_flight updates old."""
+    sampled by draw N receives another tile before update N + frames_in_flight unless a fence had
+    shown the GPU done with draw N (the early overwrite gate), and every evicted tile's last known use
+    is at least frames_in_flight updates old. With "second-poll" fences the last draw's feedback is
+    read after the uploads (`FenceWatch`)."""
     size = (192, 192)
     fif = 3
     cfg = config(
@@ -379,6 +428,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
             s.set_feedback_size(size)
             s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
             vt = s.open(packs.big)
+            gpu = FenceWatch(s, monkeypatch, first_poll_unsignalled=fences == "second-poll")
             check_path(s, upload_path)
             pool = vt.pool
             sampled = np.full(pool.capacity, -(1 << 30), np.int64)  # slot -> last draw sampling it
@@ -387,7 +437,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
                 if st.uploaded is not None:
                     for slot in st.uploaded.loads.cache_slot.tolist():
                         uploads += 1
-                        if s.frame - sampled[slot] < fif:
+                        if s.frame - sampled[slot] < fif and sampled[slot] > gpu.done:
                             early.append((s.frame, slot, int(sampled[slot])))
                 ages.extend(st.evicted_age.tolist())
                 renderer.draw(vt, view)
