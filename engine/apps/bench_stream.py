@@ -224,6 +224,54 @@ def end_to_end(
     }
 
 
+def drawn_resident(ctx: moderngl.Context, pack: Path, size: tuple[int, int], frames: int) -> dict:
+    """(b)'s drawing alone: the same plane drawn at 1:1 over four windows of the pan, cycled once every
+    tile they sample is resident (update() runs each frame with nothing to stream). Its frame rate times
+    (b)'s uploads a frame is what (b) could reach if streaming cost nothing: the drawing's bound."""
+    from ..runtime.streamer import Streamer
+    from ..scene.camera import View
+    from .render import PlaneRenderer
+
+    _warm_page_cache(pack)
+    with PackReader(pack) as r:
+        tex_w, tex_h = r.header.width, r.header.height
+    w, h = size
+    views = [View(x / tex_w, y / tex_h, 1.0) for x, y in _serpentine(np.arange(w / 2, 2.5 * w, w), [h / 2, 1.5 * h], 4)]
+    renderer = PlaneRenderer(ctx, size)
+    try:
+        with Streamer(ctx, pan_config(pack)) as s:
+            vt = s.open(pack)
+            throttle = s.gl.throttle(THROTTLE)
+            settled = 0
+            for i in range(2000):  # until a whole cycle wants nothing missing and nothing is in flight
+                st = s.update()
+                renderer.draw(vt, views[i % 4])
+                throttle.frame_done()
+                settled = settled + 1 if st.missing_pages == 0 and not s.busy and st.uploads == 0 else 0
+                if settled >= 8:
+                    break
+            ctx.finish()
+            t0 = time.perf_counter()
+            uploads = s.stats().totals.uploads
+            for i in range(frames):
+                s.update()
+                renderer.draw(vt, views[i % 4])
+                throttle.frame_done()
+            ctx.finish()
+            seconds = time.perf_counter() - t0
+            uploaded = s.stats().totals.uploads - uploads
+            throttle.release()
+    finally:
+        renderer.release()
+    return {
+        "frame_size": list(size),
+        "frames": frames,
+        "fps": frames / seconds,
+        "uploads": uploaded,
+        "settled": settled >= 8,
+    }
+
+
 def streamer_bound(ctx: moderngl.Context, pack: Path, view_px: int, max_frames: int) -> dict:
     """The same pan with the feedback written by the CPU instead of rasterized: each frame names the
     level-0 pages under a fresh `view_px`^2 window. Nothing is drawn, so neither rasterization nor the
@@ -536,6 +584,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
                 result["end_to_end_other_path"] = max(pans[other.value], key=lambda r: r["tiles_per_s"])
             result["end_to_end_tries"] = pans
             result["end_to_end_python"] = end_to_end(ctx, terrain, pan, frames, native=False)
+            drawn = result["drawn_resident"] = drawn_resident(ctx, terrain, pan, frames)
+            e2e = result["end_to_end"]
+            drawn["tiles_per_s_at_e2e_tiles_a_frame"] = drawn["fps"] * e2e["tiles"] / e2e["frames"]
             size = (960, 540) if quick else (1920, 1080)
             budget = 16.0 if quick else 192.0
             result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
@@ -551,6 +602,8 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "device_vs_host_ring": result.get("upload_ceiling_device", host)["tiles_per_s"] / host["tiles_per_s"],
             "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
+            "end_to_end_vs_drawing": result["end_to_end"]["tiles_per_s"]
+            / result["drawn_resident"]["tiles_per_s_at_e2e_tiles_a_frame"],
             "compiled_vs_python_upload_loop": host["tiles_per_s"] / result["upload_ceiling_python"]["tiles_per_s"],
             "runs_vs_per_tile": ceiling / result["upload_per_tile"]["tiles_per_s"],
             "ceiling_vs_copy": ceiling / result["copy_bandwidth"]["bc1_tiles_per_s"],

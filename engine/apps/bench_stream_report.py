@@ -94,6 +94,13 @@ def print_stream(r: dict) -> None:
             f"{ratio['end_to_end_python_vs_ceiling']:.3f} x (a): the same pan with the Python loops",
         ),
         (
+            "    drawing alone",
+            f"{r['drawn_resident']['fps']:.0f} fps",
+            f"the same plane over resident windows ({r['drawn_resident']['uploads']} uploads): at (b)'s tiles a "
+            f"frame, {r['drawn_resident']['tiles_per_s_at_e2e_tiles_a_frame']:,.0f} tiles/s; (b) is "
+            f"{ratio['end_to_end_vs_drawing']:.3f} x this bound",
+        ),
+        (
             "(b') streamer-bound",
             f"{sb['tiles_per_s']:,.0f} tiles/s",
             f"{ratio['streamer_bound_vs_ceiling']:.3f} x (a); {sb['window']}^2 windows of CPU-written feedback, "
