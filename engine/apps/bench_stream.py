@@ -260,6 +260,13 @@ def drawn_resident(ctx: moderngl.Context, pack: Path, size: tuple[int, int], fra
             ctx.finish()
             seconds = time.perf_counter() - t0
             uploaded = s.stats().totals.uploads - uploads
+            gpu_ms = []  # the draw's own GPU time, after the timed frames (reading a query waits for it)
+            query = ctx.query(time=True)
+            for i in range(16):
+                s.update()
+                with query:
+                    renderer.draw(vt, views[i % 4])
+                gpu_ms.append(query.elapsed / 1e6)
             throttle.release()
     finally:
         renderer.release()
@@ -269,6 +276,7 @@ def drawn_resident(ctx: moderngl.Context, pack: Path, size: tuple[int, int], fra
         "fps": frames / seconds,
         "uploads": uploaded,
         "settled": settled >= 8,
+        "draw_gpu_ms_p50": percentile(gpu_ms, 50),
     }
 
 

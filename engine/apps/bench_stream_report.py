@@ -96,7 +96,8 @@ def print_stream(r: dict) -> None:
         (
             "    drawing alone",
             f"{r['drawn_resident']['fps']:.0f} fps",
-            f"the same plane over resident windows ({r['drawn_resident']['uploads']} uploads): at (b)'s tiles a "
+            f"the same plane over resident windows ({r['drawn_resident']['uploads']} uploads; the draw's GPU time "
+            f"{r['drawn_resident']['draw_gpu_ms_p50']:.2f} ms p50): at (b)'s tiles a "
             f"frame, {r['drawn_resident']['tiles_per_s_at_e2e_tiles_a_frame']:,.0f} tiles/s; (b) is "
             f"{ratio['end_to_end_vs_drawing']:.3f} x this bound",
         ),
