@@ -566,6 +566,12 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             result["upload_staging_texture"] = upload_ceiling(ctx, n, runs=True, staging_texture=True)
         except GLError as exc:
             result["upload_staging_texture"] = {"error": str(exc)}
+        try:  # the same, filled by a compute pass reading the ring (no pixel transfer)
+            result["upload_staging_compute"] = upload_ceiling(
+                ctx, n, runs=True, staging_texture=True, staging_fill="compute"
+            )
+        except (GLError, moderngl.Error) as exc:
+            result["upload_staging_compute"] = {"error": str(exc)}
         result["upload_ceiling"] = max(paths, key=lambda r: r["tiles_per_s"])
         result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False, runs=True)
         result["upload_per_tile"] = upload_ceiling(ctx, n)

@@ -55,6 +55,19 @@ def print_stream(r: dict) -> None:
             else stx.get("error", "not measured"),
         ),
         (
+            "    staging, compute fill",
+            f"{r['upload_staging_compute']['tiles_per_s']:,.0f} tiles/s"
+            if "tiles_per_s" in r.get("upload_staging_compute", {})
+            else "failed",
+            (
+                f"{r['upload_staging_compute']['gb_per_s']:.2f} GB/s, a candidate: one compute dispatch a ring span "
+                "stores the blocks into the RG32UI array, one glCopyImageSubData a run; "
+                f"{r['upload_staging_compute']['tiles_per_s'] / host['tiles_per_s']:.2f} x the host ring"
+            )
+            if "tiles_per_s" in r.get("upload_staging_compute", {})
+            else r.get("upload_staging_compute", {}).get("error", "not measured"),
+        ),
+        (
             "    per tile (old path)",
             f"{pt['tiles_per_s']:,.0f} tiles/s",
             f"{pt['gb_per_s']:.2f} GB/s, one call a tile; runs are {ratio['runs_vs_per_tile']:.2f} x this; CPU "

@@ -27,6 +27,7 @@ def upload_ceiling(
     max_run: int = 0,
     device: bool = False,
     staging_texture: bool = False,
+    staging_fill: str = "upload",
 ) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
 
@@ -37,7 +38,8 @@ def upload_ceiling(
     device-local buffer of two batches (`DeviceStaging.copy_in`), the ring fenced behind the copy,
     and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`); with ``staging_texture=True``
     instead, the candidate path of `bench_staging_texture`: the batch fills an RG32UI staging array
-    (one call per ring span) and each run is copied into the cache with glCopyImageSubData."""
+    (one call per ring span, or with ``staging_fill="compute"`` one compute dispatch per span) and each
+    run is copied into the cache with glCopyImageSubData."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
@@ -60,7 +62,7 @@ def upload_ceiling(
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
     tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
     staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs and not staging_texture else None
-    texture_staging = StagingTexture(gl, slot, 2 * batch) if staging_texture and runs else None
+    texture_staging = StagingTexture(gl, slot, 2 * batch, staging_fill) if staging_texture and runs else None
     calls = 0
     try:
         rng = np.random.default_rng(1)
@@ -131,8 +133,8 @@ def upload_ceiling(
         "slot": slot,
         "batch": batch,
         "path": (
-            "staging-texture"
-            if texture_staging is not None
+            f"staging-texture-{staging_fill}"
+            if staging_texture
             else "device-buffer"
             if staging is not None
             else "host-ring"

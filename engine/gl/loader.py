@@ -129,6 +129,7 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glGetProgramiv": (None, (_u, _u, _pi), None),
     "glGetShaderiv": (None, (_u, _u, _pi), None),
     "glBindBuffer": (None, (_u, _u), None),
+    "glBindBufferBase": (None, (_u, _u, _u), None),
     "glBufferStorage": (None, (_u, _sz, _p, _u), Feature.BUFFER_STORAGE),
     "glCopyBufferSubData": (None, (_u, _u, _sz, _sz, _sz), None),
     "glMapBufferRange": (_p, (_u, _sz, _sz, _u), None),
