@@ -193,11 +193,22 @@ class ClusterConnection:
             except Exception as exc:  # noqa: BLE001 - a scheduler already gone: nothing to close
                 log.debug("closing the Dask client: %s", exc)
         if local is not None:
+            # Our own workers: a nanny that waits its 4 s and then kills a slow-to-exit worker (a loaded
+            # machine) says so as a warning, which is not the bake's business. A filter, not a level:
+            # the cluster puts Dask's log levels back as it closes.
+            nanny = logging.getLogger("distributed.nanny")
+            nanny.addFilter(_errors_only)
             try:
                 local.close(timeout=CLOSE_S)
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the local Dask cluster: %s", first_line(exc))
+            finally:
+                nanny.removeFilter(_errors_only)
         self.dask_logs.restore()
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 class _DaskLogs:
