@@ -296,6 +296,11 @@ class TextureStaging:
         """GPU bytes of the arrays made so far (within `share_bytes`)."""
         return sum(a.nbytes for a in self._arrays.values() if a is not None)
 
+    @property
+    def glos(self) -> tuple[int, ...]:
+        """GL names of the arrays made so far."""
+        return tuple(a.texture.glo for a in self._arrays.values() if a is not None)
+
     def stats(self) -> TextureStagingStats:
         arrays = tuple((a.block_bytes, a.slot, a.layers) for a in self._arrays.values() if a is not None)
         return TextureStagingStats(
