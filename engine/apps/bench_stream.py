@@ -40,7 +40,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import moderngl
 import numpy as np
@@ -50,10 +49,7 @@ from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 from ..units import MIB
 from .bench_stream_report import print_stream
-from .bench_upload import TILE, copy_bandwidth, upload_ceiling
-
-if TYPE_CHECKING:
-    from ..gl.gl_ext import GLExt
+from .bench_upload import CEILING_ARGS, TILE, ceiling_paths, copy_bandwidth, upload_ceiling
 
 __all__ = ["run_stream_bench"]
 
@@ -538,22 +534,6 @@ def camera_cuts(
 
 
 # ---- the run ---------------------------------------------------------------------------------------
-#: `upload_ceiling`'s arguments for each engine path.
-CEILING_ARGS: dict[UploadPath, dict[str, bool]] = {
-    UploadPath.HOST_RING: {},
-    UploadPath.DEVICE_BUFFER: {"device": True},
-    UploadPath.STAGING_TEXTURE: {"staging_texture": True},
-}
-
-
-def ceiling_paths(gl: GLExt) -> list[UploadPath]:
-    """The engine paths this context runs: the device paths read a persistent-mapped ring on the GPU;
-    the staging texture also needs GL 4.3 compute (`GLExt.has_staging_texture`)."""
-    storage = gl.has_buffer_storage
-    paths = [UploadPath.HOST_RING] + ([UploadPath.DEVICE_BUFFER] if storage else [])
-    return paths + ([UploadPath.STAGING_TEXTURE] if storage and gl.has_staging_texture else [])
-
-
 def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
     """Run (a)-(e) on a fresh headless context; print a table; write JSON to `json_path` if given."""
     from ..errors import GLError

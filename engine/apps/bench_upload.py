@@ -6,14 +6,19 @@ copy bandwidth (`copy_bandwidth`: one glCopyBufferSubData of the whole ring), th
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import moderngl
 import numpy as np
 
+from ..config import BudgetConfig, UploadPath
 from ..pack.format import TexelFormat
 from ..units import MIB
 
-__all__ = ["TILE", "copy_bandwidth", "upload_ceiling"]
+if TYPE_CHECKING:
+    from ..gl.gl_ext import GLExt
+
+__all__ = ["CEILING_ARGS", "TILE", "ceiling_paths", "copy_bandwidth", "upload_ceiling"]
 
 TILE = 128  # the default tile: 136-texel slots
 
@@ -42,7 +47,6 @@ def upload_ceiling(
     an RG32UI array, the ring is fenced behind it, one glCopyImageSubData a run); with
     ``candidate=True``, the bench-only candidate of `bench_staging_texture` (the same array filled by
     one glTexSubImage3D per ring span)."""
-    from ..config import BudgetConfig
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
@@ -158,6 +162,22 @@ def upload_ceiling(
         "path": upload_path_name(runs, device, staging_texture, candidate),
         "loop": "compiled" if native is not None else "python",
     }
+
+
+#: `upload_ceiling`'s arguments for each engine path.
+CEILING_ARGS: dict[UploadPath, dict[str, bool]] = {
+    UploadPath.HOST_RING: {},
+    UploadPath.DEVICE_BUFFER: {"device": True},
+    UploadPath.STAGING_TEXTURE: {"staging_texture": True},
+}
+
+
+def ceiling_paths(gl: GLExt) -> list[UploadPath]:
+    """The engine paths this context runs: the device paths read a persistent-mapped ring on the GPU;
+    the staging texture also needs GL 4.3 compute (`GLExt.has_staging_texture`)."""
+    storage = gl.has_buffer_storage
+    paths = [UploadPath.HOST_RING] + ([UploadPath.DEVICE_BUFFER] if storage else [])
+    return paths + ([UploadPath.STAGING_TEXTURE] if storage and gl.has_staging_texture else [])
 
 
 def upload_path_name(runs: bool, device: bool, staging_texture: bool, candidate: bool) -> str:
