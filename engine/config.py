@@ -201,9 +201,14 @@ class UploadPath(enum.Enum):
     I/O threads always write tiles into the persistent-mapped staging ring in host memory.
     """
 
-    AUTO = "auto"  # DEVICE_BUFFER where the driver reports dedicated video memory, else HOST_RING
+    # with dedicated video memory STAGING_TEXTURE where the context can run it, else DEVICE_BUFFER;
+    # on shared memory (llvmpipe, integrated GPUs) HOST_RING
+    AUTO = "auto"
     HOST_RING = "host-ring"  # upload straight from the host ring (the driver reads host memory per call)
     DEVICE_BUFFER = "device-buffer"  # copy ring spans into a device-local buffer, upload from there
+    # a compute pass reads the ring's blocks into a 32-bit-integer staging array (one texel a block),
+    # then one block-compatible glCopyImageSubData a run into the cache (needs GL 4.3 compute shaders)
+    STAGING_TEXTURE = "staging-texture"
 
 
 class RedirectPolicy(enum.Enum):
@@ -348,9 +353,11 @@ class StreamerConfig:
         most layers one upload call writes (0: no limit; 1: one call per tile). A frame's loads go up
         in runs of consecutive cache layers, one call each; some drivers copy long runs slower
     upload_path : UploadPath | str
-        where the upload calls read from: ``auto`` (default), ``host-ring`` or ``device-buffer``
-        (`UploadPath`); the device path needs buffer storage and falls back to the host ring without
-        it. `Streamer.io_status().upload_path` says which one runs
+        where the upload calls read from: ``auto`` (default), ``host-ring``, ``device-buffer`` or
+        ``staging-texture`` (`UploadPath`); the device paths need buffer storage and fall back to the
+        host ring without it; the staging texture also needs compute shaders, image load/store and
+        shader storage buffers (GL 4.3), else it falls back to the device buffer.
+        `Streamer.io_status().upload_path` says which one runs
     upload_time_budget_ms : float | None
         render-thread time per update() for upload calls, predicted from their measured cost on this
         driver (seconds per call and per byte); the calls that do not fit wait for the next frame

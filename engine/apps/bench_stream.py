@@ -4,10 +4,13 @@ On one headless context, in one run:
 
 (a) upload ceiling: tiles/s of the engine's best upload path (`GLExt.upload_runs`: one call per run
     of consecutive layers at one cell, the compiled loop when built), in batches fenced like the
-    uploader's, timed until glFinish: no disk, no decode, no bookkeeping. Both paths are measured:
-    runs straight from the persistent-mapped host ring, and runs through the device-local staging
-    buffer (one glCopyBufferSubData per batch, `UploadPath.DEVICE_BUFFER`); the faster is the
-    ceiling, and the path the streamer's AUTO picks on this context is reported. Also: the host-ring
+    uploader's, timed until glFinish: no disk, no decode, no bookkeeping. Every engine path the
+    context runs is measured: runs straight from the persistent-mapped host ring, runs through the
+    device-local staging buffer (one glCopyBufferSubData per batch, `UploadPath.DEVICE_BUFFER`), and
+    the compute-filled staging texture (one dispatch per ring span, one glCopyImageSubData per run,
+    `UploadPath.STAGING_TEXTURE`); the fastest is the ceiling, and the path the streamer's AUTO picks
+    on this context is reported; the staging array filled by pixel transfers instead is measured as a
+    candidate beside them. Also: the host-ring
     runs with the pure-Python loop (what the compiled loop buys), the old one-call-per-tile path
     (`upload_cell_batch`), and the host -> device copy bandwidth (glCopyBufferSubData of the whole
     ring into video memory: the bus, the physical limit);
@@ -46,7 +49,7 @@ from ..pack.format import TexelFormat
 from ..pack.reader import PackReader
 from ..units import MIB
 from .bench_stream_report import print_stream
-from .bench_upload import TILE, copy_bandwidth, upload_ceiling
+from .bench_upload import CEILING_ARGS, TILE, ceiling_paths, copy_bandwidth, upload_ceiling
 
 __all__ = ["run_stream_bench"]
 
@@ -550,29 +553,25 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             "cpu_count": os.cpu_count(),
         }
         n = 16384 if quick else 131072
-        device = GLExt(ctx).has_buffer_storage  # the device path copies from a persistent-mapped ring
-        upload_ceiling(ctx, n // 8, runs=True, device=device)  # warm-up: the first pass runs slower, whichever
-        tries: dict[bool, list[dict]] = {False: [], True: []}
+        gl = GLExt(ctx)
+        engine_paths = ceiling_paths(gl)
+        upload_ceiling(ctx, n // 8, runs=True, device=gl.has_buffer_storage)  # warm-up: the first pass runs slower
+        tries: dict[UploadPath, list[dict]] = {p: [] for p in engine_paths}
         for _ in range(2):  # interleaved, best of two each
-            for dev in (False, True) if device else (False,):
-                tries[dev].append(upload_ceiling(ctx, n, runs=True, device=dev))
-        host = result["upload_ceiling_host_ring"] = max(tries[False], key=lambda r: r["tiles_per_s"])
-        paths = [host]
-        if device:
-            paths.append(max(tries[True], key=lambda r: r["tiles_per_s"]))
-            result["upload_ceiling_device"] = paths[-1]
-        result["upload_ceiling_tries"] = {"host-ring": tries[False], "device-buffer": tries[True]}
+            for p in engine_paths:
+                tries[p].append(upload_ceiling(ctx, n, runs=True, **CEILING_ARGS[p]))
+        best = {p: max(t, key=lambda r: r["tiles_per_s"]) for p, t in tries.items()}
+        host = result["upload_ceiling_host_ring"] = best[UploadPath.HOST_RING]
+        if UploadPath.DEVICE_BUFFER in best:
+            result["upload_ceiling_device"] = best[UploadPath.DEVICE_BUFFER]
+        if UploadPath.STAGING_TEXTURE in best:
+            result["upload_ceiling_staging_texture"] = best[UploadPath.STAGING_TEXTURE]
+        result["upload_ceiling_tries"] = {p.value: t for p, t in tries.items()}
         try:  # a candidate path, not the engine's: measured so the choice rests on numbers
-            result["upload_staging_texture"] = upload_ceiling(ctx, n, runs=True, staging_texture=True)
+            result["upload_candidate_upload_fill"] = upload_ceiling(ctx, n, runs=True, candidate=True)
         except GLError as exc:
-            result["upload_staging_texture"] = {"error": str(exc)}
-        try:  # the same, filled by a compute pass reading the ring (no pixel transfer)
-            result["upload_staging_compute"] = upload_ceiling(
-                ctx, n, runs=True, staging_texture=True, staging_fill="compute"
-            )
-        except (GLError, moderngl.Error) as exc:
-            result["upload_staging_compute"] = {"error": str(exc)}
-        result["upload_ceiling"] = max(paths, key=lambda r: r["tiles_per_s"])
+            result["upload_candidate_upload_fill"] = {"error": str(exc)}
+        result["upload_ceiling"] = max(best.values(), key=lambda r: r["tiles_per_s"])  # the engine's best path
         result["upload_ceiling_python"] = upload_ceiling(ctx, n // 4, compiled=False, runs=True)
         result["upload_per_tile"] = upload_ceiling(ctx, n)
         result["copy_bandwidth"] = copy_bandwidth(ctx, 16 if quick else 64)
@@ -586,16 +585,17 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             result["streamer_bound"] = streamer_bound(ctx, terrain, 2048 if quick else 4096, 16 if quick else 48)
             first = end_to_end(ctx, terrain, pan, frames, native=True)
             result["upload_path_auto"] = auto = first["upload_path"]
-            other = UploadPath.HOST_RING if auto == UploadPath.DEVICE_BUFFER.value else UploadPath.DEVICE_BUFFER
-            pans: dict[str, list[dict]] = {auto: [first], other.value: []}
-            for _ in range(2 if device else 1):  # AUTO's path and the other one interleaved, best of two each
-                if device:
+            others = [p for p in engine_paths if p.value != auto]
+            pans: dict[str, list[dict]] = {auto: [first]} | {p.value: [] for p in others}
+            for _ in range(2):  # AUTO's path and the others interleaved, best of two each
+                for other in others:
                     pans[other.value].append(end_to_end(ctx, terrain, pan, frames, True, other))
                 if len(pans[auto]) < 2:
                     pans[auto].append(end_to_end(ctx, terrain, pan, frames, native=True))
             result["end_to_end"] = max(pans[auto], key=lambda r: r["tiles_per_s"])
-            if pans[other.value]:
-                result["end_to_end_other_path"] = max(pans[other.value], key=lambda r: r["tiles_per_s"])
+            result["end_to_end_other_paths"] = {
+                p.value: max(pans[p.value], key=lambda r: r["tiles_per_s"]) for p in others
+            }
             result["end_to_end_tries"] = pans
             result["end_to_end_python"] = end_to_end(ctx, terrain, pan, frames, native=False)
             drawn = result["drawn_resident"] = drawn_resident(ctx, terrain, pan, frames)
@@ -614,6 +614,8 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
         result["ratios"] = {
             "end_to_end_vs_ceiling": result["end_to_end"]["tiles_per_s"] / ceiling,
             "device_vs_host_ring": result.get("upload_ceiling_device", host)["tiles_per_s"] / host["tiles_per_s"],
+            "staging_texture_vs_host_ring": result.get("upload_ceiling_staging_texture", host)["tiles_per_s"]
+            / host["tiles_per_s"],
             "end_to_end_python_vs_ceiling": result["end_to_end_python"]["tiles_per_s"] / ceiling,
             "streamer_bound_vs_ceiling": result["streamer_bound"]["tiles_per_s"] / ceiling,
             "end_to_end_vs_drawing": result["end_to_end"]["tiles_per_s"]

@@ -16,7 +16,8 @@ def print_stream(r: dict) -> None:
     fw, fh = e2e["frame_size"]
     sw, sh = sc["frame_size"]
     host, dev = r["upload_ceiling_host_ring"], r.get("upload_ceiling_device")
-    stx = r.get("upload_staging_texture", {})
+    stt = r.get("upload_ceiling_staging_texture")
+    stx = r.get("upload_candidate_upload_fill", {})
     rows = [
         (
             "(a) upload ceiling",
@@ -46,26 +47,25 @@ def print_stream(r: dict) -> None:
         ),
         (
             "    staging texture",
+            f"{stt['tiles_per_s']:,.0f} tiles/s" if stt else "n/a",
+            (
+                f"{stt['gb_per_s']:.2f} GB/s, one compute dispatch a ring span stores the blocks into an RG32UI "
+                f"array, one glCopyImageSubData a run; {ratio['staging_texture_vs_host_ring']:.2f} x the host ring; "
+                f"CPU issuing {stt['issue_cpu_us_per_tile']:.2f} us a tile ({stt['gpu_waits']} polls found the GPU "
+                "behind)"
+            )
+            if stt
+            else "needs buffer storage and GL 4.3 compute shaders, which this context lacks",
+        ),
+        (
+            "    staging, upload fill",
             f"{stx['tiles_per_s']:,.0f} tiles/s" if "tiles_per_s" in stx else "failed",
             (
-                f"{stx['gb_per_s']:.2f} GB/s, a candidate (not an engine path): one RG32UI fill a ring span, one "
-                f"glCopyImageSubData a run; {stx['tiles_per_s'] / host['tiles_per_s']:.2f} x the host ring"
+                f"{stx['gb_per_s']:.2f} GB/s, a candidate (not an engine path): the same array filled by one "
+                f"glTexSubImage3D a ring span; {stx['tiles_per_s'] / host['tiles_per_s']:.2f} x the host ring"
             )
             if "tiles_per_s" in stx
             else stx.get("error", "not measured"),
-        ),
-        (
-            "    staging, compute fill",
-            f"{r['upload_staging_compute']['tiles_per_s']:,.0f} tiles/s"
-            if "tiles_per_s" in r.get("upload_staging_compute", {})
-            else "failed",
-            (
-                f"{r['upload_staging_compute']['gb_per_s']:.2f} GB/s, a candidate: one compute dispatch a ring span "
-                "stores the blocks into the RG32UI array, one glCopyImageSubData a run; "
-                f"{r['upload_staging_compute']['tiles_per_s'] / host['tiles_per_s']:.2f} x the host ring"
-            )
-            if "tiles_per_s" in r.get("upload_staging_compute", {})
-            else r.get("upload_staging_compute", {}).get("error", "not measured"),
         ),
         (
             "    per tile (old path)",
@@ -89,17 +89,13 @@ def print_stream(r: dict) -> None:
             f"{e2e['upload_cpu_us_per_tile']:.1f})",
         ),
         *(
-            [
-                (
-                    f"    {r['end_to_end_other_path']['upload_path']}",
-                    f"{r['end_to_end_other_path']['tiles_per_s']:,.0f} tiles/s",
-                    f"{r['end_to_end_other_path']['tiles_per_s'] / up['tiles_per_s']:.3f} x (a): the same pan on the "
-                    f"path AUTO did not pick; CPU {r['end_to_end_other_path']['update_cpu_us_per_tile']:.1f} us "
-                    "per uploaded tile",
-                )
-            ]
-            if "end_to_end_other_path" in r
-            else []
+            (
+                f"    {other['upload_path']}",
+                f"{other['tiles_per_s']:,.0f} tiles/s",
+                f"{other['tiles_per_s'] / up['tiles_per_s']:.3f} x (a): the same pan on a path AUTO did not pick; "
+                f"CPU {other['update_cpu_us_per_tile']:.1f} us per uploaded tile",
+            )
+            for other in r.get("end_to_end_other_paths", {}).values()
         ),
         (
             "    pure Python I/O",

@@ -1,19 +1,24 @@
 """`bench stream` (a): the engine's upload ceiling (tiles/s and GB/s through each upload path: runs
-from the host ring, runs through the device-local staging buffer, and the per-tile path for
-comparison, fenced and finished) and the host-to-device copy bandwidth (`copy_bandwidth`: one
-glCopyBufferSubData of the whole ring), the physical limit."""
+from the host ring, runs through the device-local staging buffer, runs through the compute-filled
+staging texture, and the per-tile path for comparison, fenced and finished) and the host-to-device
+copy bandwidth (`copy_bandwidth`: one glCopyBufferSubData of the whole ring), the physical limit."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import moderngl
 import numpy as np
 
+from ..config import BudgetConfig, UploadPath
 from ..pack.format import TexelFormat
 from ..units import MIB
 
-__all__ = ["TILE", "copy_bandwidth", "upload_ceiling"]
+if TYPE_CHECKING:
+    from ..gl.gl_ext import GLExt
+
+__all__ = ["CEILING_ARGS", "TILE", "ceiling_paths", "copy_bandwidth", "upload_ceiling"]
 
 TILE = 128  # the default tile: 136-texel slots
 
@@ -27,7 +32,7 @@ def upload_ceiling(
     max_run: int = 0,
     device: bool = False,
     staging_texture: bool = False,
-    staging_fill: str = "upload",
+    candidate: bool = False,
 ) -> dict:
     """Tiles/s of the engine's upload loop from the staging ring, fenced per batch, until glFinish.
 
@@ -37,16 +42,21 @@ def upload_ceiling(
     run (`Uploader`'s `upload_runs`); with ``device=True`` too, each batch is first copied into a
     device-local buffer of two batches (`DeviceStaging.copy_in`), the ring fenced behind the copy,
     and the runs uploaded from there (`UploadPath.DEVICE_BUFFER`); with ``staging_texture=True``
-    instead, the candidate path of `bench_staging_texture`: the batch fills an RG32UI staging array
-    (one call per ring span, or with ``staging_fill="compute"`` one compute dispatch per span) and each
-    run is copied into the cache with glCopyImageSubData."""
+    instead, the engine's staging-texture path (`UploadPath.STAGING_TEXTURE`, `TextureStaging.issue`
+    with a share of two batches like the device buffer's: one compute dispatch per ring span fills
+    an RG32UI array, the ring is fenced behind it, one glCopyImageSubData a run); with
+    ``candidate=True``, the bench-only candidate of `bench_staging_texture` (the same array filled by
+    one glTexSubImage3D per ring span)."""
     from ..gl.enums import gl_format
     from ..gl.gl_ext import GLExt
     from ..native import load
+    from ..runtime.budget import BudgetManager
     from ..runtime.device_staging import DeviceStaging
+    from ..runtime.pools import CachePool
     from ..runtime.slots import SlotGeometry
     from ..runtime.staging import StagingRing
-    from ..runtime.upload_plan import upload_runs
+    from ..runtime.texture_staging import TextureStaging
+    from ..runtime.upload_plan import PoolUploads, upload_runs
     from .bench_staging_texture import StagingTexture
 
     native = load() if compiled else None
@@ -60,9 +70,19 @@ def upload_ceiling(
     )
     layers = -(-capacity // geo.cells)
     ring = StagingRing(ctx, gl, 4 * batch * tile_bytes, tile_bytes)
-    tex = gl.create_texture_array(fmt, geo.layer_size[0], layers)
-    staging = DeviceStaging(gl, 2 * batch, ring.stride) if device and runs and not staging_texture else None
-    texture_staging = StagingTexture(gl, slot, 2 * batch, staging_fill) if staging_texture and runs else None
+    # the cache: a pool (the engine path's issue takes pools), its budget only counts
+    pool = CachePool(
+        gl, BudgetManager(BudgetConfig(budget_mb=1 << 20)), (TexelFormat.BC1, True, slot), 0, geo, capacity, 2, 0
+    )
+    tex = pool.texture
+    assert tex is not None and pool.layers == layers
+    staging = (
+        DeviceStaging(gl, 2 * batch, ring.stride) if device and runs and not (staging_texture or candidate) else None
+    )
+    engine_textures = TextureStaging(gl, 2 * batch * ring.stride, ring) if staging_texture and runs else None
+    texture_staging = StagingTexture(gl, slot, 2 * batch) if candidate and runs and not staging_texture else None
+    cache_slot = np.full(ring.slot_count, -1, np.int64)  # per ring slot, for the engine path's issue
+    nbytes = np.full(ring.slot_count, tile_bytes, np.int64)
     calls = 0
     try:
         rng = np.random.default_rng(1)
@@ -88,7 +108,12 @@ def upload_ceiling(
                     first, copies = staging.copy_in(ring.glo, first, r["count"], native)
                     ring.submit(got, got.size * tile_bytes)
                     pbo, calls = staging.glo, calls + copies
-                if texture_staging is not None:
+                if engine_textures is not None:  # fills, the ring's fence, the copies: as the uploader issues them
+                    cache_slot[got] = slots
+                    plan = [PoolUploads(0, got, r)]
+                    assert engine_textures.within_layers(np.zeros(got.size, np.int64), [pool]).all()
+                    calls += engine_textures.issue(got, nbytes, cache_slot, plan, [pool], native)[1]
+                elif texture_staging is not None:
                     texture_staging.upload(ring.glo, first, r["count"], ring.stride, tex, lay, cx * slot, cy * slot)
                 else:
                     gl.upload_runs(
@@ -101,7 +126,7 @@ def upload_ceiling(
                 cx, cy = c % geo.cells_x, c // geo.cells_x
                 gl.upload_cell_batch(tex, lay, cx * slot, cy * slot, ring.offsets(got), slot, ring.glo, native)
                 calls += int(got.size)
-            if staging is None:
+            if staging is None and engine_textures is None:
                 ring.submit(got, got.size * tile_bytes)
             issue += time.thread_time() - i0
             cell += got.size
@@ -116,7 +141,9 @@ def upload_ceiling(
         if texture_staging is not None:
             calls += texture_staging.calls
             texture_staging.release()
-        tex.release()
+        if engine_textures is not None:
+            engine_textures.release()
+        pool.release()
         ring.release()
     return {
         "tiles": done,
@@ -132,17 +159,35 @@ def upload_ceiling(
         "format": "bc1-srgb",
         "slot": slot,
         "batch": batch,
-        "path": (
-            f"staging-texture-{staging_fill}"
-            if staging_texture
-            else "device-buffer"
-            if staging is not None
-            else "host-ring"
-        )
-        if runs
-        else "per-tile",
+        "path": upload_path_name(runs, device, staging_texture, candidate),
         "loop": "compiled" if native is not None else "python",
     }
+
+
+#: `upload_ceiling`'s arguments for each engine path.
+CEILING_ARGS: dict[UploadPath, dict[str, bool]] = {
+    UploadPath.HOST_RING: {},
+    UploadPath.DEVICE_BUFFER: {"device": True},
+    UploadPath.STAGING_TEXTURE: {"staging_texture": True},
+}
+
+
+def ceiling_paths(gl: GLExt) -> list[UploadPath]:
+    """The engine paths this context runs: the device paths read a persistent-mapped ring on the GPU;
+    the staging texture also needs GL 4.3 compute (`GLExt.has_staging_texture`)."""
+    storage = gl.has_buffer_storage
+    paths = [UploadPath.HOST_RING] + ([UploadPath.DEVICE_BUFFER] if storage else [])
+    return paths + ([UploadPath.STAGING_TEXTURE] if storage and gl.has_staging_texture else [])
+
+
+def upload_path_name(runs: bool, device: bool, staging_texture: bool, candidate: bool) -> str:
+    """The name `upload_ceiling` reports for its path: an `UploadPath` value, or the candidate's or
+    the per-tile path's."""
+    if not runs:
+        return "per-tile"
+    if staging_texture:
+        return "staging-texture"
+    return "device-buffer" if device else "staging-texture-upload-fill" if candidate else "host-ring"
 
 
 def copy_bandwidth(ctx: moderngl.Context, ring_mb: int = 64, repeats: int = 8) -> dict:

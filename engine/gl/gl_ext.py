@@ -148,6 +148,14 @@ class GLExt(TextureTransfers):
         return self.has(Feature.BUFFER_STORAGE)
 
     @property
+    def has_staging_texture(self) -> bool:
+        """True when the staging-texture upload path can run (`UploadPath.STAGING_TEXTURE`): a compute
+        pass reading a storage buffer and storing images (GLSL 4.30, so a GL 4.3 context), then
+        glCopyImageSubData."""
+        needs = (Feature.COMPUTE_SHADER, Feature.SHADER_IMAGE_LOAD_STORE, Feature.SHADER_STORAGE_BUFFER)
+        return self.version_code >= 430 and all(self.has(f) for f in (*needs, Feature.COPY_IMAGE))
+
+    @property
     def reports_video_memory(self) -> bool:
         """True when the driver reports dedicated video memory (GL_NVX_gpu_memory_info or
         GL_ATI_meminfo): a discrete GPU, where GPU-only buffers live apart from host memory."""

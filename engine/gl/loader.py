@@ -55,6 +55,9 @@ class Feature(enum.Enum):
         ("GL_ARB_compressed_texture_pixel_storage",),
         "uploads of layer runs from padded staging slots",
     )
+    COMPUTE_SHADER = (430, ("GL_ARB_compute_shader",), "compute shaders")
+    SHADER_IMAGE_LOAD_STORE = (420, ("GL_ARB_shader_image_load_store",), "image stores from shaders")
+    SHADER_STORAGE_BUFFER = (430, ("GL_ARB_shader_storage_buffer_object",), "shader storage buffers")
     NVX_MEMORY = (None, ("GL_NVX_gpu_memory_info",), "NVIDIA memory report")
     ATI_MEMORY = (None, ("GL_ATI_meminfo",), "AMD memory report")
 
@@ -130,6 +133,7 @@ _FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], Feature | None]] = {
     "glGetShaderiv": (None, (_u, _u, _pi), None),
     "glBindBuffer": (None, (_u, _u), None),
     "glBindBufferBase": (None, (_u, _u, _u), None),
+    "glBindImageTexture": (None, (_u, _u, _i, ctypes.c_ubyte, _i, _u, _u), Feature.SHADER_IMAGE_LOAD_STORE),
     "glBufferStorage": (None, (_u, _sz, _p, _u), Feature.BUFFER_STORAGE),
     "glCopyBufferSubData": (None, (_u, _u, _sz, _sz, _sz), None),
     "glMapBufferRange": (_p, (_u, _sz, _sz, _u), None),

@@ -35,6 +35,9 @@ report results as records, and change no residency state of their own accord):
 - ``staging.py``: the persistent-mapped staging ring (slots handed out in ring order);
   ``device_staging.py``: the device path's device-local buffer (`UploadPath.DEVICE_BUFFER`: a
   frame's runs copied into it, one buffer copy per contiguous ring span, and uploaded from it);
+  ``texture_staging.py``: the staging-texture path's arrays (`UploadPath.STAGING_TEXTURE`: a compute
+  pass stores a frame's blocks from the ring into RG32UI/RGBA32UI arrays, one block-compatible copy
+  per run lands them in the cache);
   ``staging_share.py``: the staging share of the budget and its split between ring and device buffer;
   ``uploader.py``: a load's whole life and the upload calls (one per run of consecutive cache
   layers at one cell, read from consecutive ring slots); ``blocking_load.py``: its blocking path

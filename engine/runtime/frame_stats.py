@@ -17,6 +17,7 @@ from .device_staging import DeviceStagingStats
 from .records import Uploaded
 from .residency import Residency, StreamTotals
 from .staging import RingStats
+from .texture_staging import TextureStagingStats
 
 __all__ = [
     "PHASES",
@@ -126,6 +127,7 @@ class IOStatus:
     ring: RingStats | None  # None before the first texture opens
     upload_path: UploadPath | None = None  # the path the uploads take (None before the first texture opens)
     device_staging: DeviceStagingStats | None = None  # the device path's buffer (None on the host ring)
+    texture_staging: TextureStagingStats | None = None  # the staging-texture path's arrays (None elsewhere)
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ class StreamerStats:
     cache_hit_rate : float
         ``cache_hits / (cache_hits + cache_misses)`` (0 before any).
     upload_path : str
-        The path the uploads take (`UploadPath` value: ``host-ring`` or ``device-buffer``; empty
+        The path the uploads take (`UploadPath` value: ``host-ring``, ``device-buffer`` or ``staging-texture``; empty
         before the first texture opens).
     """
 

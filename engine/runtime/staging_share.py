@@ -1,6 +1,7 @@
 """The staging share: how many bytes of the budget the staging memory takes, and how they split between
-the host ring (persistent-mapped, filled by the I/O threads) and the device-local buffer the uploads
-read on `UploadPath.DEVICE_BUFFER`. Budget names: "staging-ring" and "staging-device".
+the host ring (persistent-mapped, filled by the I/O threads) and the device side of the upload path:
+the device-local buffer the uploads read on `UploadPath.DEVICE_BUFFER`, or the staging texture arrays
+of `UploadPath.STAGING_TEXTURE` (`texture_staging`). Budget names: "staging-ring" and "staging-device".
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ def staging_bytes(config: StreamerConfig, budget: BudgetManager, tile_bytes: int
     return ring_bytes(config.ring_mb, budget.budget, tile_bytes)
 
 
-def staging_split(config: StreamerConfig, gl: GLExt, total: int, tile_bytes: int) -> tuple[int, int]:
-    """(host ring bytes, device buffer bytes) of a `total`-byte staging share: the device buffer
-    (`upload_plan.device_slots`) only where `choose_upload_path` picks the device path."""
+def staging_split(config: StreamerConfig, gl: GLExt, total: int, tile_bytes: int) -> tuple[int, int, UploadPath]:
+    """(host ring bytes, device-side bytes, path) of a `total`-byte staging share: the device side
+    (`upload_plan.device_slots` ring slots' worth) only where `choose_upload_path` picks a device path."""
     stride = -(-tile_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
     slots = max(1, total // stride)
     dev = device_slots(slots, stride, config)
@@ -36,12 +37,13 @@ def staging_split(config: StreamerConfig, gl: GLExt, total: int, tile_bytes: int
         buffer_storage=gl.has_buffer_storage,
         video_memory=gl.reports_video_memory,
         device_slots=dev,
+        staging_texture=gl.has_staging_texture,
     )
-    if config.upload_path is UploadPath.DEVICE_BUFFER and path is not UploadPath.DEVICE_BUFFER:
-        log.warning("upload_path=device-buffer needs buffer storage, which this context lacks: host ring")
+    if config.upload_path not in (path, UploadPath.AUTO):
+        log.warning("upload_path=%s cannot run on this context: %s", config.upload_path.value, path.value)
     if path is UploadPath.HOST_RING or slots < 2:
-        return total, 0
-    return total - dev * stride, dev * stride
+        return total, 0, UploadPath.HOST_RING
+    return total - dev * stride, dev * stride, path
 
 
 def staging_reserved(budget: BudgetManager) -> int:
@@ -55,9 +57,12 @@ def release_staging(budget: BudgetManager) -> None:
         budget.release(name)
 
 
-def reserve_staging(config: StreamerConfig, gl: GLExt, budget: BudgetManager, tile_bytes: int) -> tuple[int, int]:
-    """Reserve the staging share in `budget` (BudgetError: nothing reserved); (host, device) bytes."""
-    host, device = staging_split(config, gl, staging_bytes(config, budget, tile_bytes), tile_bytes)
+def reserve_staging(
+    config: StreamerConfig, gl: GLExt, budget: BudgetManager, tile_bytes: int
+) -> tuple[int, int, UploadPath]:
+    """Reserve the staging share in `budget` (BudgetError: nothing reserved); (host, device) bytes
+    and the upload path that takes them."""
+    host, device, path = staging_split(config, gl, staging_bytes(config, budget, tile_bytes), tile_bytes)
     budget.reserve("staging-ring", host)
     if device:
         try:
@@ -65,7 +70,7 @@ def reserve_staging(config: StreamerConfig, gl: GLExt, budget: BudgetManager, ti
         except BaseException:
             release_staging(budget)
             raise
-    return host, device
+    return host, device, path
 
 
 def all_to_ring(budget: BudgetManager) -> int:

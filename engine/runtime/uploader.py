@@ -27,7 +27,8 @@ slot (structure of arrays), with an explicit `LoadState`::
   consecutive cache layers at one cell from consecutive ring slots (`upload_plan`: `submit` hands
   ring slots out in cache-slot order), ONE fence a frame; a time budget keeps the calls that fit.
   On the device path (`UploadPath.DEVICE_BUFFER`, `device_staging`) the runs are first copied into a
-  device-local buffer and uploaded from there; the ring's fence then sits right behind the copies.
+  device-local buffer and uploaded from there; the ring's fence then sits right behind the copies. On
+  `UploadPath.STAGING_TEXTURE` (`texture_staging`) a compute pass stages them, then GPU copies land them.
 - `reclaim` (render thread) frees the ring slots of fenced batches that signalled.
 - `load_now` is the blocking path (pinned levels at open, all-resident references): the same read
   and upload functions, on the render thread, waiting for fences instead of polling.
@@ -66,6 +67,7 @@ from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
 from .staging import StagingRing
+from .texture_staging import TextureStaging, upload_from_buffer
 from .tiles import TileSpace
 from .upload_budget import UploadCost
 from .upload_plan import PoolUploads, keep_within_budget, upload_runs
@@ -111,9 +113,9 @@ class Uploader:
         Streaming configuration (I/O threads, caps, native helper).
     ring_bytes
         Staging-ring size; slot_bytes: largest tile.
-    device_bytes
-        Size of the device-local staging buffer (0: upload straight from the ring, `UploadPath.HOST_RING`);
-        needs a persistent-mapped ring.
+    device_bytes, upload_path
+        Bytes of the device-local buffer, or on `UploadPath.STAGING_TEXTURE` of the staging arrays' share
+        (`TextureStaging`); needs a persistent-mapped ring (0: upload straight from it, `UploadPath.HOST_RING`).
     fence_factory
         The ring's fences (tests inject fakes).
     read_hook
@@ -131,6 +133,7 @@ class Uploader:
         fence_factory: Callable[[], FenceLike] | None = None,
         read_hook: ReadHook | None = None,
         device_bytes: int = 0,
+        upload_path: UploadPath = UploadPath.DEVICE_BUFFER,
     ) -> None:
         self.ctx, self.gl, self.space, self.config = ctx, gl, space, config
         self.native: Native | None = None
@@ -140,12 +143,16 @@ class Uploader:
             self.native = load()
         self.ring = StagingRing(ctx, gl, ring_bytes, slot_bytes, fence_factory=fence_factory)
         self.device: DeviceStaging | None = None
+        self.textures: TextureStaging | None = None  # the staging-texture path's arrays
         if device_bytes > 0:
             if not self.ring.persistent:
                 self.ring.release()
                 raise EngineError("the device upload path needs a persistent-mapped staging ring (buffer storage)")
             try:
-                self.device = DeviceStaging(gl, device_bytes // self.ring.stride, self.ring.stride)
+                if upload_path is UploadPath.STAGING_TEXTURE:
+                    self.textures = TextureStaging(gl, device_bytes, self.ring)
+                else:
+                    self.device = DeviceStaging(gl, device_bytes // self.ring.stride, self.ring.stride)
             except BaseException:
                 self.ring.release()
                 raise
@@ -176,6 +183,8 @@ class Uploader:
     @property
     def upload_path(self) -> UploadPath:
         """The path the upload calls take (never AUTO)."""
+        if self.textures is not None:
+            return UploadPath.STAGING_TEXTURE
         return UploadPath.DEVICE_BUFFER if self.device is not None else UploadPath.HOST_RING
 
     @classmethod
@@ -204,10 +213,10 @@ class Uploader:
                 current.remove_source(tex)
             current.release()
             staging_share.release_staging(budget)
-        host, device = staging_share.reserve_staging(config, gl, budget, tile_bytes)
+        host, device, path = staging_share.reserve_staging(config, gl, budget, tile_bytes)
         try:
             try:
-                up = cls(ctx, gl, space, config, host, tile_bytes, read_hook=read_hook, device_bytes=device)
+                up = cls(ctx, gl, space, config, host, tile_bytes, None, read_hook, device, path)
             except GLError as exc:  # no device-local buffer (out of memory): the host ring still works
                 if not device:
                     raise
@@ -514,6 +523,8 @@ class Uploader:
         size = np.cumsum(self.nbytes[ready])
         take = (size <= max_bytes) | (np.arange(ready.size) == 0)
         take &= np.arange(ready.size) < max_tiles
+        if self.textures is not None:  # a frame's batch fits each staging array in one piece
+            take &= self.textures.within_layers(self.pool[ready], pools)
         chosen = ready[take]
         if chosen.size == 0:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
@@ -560,6 +571,9 @@ class Uploader:
         behind the copies (the ring slots are free once copied); the uploads read the device buffer."""
         ring = self.ring
         ring.stage(slots, self.nbytes[slots])
+        if self.textures is not None:  # fills, the ring's fence, then the copies (`texture_staging`)
+            total, self.last_calls = self.textures.issue(slots, self.nbytes, self.cache_slot, plan, pools, self.native)
+            return total
         total = 0
         self.last_calls = 0
         firsts = [u.ring_slots[u.runs["start"]] for u in plan]  # each run's first ring slot
@@ -574,25 +588,8 @@ class Uploader:
             source = [device_first[at[i] : at[i + 1]] for i in range(len(plan))]
             self.last_calls += copies
         try:
-            for uploads, first in zip(plan, source, strict=True):
-                s, runs = uploads.ring_slots, uploads.runs
-                pool = pools[uploads.pool]
-                assert pool is not None and pool.texture is not None
-                g = pool.geometry
-                layer, cx, cy = g.locate(self.cache_slot[s[runs["start"]]], pool.layers)
-                total += self.gl.upload_runs(
-                    pool.texture,
-                    layer,
-                    cx * g.slot_size,
-                    cy * g.slot_size,
-                    runs["count"],
-                    first * ring.stride,
-                    g.slot_size,
-                    pbo,
-                    ring.stride,
-                    self.native,
-                )
-                self.last_calls += int(runs.size)
+            total, n = upload_from_buffer(self.gl, plan, source, pools, self.cache_slot, pbo, ring.stride, self.native)
+            self.last_calls += n
         finally:
             if self.device is None:
                 ring.submit(slots, total)  # issued uploads read the ring: fence whatever went out
@@ -642,8 +639,9 @@ class Uploader:
                 src.tile.close()
         self.sources.clear()
         self._retired.clear()
-        if self.device is not None:
-            self.device.release()
+        for staging in (self.device, self.textures):
+            if staging is not None:
+                staging.release()
         if stopped:
             self.ring.release()
         else:

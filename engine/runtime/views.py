@@ -99,9 +99,17 @@ class StreamerViews:
         if up is None:
             return IOStatus(self.config.io_threads, 0, 0, self.config.native, None)
         device = up.device.stats() if up.device is not None else None
+        textures = up.textures.stats() if up.textures is not None else None
         io = up.io
         return IOStatus(
-            io.thread_count, io.stuck_count, io.pending, up.native is not None, up.ring.stats(), up.upload_path, device
+            io.thread_count,
+            io.stuck_count,
+            io.pending,
+            up.native is not None,
+            up.ring.stats(),
+            up.upload_path,
+            device,
+            textures,
         )
 
     def feedback_info(self) -> FeedbackInfo:

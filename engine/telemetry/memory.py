@@ -133,6 +133,14 @@ def memory_stats(streamer: MemorySource) -> dict[str, Any]:
             "bytes": breakdown["staging-device"],
             "detail": f"{device.slot_count} slots, device-local: uploads read it after one copy a frame",
         }
+    staged = streamer.io_status().texture_staging
+    if "staging-device" in breakdown and staged is not None:
+        claimed.add("staging-device")
+        made = ", ".join(f"{n} layers of {slot}-texel tiles ({block}-byte blocks)" for block, slot, n in staged.arrays)
+        other["staging-device"] = {
+            "bytes": breakdown["staging-device"],
+            "detail": f"staging textures, {staged.nbytes} B made: {made or 'none yet'}",
+        }
     for name, nbytes in breakdown.items():
         if name not in claimed:
             other[name] = {"bytes": nbytes, "detail": ""}

@@ -104,7 +104,7 @@ FRAME_FIELDS: tuple[Field, ...] = (
     _f("ring_occupancy", "number", "fraction", "Staging-ring slots not free (0..1)."),
     _f("ring_stalls", "integer", "count", "Staging-ring acquires that found no free slot so far."),
     _f("ring_stalls_frame", "integer", "count", "Staging-ring stalls this frame."),
-    _f("upload_path", "string", "", "Where the uploads read from: `host-ring` or `device-buffer` "
+    _f("upload_path", "string", "", "Where the uploads read from: `host-ring`, `device-buffer` or `staging-texture` "
        "(`StreamerConfig.upload_path`; empty before the first texture opens)."),
     _f("vram_bytes", "integer", "bytes", "Engine GPU memory held (every allocation registered with the budget)."),
     _f("vram_peak_bytes", "integer", "bytes", "Highest engine GPU memory held so far."),

@@ -115,8 +115,10 @@ def last_frame(streamer: Streamer, renderer: PlaneRenderer, vt, view: View, fram
     return frame
 
 
-#: Both upload paths, chosen explicitly (AUTO takes the host ring on llvmpipe, which reports no video memory).
-PATHS = pytest.mark.parametrize("upload_path", [UploadPath.HOST_RING, UploadPath.DEVICE_BUFFER], ids=lambda p: p.value)
+#: Every upload path, chosen explicitly (AUTO takes the host ring on llvmpipe, which reports no video memory).
+PATHS = pytest.mark.parametrize(
+    "upload_path", [UploadPath.HOST_RING, UploadPath.DEVICE_BUFFER, UploadPath.STAGING_TEXTURE], ids=lambda p: p.value
+)
 
 
 def check_path(s: Streamer, upload_path: UploadPath) -> None:
@@ -126,8 +128,12 @@ def check_path(s: Streamer, upload_path: UploadPath) -> None:
     staging = s.budget.breakdown()
     if upload_path is UploadPath.DEVICE_BUFFER:
         assert io.device_staging is not None and staging["staging-device"] == io.device_staging.nbytes > 0
+    elif upload_path is UploadPath.STAGING_TEXTURE:  # the arrays live in the share the budget holds
+        ts = io.texture_staging
+        assert io.device_staging is None and ts is not None
+        assert staging["staging-device"] == ts.share_bytes >= ts.nbytes
     else:
-        assert io.device_staging is None and "staging-device" not in staging
+        assert io.device_staging is None and io.texture_staging is None and "staging-device" not in staging
     assert io.ring is not None and staging["staging-ring"] >= io.ring.slot_count * io.ring.slot_bytes
 
 
@@ -197,13 +203,16 @@ def test_budget_far_below_demand(gl_context: moderngl.Context, packs: Packs) -> 
         renderer.release()
 
 
-def test_two_formats_share_one_budget(gl_context: moderngl.Context, packs: Packs) -> None:
+@pytest.mark.parametrize("upload_path", [UploadPath.AUTO, UploadPath.STAGING_TEXTURE], ids=lambda p: p.value)
+def test_two_formats_share_one_budget(gl_context: moderngl.Context, packs: Packs, upload_path: UploadPath) -> None:
+    """BC1 and BC5 in one streamer share one ring, whose stride is the BC5 tile's: on the
+    staging-texture path both go through their arrays (8- and 16-byte blocks), BC1 read at that stride."""
     view_c, view_n = View(0.4, 0.6, 0.7), View(0.6, 0.4, 1.5)
     ref_c, ref_n = reference(gl_context, packs.colour, view_c), reference(gl_context, packs.normals, view_n)
     second = PlaneRenderer(gl_context, SIZE)
     first = PlaneRenderer(gl_context, SIZE)
     try:
-        with Streamer(gl_context, config(12.0)) as s:
+        with Streamer(gl_context, config(12.0, upload_path=upload_path)) as s:
             colour, normals = s.open(packs.colour), s.open(packs.normals)
             assert colour.pool is not normals.pool and len(s.pools) == 2
             names = set(s.budget.breakdown())
@@ -218,6 +227,10 @@ def test_two_formats_share_one_budget(gl_context: moderngl.Context, packs: Packs
             assert st.missing_pages == 0
             assert colour.table.resident_count > 21 and normals.table.resident_count > 5  # beyond pinned
             s.validate()  # the GPU's page tables hold both textures' entries as the CPU has them
+            ts = s.io_status().texture_staging
+            if upload_path is UploadPath.STAGING_TEXTURE:
+                assert ts is not None and {a[0] for a in ts.arrays} == {8, 16} and ts.ring_tiles == 0
+                assert s.io_status().ring.slot_bytes > colour.header.tile_raw_size  # type: ignore[union-attr]
     finally:
         first.release()
         second.release()
@@ -282,7 +295,7 @@ def test_a_tiny_upload_time_budget_still_converges(
                 scores.append(psnr(frame, ref))
             assert scores[-1] >= CONVERGED_DB, f"timed={timed}: {scores}"
             assert s.last.missing_pages == 0
-    one = 2 if upload_path is UploadPath.DEVICE_BUFFER else 1  # the device path adds a copy a frame
+    one = 1 if upload_path is UploadPath.HOST_RING else 2  # a buffer copy, or a fill, with the call
     assert max(calls[True]) == one and sum(calls[True]) > one
     assert max(calls[False]) > one  # the budget is what held the calls back
 

@@ -80,6 +80,33 @@ def test_the_device_path_runs_only_with_buffer_storage_and_auto_only_on_video_me
     assert pick(UploadPath.AUTO, slots=DEVICE_MIN_SLOTS - 1) is UploadPath.HOST_RING  # tiny budget
 
 
+def test_auto_takes_the_staging_texture_where_it_would_take_the_device_buffer_and_the_context_runs_it() -> None:
+    def pick(requested: UploadPath, storage: bool = True, vram: bool = True, compute: bool = True) -> UploadPath:
+        return choose_upload_path(
+            requested, buffer_storage=storage, video_memory=vram, device_slots=1024, staging_texture=compute
+        )
+
+    assert pick(UploadPath.AUTO) is UploadPath.STAGING_TEXTURE
+    assert pick(UploadPath.AUTO, compute=False) is UploadPath.DEVICE_BUFFER  # no GL 4.3 compute: as before
+    assert pick(UploadPath.AUTO, vram=False) is UploadPath.HOST_RING  # shared memory (llvmpipe): as before
+    assert pick(UploadPath.AUTO, storage=False) is UploadPath.HOST_RING
+    assert (
+        choose_upload_path(
+            UploadPath.AUTO,
+            buffer_storage=True,
+            video_memory=True,
+            device_slots=DEVICE_MIN_SLOTS - 1,
+            staging_texture=True,
+        )
+        is UploadPath.HOST_RING
+    )  # tiny budget
+    assert pick(UploadPath.STAGING_TEXTURE, vram=False) is UploadPath.STAGING_TEXTURE  # asked for: kept
+    assert pick(UploadPath.STAGING_TEXTURE, compute=False) is UploadPath.DEVICE_BUFFER  # cannot run: the device buffer
+    assert pick(UploadPath.STAGING_TEXTURE, storage=False) is UploadPath.HOST_RING
+    assert pick(UploadPath.DEVICE_BUFFER) is UploadPath.DEVICE_BUFFER  # asked for: kept
+    assert StreamerConfig(upload_path="staging-texture").upload_path is UploadPath.STAGING_TEXTURE  # type: ignore[arg-type]
+
+
 def test_the_device_buffer_holds_two_frames_at_the_caps_and_at_most_a_quarter_of_the_staging() -> None:
     cfg = StreamerConfig(upload_tiles_per_frame=512, upload_bytes_per_frame=32 << 20)
     assert device_slots(7256, 9248, cfg) == 1024  # two frames of 512 tiles

@@ -176,6 +176,7 @@ class Rig:
         ring_slot_bytes: int | None = None,
         fence_factory: Callable[[], FenceLike] | None = None,
         device_slots: int = 0,
+        upload_path: UploadPath = UploadPath.DEVICE_BUFFER,
     ) -> None:
         self.ctx, self.gl = ctx, gl
         self.space = TileSpace()
@@ -194,6 +195,7 @@ class Rig:
             slot_bytes,
             fence_factory,
             device_bytes=device_slots * stride,
+            upload_path=upload_path,
         )
         assert self.up.ring.slot_count == RING_SLOTS
         for tex, r in enumerate(self.readers):
@@ -347,6 +349,27 @@ def test_reclaim_frees_ring_slots_only_after_the_uploads_fence(
 
 
 # ---- caps, gate, fences ---------------------------------------------------------------------------
+def test_the_staging_texture_path_caps_a_frame_at_its_arrays_layers_and_lands_every_tile(
+    rigs: Callable[..., Rig], packs: Packs
+) -> None:
+    """A share of 20 ring slots holds a 10-layer array for these tiles (half the share): 16 ready
+    loads go up in two frames of 10 and 6, each tile exactly in its cache slot, one fence a frame."""
+    rig = rigs([packs.zstd], device_slots=20, upload_path=UploadPath.STAGING_TEXTURE)
+    up = rig.up
+    assert up.upload_path is UploadPath.STAGING_TEXTURE and up.textures is not None
+    tiles = rig.space.tile_ids(0)[:16]
+    cache = rig.submit(1, tiles)
+    assert rig.drain_all().ready == 16
+    first = rig.upload(2)
+    assert up.textures.stats().arrays[0][2] == 10
+    assert len(first.loads) == 10 and first.loads.tiles.tolist() == tiles[:10].tolist()  # submission order
+    second = rig.upload(3)
+    assert len(second.loads) == 6 and up.count(LoadState.READY) == 0
+    st = up.textures.stats()
+    assert st.batches == 2 and st.ring_tiles == 0 and up.ring.stats().batches == 2
+    rig.assert_uploaded(tiles, cache)
+
+
 def test_upload_takes_ready_loads_in_submission_order_under_the_caps(rigs: Callable[..., Rig], packs: Packs) -> None:
     rig = rigs([packs.zstd])
     up = rig.up
@@ -706,6 +729,14 @@ class VideoMemory(GLExt):
         return True
 
 
+class NoComputeShaders(VideoMemory):
+    """A discrete GPU's driver below GL 4.3: no compute shaders for the staging-texture path."""
+
+    @property
+    def has_staging_texture(self) -> bool:
+        return False
+
+
 class NoVideoMemoryLeft(VideoMemory):
     """A driver that refuses the device-local buffer (GL_OUT_OF_MEMORY)."""
 
@@ -718,19 +749,27 @@ class NoVideoMemoryLeft(VideoMemory):
     [
         (GLExt, UploadPath.AUTO, UploadPath.HOST_RING),
         (GLExt, UploadPath.DEVICE_BUFFER, UploadPath.DEVICE_BUFFER),
-        (VideoMemory, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
+        (VideoMemory, UploadPath.AUTO, UploadPath.STAGING_TEXTURE),
+        (NoComputeShaders, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
+        (GLExt, UploadPath.STAGING_TEXTURE, UploadPath.STAGING_TEXTURE),
+        (NoComputeShaders, UploadPath.STAGING_TEXTURE, UploadPath.DEVICE_BUFFER),
         (VideoMemory, UploadPath.HOST_RING, UploadPath.HOST_RING),
         (NoBufferStorage, UploadPath.DEVICE_BUFFER, UploadPath.HOST_RING),
         (NoBufferStorage, UploadPath.AUTO, UploadPath.HOST_RING),
-        (NoVideoMemoryLeft, UploadPath.AUTO, UploadPath.HOST_RING),
+        (NoBufferStorage, UploadPath.STAGING_TEXTURE, UploadPath.HOST_RING),
+        (NoVideoMemoryLeft, UploadPath.DEVICE_BUFFER, UploadPath.HOST_RING),
     ],
     ids=[
         "auto-shared-memory",
         "device",
         "auto-video-memory",
+        "auto-video-memory-without-compute",
+        "staging-texture",
+        "staging-texture-without-compute",
         "host",
         "device-without-storage",
         "auto-without-storage",
+        "staging-texture-without-storage",
         "device-buffer-refused",
     ],
 )
@@ -758,8 +797,12 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
         if runs is UploadPath.DEVICE_BUFFER:
             assert up.device is not None and budget.reserved("staging-device") == up.device.nbytes
             assert up.device.slot_count == 1024  # two frames of 512 tiles
+        elif runs is UploadPath.STAGING_TEXTURE:  # the same share, for the arrays
+            assert up.device is None and up.textures is not None
+            assert budget.reserved("staging-device") == up.textures.share_bytes == 1024 * up.ring.stride
+            assert up.textures.nbytes == 0  # made at first use
         else:
-            assert up.device is None and budget.reserved("staging-device") == 0
+            assert up.device is None and up.textures is None and budget.reserved("staging-device") == 0
         assert budget.reserved("staging-ring") >= up.ring.nbytes
         tiles = space.tile_ids(0)[:6]
         cache = pool.ledger.allocate(1, tiles, space.tex[tiles], space.level[tiles]).slots
@@ -771,14 +814,19 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
             time.sleep(0.001)
         assert len(up.upload(2, [pool]).loads) == 6
         gl_context.finish()
+        if up.textures is not None:  # the tiles went through an array, within the share
+            assert up.textures.stats().copies >= 1 and up.textures.stats().ring_tiles == 0
+            assert 0 < up.textures.nbytes <= budget.reserved("staging-device")
         with PackReader(packs.zstd) as reader:
             for t, s in zip(tiles.tolist(), cache.tolist(), strict=True):
                 tex, lv, x, y = (int(v[0]) for v in space.coords(np.array([t])))
                 assert gl.read_layer(pool.texture, s) == reader.read_tile(lv, x, y)
         names = [up.ring.glo] + ([up.device.glo] if up.device is not None else [])
+        arrays = up.textures.glos if up.textures is not None else ()
     finally:
         up.release()
         staging_share.release_staging(budget)
         pool.release()
     assert staging_share.staging_reserved(budget) == 0
     assert not any(gl.is_buffer(n) for n in names)  # the ring and the device buffer are deleted
+    assert not any(gl.is_texture(n) for n in arrays)  # and the staging arrays
