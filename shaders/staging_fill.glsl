@@ -7,19 +7,20 @@
 // aligned and shared by tiles of several formats) and stored into staging layer first_layer + y;
 // invocation x is the tile's block x in row-major block order, as the compressed data is stored.
 // BLOCK_UINTS (defined by the loader): 2 for 8-byte blocks (BC1, BC4: RG32UI), 4 for 16-byte blocks
-// (BC3, BC5, BC6H, BC7: RGBA32UI).
+// (BC3, BC5, BC6H, BC7: RGBA32UI); IMAGE_UNIT and RING_BINDING: the engine's image unit (the context's
+// last) and storage binding (the page tables', bound to them again after the uploads).
 
 #version 430
 
 layout(local_size_x = 64) in;
 
 #if BLOCK_UINTS == 4
-layout(std430, binding = 5) readonly buffer StagingRing { uvec4 ring_blocks[]; };
-layout(rgba32ui, binding = 0) writeonly uniform uimage2DArray staging;
+layout(std430, binding = RING_BINDING) readonly buffer StagingRing { uvec4 ring_blocks[]; };
+layout(rgba32ui, binding = IMAGE_UNIT) writeonly uniform uimage2DArray staging;
 #define RING_BLOCK(i) ring_blocks[i]
 #else
-layout(std430, binding = 5) readonly buffer StagingRing { uvec2 ring_blocks[]; };
-layout(rg32ui, binding = 0) writeonly uniform uimage2DArray staging;
+layout(std430, binding = RING_BINDING) readonly buffer StagingRing { uvec2 ring_blocks[]; };
+layout(rg32ui, binding = IMAGE_UNIT) writeonly uniform uimage2DArray staging;
 #define RING_BLOCK(i) uvec4(ring_blocks[i], 0u, 0u)
 #endif
 

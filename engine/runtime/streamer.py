@@ -319,6 +319,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
             st.read_batches, st.read_seconds = len(drained.read_seconds), float(sum(drained.read_seconds))
             st.failed, st.drain_ms = len(core.apply(drained=drained)), clock.lap()
             uploaded = up.upload(st.frame, self._pool_set.by_index)  # caps and time budget: the config's
+            self._pages.bind(VT_PAGES_BINDING)  # the staging-texture path's fill read the ring through it
             st.upload_ms = clock.lap()
         # Read again what the GPU finished during the drain and the uploads (the last draw, when it
         # keeps up), observed before the uploads enter the page tables: the slots it touches are those

@@ -25,9 +25,9 @@ Ordering (no fence of its own):
   bit (glCopyImageSubData's reads are named by no single bit) sits between the dispatches and the
   copies of a frame.
 - copy reads -> the next stores into the same layers: a frame's batch takes consecutive layers from
-  a wrapping cursor (back to layer 0 when the batch does not fit before the end), so consecutive
-  frames write other layers unless a frame fills the whole array; GL executes a context's commands
-  in order, and the copy of an earlier frame is a complete command before a later dispatch starts.
+  a wrapping cursor (back to layer 0 when the batch does not fit before the end), so layers are
+  written again only after the cursor wraps; a wrap puts a glMemoryBarrier before the dispatches,
+  which orders them after every earlier command's memory accesses, the copies' reads included.
 - copy writes -> draws that sample the cache: ordinary GL command order, as for any upload.
 
 The uploader caps a frame's tiles per array at its layers (`within_layers`). Render thread only.
@@ -44,7 +44,7 @@ import moderngl
 import numpy as np
 
 from ..errors import GLError, ShaderError
-from ..gl.enums import GL_MAX_SHADER_STORAGE_BLOCK_SIZE, GL_TEXTURE_2D_ARRAY
+from ..gl.enums import GL_MAX_IMAGE_UNITS, GL_MAX_SHADER_STORAGE_BLOCK_SIZE, GL_TEXTURE_2D_ARRAY
 from ..gl.gl_ext import GLExt
 from ..gl.shaders import compute_shader, shader_file
 from .int_sets import distinct
@@ -60,8 +60,9 @@ log = logging.getLogger(__name__)
 #: below what the ring path uploads at once.
 MIN_LAYERS = 8
 FILL_GROUP = 64  # the fill shader's local_size_x
-RING_BINDING = 5  # the shader storage binding of the ring (the feedback buffers take 6 and 7)
-IMAGE_UNIT = 0
+#: The ring's storage binding during the fill: the page tables' (`texture.VT_PAGES_BINDING`), an engine
+#: binding the streamer binds the tables to again after the uploads (bindings 0-5 are the program's).
+RING_BINDING = 6
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 GL_ALL_BARRIER_BITS = 0xFFFFFFFF
 GL_WRITE_ONLY = 0x88B9
@@ -85,13 +86,12 @@ class TextureStagingStats:
 class _Array:
     """One staging array: `layers` layers of (slot / 4)^2 texels of one block size, its fill program."""
 
-    def __init__(self, ctx: moderngl.Context, block_bytes: int, slot: int, layers: int) -> None:
+    def __init__(self, ctx: moderngl.Context, block_bytes: int, slot: int, layers: int, image_unit: int) -> None:
         self.block_bytes, self.slot, self.layers, self.side = block_bytes, slot, layers, slot // 4
         self.texture = ctx.texture_array((self.side, self.side, layers), BLOCK_UINTS[block_bytes], dtype="u4")
         try:
-            self.program = compute_shader(
-                ctx, shader_file("texstream/staging_fill.glsl"), defines={"BLOCK_UINTS": BLOCK_UINTS[block_bytes]}
-            )
+            defines = {"BLOCK_UINTS": BLOCK_UINTS[block_bytes], "IMAGE_UNIT": image_unit, "RING_BINDING": RING_BINDING}
+            self.program = compute_shader(ctx, shader_file("texstream/staging_fill.glsl"), defines=defines)
         except BaseException:
             self.texture.release()
             raise
@@ -102,13 +102,15 @@ class _Array:
     def nbytes(self) -> int:
         return self.side * self.side * self.block_bytes * self.layers
 
-    def take(self, count: int) -> int:
-        """The first of `count` consecutive layers for one frame's batch (wrapping)."""
-        if self.cursor + count > self.layers:
+    def take(self, count: int) -> tuple[int, bool]:
+        """The first of `count` consecutive layers for one frame's batch, and whether the cursor went
+        back to layer 0 (the batch writes layers earlier frames' copies read)."""
+        wrapped = self.cursor + count > self.layers
+        if wrapped:
             self.cursor = 0
         first = self.cursor
         self.cursor = (self.cursor + count) % self.layers
-        return first
+        return first, wrapped
 
     def release(self) -> None:
         self.texture.release()
@@ -137,6 +139,7 @@ class TextureStaging:
         if ring.nbytes > limit:
             raise GLError(f"the {ring.nbytes}-byte staging ring exceeds this driver's {limit}-byte storage buffers")
         self._gl, self.share_bytes, self._ring = gl, int(share_bytes), ring
+        self.image_unit = gl.get_integer(GL_MAX_IMAGE_UNITS) - 1  # the last one: the program's are below it
         self._arrays: dict[int, _Array | None] = {}  # block bytes -> its array (None: refused by the driver)
         self._batches = self._dispatches = self._copies = self._ring_tiles = 0
 
@@ -160,7 +163,7 @@ class TextureStaging:
             self._arrays[block] = None
             if layers >= MIN_LAYERS:
                 try:
-                    self._arrays[block] = _Array(self._gl.ctx, block, slot, layers)
+                    self._arrays[block] = _Array(self._gl.ctx, block, slot, layers, self.image_unit)
                     log.debug("staging texture: %d layers of %d-byte blocks, %d-texel slots", layers, block, slot)
                 except (moderngl.Error, GLError, ShaderError) as exc:
                     self._gl.get_error()  # the refusal's error code, so the next check starts clean
@@ -218,7 +221,7 @@ class TextureStaging:
                 self._ring_tiles += sum(u.ring_slots.size for u in direct)
         finally:  # whatever was issued read the ring: fence it, so its slots come back once read
             gl.functions.glBindBufferBase(GL_SHADER_STORAGE_BUFFER, RING_BINDING, 0)
-            gl.functions.glBindImageTexture(IMAGE_UNIT, 0, 0, 0, 0, GL_WRITE_ONLY, GL_R32UI)
+            gl.functions.glBindImageTexture(self.image_unit, 0, 0, 0, 0, GL_WRITE_ONLY, GL_R32UI)
             ring.submit(slots, int(nbytes[slots].sum()))
         if staged:
             gl.ctx.memory_barrier(GL_ALL_BARRIER_BITS)  # the stores reach the copies
@@ -240,14 +243,16 @@ class TextureStaging:
         for arr in {id(a): a for a, _, _ in staged}.values():
             mine = [u for a, u, _ in staged if a is arr]
             counts = [u.ring_slots.size for u in mine]
-            first_layer = arr.take(sum(counts))
+            first_layer, wrapped = arr.take(sum(counts))
+            if wrapped:  # stores into layers earlier copies read: those reads complete first
+                self._gl.ctx.memory_barrier(GL_ALL_BARRIER_BITS)
             out += [
                 (arr, u, first_layer + at) for u, at in zip(mine, np.cumsum([0, *counts[:-1]]).tolist(), strict=True)
             ]
             ring_slots = np.concatenate([u.ring_slots for u in mine])
             starts = np.concatenate([[0], np.flatnonzero(np.diff(ring_slots) != 1) + 1])
             ends = np.concatenate([starts[1:], [ring_slots.size]])
-            arr.texture.bind_to_image(IMAGE_UNIT, read=False, write=True)
+            arr.texture.bind_to_image(self.image_unit, read=False, write=True)
             program = arr.program
             program["slot_blocks"] = self._ring.stride // arr.block_bytes
             groups_x = -(-arr.side * arr.side // FILL_GROUP)
