@@ -358,6 +358,10 @@ class StreamerConfig:
         host ring without it; the staging texture also needs compute shaders, image load/store and
         shader storage buffers (GL 4.3), else it falls back to the device buffer.
         `Streamer.io_status().upload_path` says which one runs
+    upload_staging_min_tiles : int
+        on the staging-texture path, a pool's frame batch of fewer tiles uploads straight from the
+        ring: a fill dispatch and a copy cost the render thread more than a few upload calls (on
+        NVIDIA a copy call costs several times an upload call), and pay only on larger batches
     upload_time_budget_ms : float | None
         render-thread time per update() for upload calls, predicted from their measured cost on this
         driver (seconds per call and per byte); the calls that do not fit wait for the next frame
@@ -401,6 +405,7 @@ class StreamerConfig:
     upload_tiles_per_frame: int = 512
     upload_max_run: int = 0
     upload_path: UploadPath = UploadPath.AUTO
+    upload_staging_min_tiles: int = 64
     upload_time_budget_ms: float | None = None
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
@@ -423,6 +428,7 @@ class StreamerConfig:
             "upload_bytes_per_frame": self.upload_bytes_per_frame >= 1,
             "upload_tiles_per_frame": self.upload_tiles_per_frame >= 1,
             "upload_max_run": self.upload_max_run >= 0,
+            "upload_staging_min_tiles": self.upload_staging_min_tiles >= 1,
             "upload_time_budget_ms": self.upload_time_budget_ms is None
             or (math.isfinite(self.upload_time_budget_ms) and self.upload_time_budget_ms > 0),
             "request_tiles_per_frame": self.request_tiles_per_frame is None or self.request_tiles_per_frame >= 1,

@@ -12,7 +12,10 @@ the device buffer (`UploadPath.DEVICE_BUFFER`), whose uploads pay the driver's c
 The arrays take the budget's "staging-device" share (`staging_share`), never more: half of it for
 each block size, made at first use for the slot size of the first pool seen, as many layers as fit.
 A pool this cannot serve (an uncompressed format, another slot size, an array of too few layers, or
-one the driver refused) uploads straight from the ring, as `UploadPath.HOST_RING` does.
+one the driver refused) uploads straight from the ring, as `UploadPath.HOST_RING` does, and so does a
+pool's batch of fewer than `min_tiles` tiles: on the H200 a glCopyImageSubData call costs the render
+thread tens of microseconds against about 8 for an upload call, which only a large batch repays (its
+GPU time per tile is under half the ring's).
 
 Ordering (no fence of its own):
 
@@ -128,9 +131,12 @@ class TextureStaging:
         The budget's "staging-device" bytes: the arrays never take more.
     ring
         The persistent-mapped host ring the fill reads (bound whole as a storage buffer).
+    min_tiles
+        A pool's frame batch of fewer tiles uploads straight from the ring
+        (`StreamerConfig.upload_staging_min_tiles`).
     """
 
-    def __init__(self, gl: GLExt, share_bytes: int, ring: StagingRing) -> None:
+    def __init__(self, gl: GLExt, share_bytes: int, ring: StagingRing, min_tiles: int = 1) -> None:
         if share_bytes < 1:
             raise ValueError(f"staging textures need a share of the budget, got {share_bytes!r} bytes")
         if not gl.has_staging_texture or not ring.persistent:
@@ -138,7 +144,7 @@ class TextureStaging:
         limit = gl.get_integer(GL_MAX_SHADER_STORAGE_BLOCK_SIZE) & 0xFFFFFFFF
         if ring.nbytes > limit:
             raise GLError(f"the {ring.nbytes}-byte staging ring exceeds this driver's {limit}-byte storage buffers")
-        self._gl, self.share_bytes, self._ring = gl, int(share_bytes), ring
+        self._gl, self.share_bytes, self._ring, self.min_tiles = gl, int(share_bytes), ring, max(1, int(min_tiles))
         self.image_unit = gl.get_integer(GL_MAX_IMAGE_UNITS) - 1  # the last one: the program's are below it
         self._arrays: dict[int, _Array | None] = {}  # block bytes -> its array (None: refused by the driver)
         self._batches = self._dispatches = self._copies = self._ring_tiles = 0
@@ -206,7 +212,7 @@ class TextureStaging:
         direct: list[PoolUploads] = []
         for u in plan:
             pool = pools[u.pool]
-            arr = self.array_for(pool) if pool is not None else None
+            arr = self.array_for(pool) if pool is not None and u.ring_slots.size >= self.min_tiles else None
             if arr is None:
                 direct.append(u)
             else:

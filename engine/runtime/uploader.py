@@ -150,7 +150,7 @@ class Uploader:
                 raise EngineError("the device upload path needs a persistent-mapped staging ring (buffer storage)")
             try:
                 if upload_path is UploadPath.STAGING_TEXTURE:
-                    self.textures = TextureStaging(gl, device_bytes, self.ring)
+                    self.textures = TextureStaging(gl, device_bytes, self.ring, config.upload_staging_min_tiles)
                 else:
                     self.device = DeviceStaging(gl, device_bytes // self.ring.stride, self.ring.stride)
             except BaseException:

@@ -65,6 +65,7 @@ def colour_image(size: int, seed: int = 3) -> np.ndarray:
 def config(budget_mb: float = 64.0, **kw: object) -> StreamerConfig:
     kw.setdefault("io_threads", 2)
     kw.setdefault("ring_mb", 4)
+    kw.setdefault("upload_staging_min_tiles", 1)  # the small scenes here stage every batch on that path
     return StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb), **kw)  # type: ignore[arg-type]
 
 

@@ -219,3 +219,22 @@ def test_a_frame_is_capped_at_each_arrays_layers(gl: GLExt, rig: tuple[list[Cach
         assert staging.nbytes <= share and staging.nbytes == share  # both arrays made, filling it
     finally:
         staging.release()
+
+
+def test_a_pools_batch_below_min_tiles_uploads_from_the_ring(
+    gl: GLExt, rig: tuple[list[CachePool], StagingRing]
+) -> None:
+    """With `min_tiles` (StreamerConfig.upload_staging_min_tiles), a pool's frame batch of fewer
+    tiles goes up straight from the ring and a larger one is staged, both exactly, in one frame."""
+    pools, ring = rig
+    staging = TextureStaging(gl, 4 << 20, ring, min_tiles=3)
+    frame = Frame(gl, ring, pools)
+    try:
+        slots = np.concatenate([frame.load(0, [0, 1]), frame.load(1, [4, 5, 6])])  # 2 BC1 tiles, 3 BC5
+        frame.issue(staging, slots)
+        st = staging.stats()
+        assert st.ring_tiles == 2 and st.dispatches == 1 and st.copies == 1
+        assert [a[0] for a in st.arrays] == [16]  # only the BC5 batch was staged
+        frame.check()
+    finally:
+        staging.release()

@@ -185,7 +185,9 @@ class Rig:
         self.raw = h.tile_raw_size
         slot_bytes = ring_slot_bytes or self.raw
         stride = -(-slot_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
-        config = StreamerConfig(io_threads=io_threads, native=native, upload_max_run=upload_max_run)
+        config = StreamerConfig(
+            io_threads=io_threads, native=native, upload_max_run=upload_max_run, upload_staging_min_tiles=1
+        )
         self.up = Uploader(
             ctx,
             gl,
@@ -782,7 +784,7 @@ def test_the_upload_path_follows_the_config_and_the_context_and_the_budget_count
     gl = layer(gl_context)
     space = TileSpace()
     budget = BudgetManager(BudgetConfig(budget_mb=64))
-    config = StreamerConfig(upload_path=asked, ring_mb=16, io_threads=2)
+    config = StreamerConfig(upload_path=asked, ring_mb=16, io_threads=2, upload_staging_min_tiles=1)
     with PackReader(packs.zstd) as reader:
         space.register(0, reader.header)
         raw = reader.header.tile_raw_size
