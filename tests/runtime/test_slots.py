@@ -818,3 +818,35 @@ def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool) 
     expect = sorted(candidates, key=key)[:count]
     assert evicted.evicted_slots.tolist() == expect
     assert evicted.evicted_tiles.tolist() == expect  # tile i was loaded into slot i
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40), fif=st.integers(1, 4))
+def test_free_slots_go_out_lowest_writable_first_whatever_order_they_came_back(seeds: list[int], fif: int) -> None:
+    """Loads freed, textures released (their slots gated) and tiles evicted ahead of demand put slots
+    back on the free stack in any order; every allocation still takes the lowest writable free slots,
+    then the lowest of those still waiting for draws in flight (the reference: sort the free slots)."""
+    ledger = SlotLedger(NAME, 64, fif, 1)
+    next_tile = 0
+    for frame, seed in enumerate(seeds):
+        rng = np.random.default_rng(seed)
+        op = int(rng.integers(0, 4))
+        if op == 0:
+            free = np.flatnonzero(ledger.state == CacheSlotState.FREE)
+            k = int(rng.integers(1, 12))
+            order = free[np.lexsort((free, ledger.writable_at[free] > frame))]
+            tex = rng.integers(0, 3, k)
+            a = allocate(ledger, frame, np.arange(next_tile, next_tile + k), tex, 0)
+            next_tile += k
+            take = min(k, order.size)
+            np.testing.assert_array_equal(a.slots[:take], order[:take])
+            got = a.slots[a.slots >= 0]
+            ledger.mark_resident(got[rng.random(got.size) < 0.7], frame)
+        elif op == 1:
+            loading = np.flatnonzero(ledger.state == CacheSlotState.LOADING)
+            ledger.free(rng.permutation(loading)[: int(rng.integers(0, loading.size + 1))])
+        elif op == 2:
+            ledger.release_texture(int(rng.integers(0, 3)), frame)
+        else:
+            ledger.keep_free(frame, int(rng.integers(0, 40)))
+        ledger.check()
