@@ -40,6 +40,7 @@ __all__ = [
     "histogram_pages",
     "load",
     "load_library",
+    "missing_chains",
     "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
@@ -350,6 +351,35 @@ def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
     as for `expand_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
     args = (_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr)
     return _compiled_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
+
+
+@functools.cache
+def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_missing_chains`` (the request scheduler's missing chains of a frame's wanted pages, weighed
+    and summed), or None as for `expand_pages`: `requests.RequestScheduler` then walks them with
+    numpy, to the same tiles and weights."""
+    args = (
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _ptr,
+        _ptr,
+        _i64,
+        _i64,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+    )
+    return _compiled_loop("ts_missing_chains", args, "numpy walks the missing chains", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

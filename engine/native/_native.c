@@ -307,6 +307,84 @@ int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int
     return m;
 }
 
+/* (Request scheduler, render thread) The missing chains of a frame's wanted pages ids[0..n) (with
+ * coverage counts[i]), weighed, as sorted unique tile ids with summed weights (requests.py's numpy
+ * `_demand` is the twin). A page is resident when own[id] >= 0 (resident[i] = 1, nothing added);
+ * else its chain is itself and its ancestors (parent[]) below its nearest resident ancestor, or up
+ * to the texture's coarsest level (level_count[tex[id]] - 1) when none is resident within max_levels
+ * steps. Every tile of the chain gets max(counts[i], 1) * gap, gap = the levels from the page up to
+ * that ancestor (or to level_count), times priority[tex[id]] rounded up and capped at score_limit
+ * when any missing page's texture has a priority other than 1 (else the weight stays exact).
+ * Weights are summed in `scratch` (capacity int64s) and presence marked in `bits` (capacity / 64
+ * rounded up words): both zero on entry and again on return. `gap` holds 2 n int64s of working
+ * space; out_ids / out_weights hold n * max_levels entries. Ids outside [0, capacity), pages of no
+ * texture or level, parents past the table and chains longer than max_levels are refused: returns
+ * -1 (the scratch is still cleared); else the number of ids written. Linear in n * max_levels plus
+ * the words between the smallest and the largest id. */
+int64_t ts_missing_chains(int64_t n, const int64_t *ids, const int64_t *counts, const int32_t *parent,
+                          const int32_t *own, const int8_t *level, const int16_t *tex, int64_t capacity,
+                          const int64_t *level_count, const double *priority, int64_t n_textures,
+                          int64_t max_levels, int64_t score_limit, int64_t *scratch, uint64_t *bits, int64_t *gap,
+                          uint8_t *resident, int64_t *out_ids, int64_t *out_weights) {
+    int64_t lo = capacity, hi = -1, bad = 0, uniform = 1;
+    for (int64_t i = 0; i < n; i++) { /* each page's gap and unweighed weight */
+        const int64_t id = ids[i];
+        gap[i] = 0;
+        resident[i] = 0;
+        if (id < 0 || id >= capacity || tex[id] < 0 || tex[id] >= n_textures || level[id] < 0) {
+            bad = 1;
+            continue;
+        }
+        if (own[id] >= 0) {
+            resident[i] = 1;
+            continue;
+        }
+        int64_t cur = id;
+        for (int64_t step = 0; cur >= 0 && own[cur] < 0 && step < max_levels; step++) {
+            cur = parent[cur];
+            if (cur >= capacity) {
+                cur = -1;
+                bad = 1;
+            }
+        }
+        const int64_t t = tex[id];
+        const int64_t ceiling = (cur >= 0 && own[cur] >= 0) ? level[cur] : level_count[t];
+        const int64_t g = ceiling - level[id];
+        if (g > max_levels) {
+            bad = 1;
+            continue;
+        }
+        gap[i] = g > 1 ? g : 1; /* tiles in the chain: the page itself at least */
+        gap[n + i] = (counts[i] > 1 ? counts[i] : 1) * g;
+        if (priority[t] != 1.0)
+            uniform = 0;
+    }
+    for (int64_t i = 0; i < n; i++) { /* the chains, weighed by priority */
+        if (gap[i] == 0)
+            continue;
+        int64_t w = gap[n + i];
+        if (!uniform) {
+            const double p = ceil((double)w * priority[tex[ids[i]]]);
+            w = (int64_t)(p < (double)score_limit ? p : (double)score_limit);
+        }
+        int64_t cur = ids[i];
+        for (int64_t d = 0; d < gap[i]; d++) {
+            if (d > 0)
+                cur = parent[cur];
+            if (cur < 0 || cur >= capacity) {
+                bad = 1;
+                break;
+            }
+            scratch[cur] += w;
+            bits[cur >> 6] |= (uint64_t)1 << (cur & 63);
+            lo = cur < lo ? cur : lo;
+            hi = cur > hi ? cur : hi;
+        }
+    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);
+    return bad ? -1 : m;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

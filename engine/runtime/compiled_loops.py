@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from .. import native
+from .requests import SCORE_LIMIT
 from .tiles import MAX_LEVELS, MAX_TEXTURES
 from .touch import DeciderLoops
 
@@ -43,7 +44,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
     expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
-    if expand is None or sample is None or histogram is None:
+    chains = native.missing_chains(path)
+    if expand is None or sample is None or histogram is None or chains is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -116,4 +118,54 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
         )
 
-    return DeciderLoops(expand_pages=expand_pages, sample_slots=sample_slots, histogram_pages=histogram_pages)
+    def missing_chains(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        parent: np.ndarray,
+        own: np.ndarray,
+        level: np.ndarray,
+        tex: np.ndarray,
+        level_count: np.ndarray,
+        priority: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        gap: np.ndarray,
+        resident: np.ndarray,
+        out_ids: np.ndarray,
+        out_weights: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, parent.size
+        if not (
+            ids.dtype == counts.dtype == np.int64
+            and ids.flags.c_contiguous
+            and counts.flags.c_contiguous
+            and counts.size >= n
+            and parent.dtype == own.dtype == np.int32
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and own.size == level.size == tex.size == capacity
+            and level_count.dtype == np.int64
+            and level_count.size >= MAX_TEXTURES
+            and priority.dtype == np.float64
+            and priority.size >= MAX_TEXTURES
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
+            and bits.size * 64 >= capacity
+            and gap.size >= 2 * n
+            and resident.dtype == np.uint8
+            and resident.size >= n
+            and min(out_ids.size, out_weights.size) >= n * MAX_LEVELS
+        ):
+            raise ValueError("missing_chains: a table or buffer is too small or of the wrong type")
+        return chains(
+            n, ids.ctypes.data, counts.ctypes.data, at(parent), at(own), at(level), at(tex), capacity,
+            at(level_count), at(priority), MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT, at(scratch), at(bits), at(gap),
+            at(resident), at(out_ids), at(out_weights),
+        )  # fmt: skip
+
+    return DeciderLoops(
+        expand_pages=expand_pages,
+        sample_slots=sample_slots,
+        histogram_pages=histogram_pages,
+        missing_chains=missing_chains,
+    )

@@ -43,14 +43,18 @@ from .feedback_reduce import Wanted, unique_sums
 from .page_table import PageTables
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
-__all__ = ["RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
+__all__ = ["SCORE_LIMIT", "ChainLoop", "RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
 DEMAND, PREFETCH = 0, 1
 NEVER = -(1 << 40)  # last_wanted of a tile never wanted
 MAX_BACKOFF_DOUBLINGS = 10
-_SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
+SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
+
+# (ids, counts, parent, own, level, tex, level_count, priority, scratch, bits, gap, resident, out_ids,
+# out_weights) -> tiles written, or -1: ``ts_missing_chains`` (the compiled twin of `_demand`'s walk)
+ChainLoop = Callable[..., int]
 
 
 class RequestState(enum.IntEnum):
@@ -107,6 +111,9 @@ class RequestScheduler:
         Mask of the given tile ids that have a load in flight (the uploader's answer).
     priority
         Priority per texture id (read, never written: `texture_sets.Priorities` owns it); default 1.
+    chain_loop
+        The compiled walk of the missing chains (`touch.DeciderLoops.missing_chains`), or None:
+        numpy, the same tiles and weights.
     """
 
     def __init__(
@@ -116,9 +123,16 @@ class RequestScheduler:
         tables: PageTables,
         loading: Callable[[np.ndarray], np.ndarray],
         priority: np.ndarray | None = None,
+        *,
+        chain_loop: ChainLoop | None = None,
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
         self.priority = np.ones(MAX_TEXTURES) if priority is None else priority
+        self._chains = chain_loop
+        # the compiled walk's buffers, kept between frames (its scratch and marks are zero between calls)
+        self._scratch, self._bits = np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self._gap, self._resident = np.zeros(0, np.int64), np.zeros(0, np.uint8)
+        self._out_ids, self._out_weights = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
@@ -185,6 +199,8 @@ class RequestScheduler:
         """Ids and weights of the missing chains of the wanted pages, and a mask of the wanted pages
         that are resident. A missing page's chain is itself and its ancestors below the nearest
         resident one; each weighs coverage x gap, summed over the pages under it."""
+        if self._chains is not None and len(wanted):
+            return self._demand_compiled(wanted)
         sp, tables = self.space, self.tables
         ids = wanted.ids
         miss = ~tables.is_resident(ids)
@@ -206,6 +222,31 @@ class RequestScheduler:
             weights.append(w)
         dk, dw = unique_sums(np.concatenate(keys), np.concatenate(weights))
         return dk, dw, ~miss
+
+    def _demand_compiled(self, wanted: Wanted) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_demand` in one compiled pass over the pages (``ts_missing_chains``): the same tiles,
+        weights and mask, without a numpy call per level walked."""
+        sp = self.space
+        ids = np.ascontiguousarray(wanted.ids, np.int64)
+        counts = np.ascontiguousarray(wanted.counts, np.int64)
+        n = ids.size
+        if self._scratch.size < sp.capacity:
+            self._scratch, self._bits = np.zeros(sp.capacity, np.int64), np.zeros(-(-sp.capacity // 64), np.uint64)
+        if self._resident.size < n:
+            room = max(n, 1024)
+            self._gap, self._resident = np.empty(2 * room, np.int64), np.empty(room, np.uint8)
+            self._out_ids, self._out_weights = (
+                np.empty(room * MAX_LEVELS, np.int64),
+                np.empty(room * MAX_LEVELS, np.int64),
+            )
+        got = self._chains(  # type: ignore[misc]
+            ids, counts, sp.parent, self.tables.own, sp.level, sp.tex, sp.level_count, self.priority,
+            self._scratch, self._bits, self._gap, self._resident, self._out_ids, self._out_weights,
+        )  # fmt: skip
+        if got < 0:
+            raise ValueError("requests: a wanted page, its texture or a parent is outside the tables")
+        resident = self._resident[:n].view(bool).copy()
+        return self._out_ids[:got].copy(), self._out_weights[:got].copy(), resident
 
     def _prefetch(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Neighbours of the wanted pages and children of the resident ones, under a resident parent."""
@@ -240,7 +281,7 @@ class RequestScheduler:
         p = self.priority[self.space.tex[ids].astype(np.int64)]
         if ids.size == 0 or (p == 1.0).all():
             return weights
-        return np.minimum(np.ceil(weights * p), _SCORE_LIMIT).astype(np.int64)
+        return np.minimum(np.ceil(weights * p), SCORE_LIMIT).astype(np.int64)
 
     def _merge(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
         """Queue `ids` (unique) with this frame's weights; returns how many were queued."""
@@ -255,7 +296,7 @@ class RequestScheduler:
         n = ids[take]
         fresh = self.state[n] != _QUEUED
         self.state[n] = _QUEUED
-        self.score[n] = np.minimum(weights[take], _SCORE_LIMIT)
+        self.score[n] = np.minimum(weights[take], SCORE_LIMIT)
         self.tier[n] = tier
         self.last_wanted[n] = frame
         if fresh.any():
@@ -315,7 +356,7 @@ class RequestScheduler:
         level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
         fresh = self.last_wanted[q] == frame
         klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
-        score = np.where(fresh, _SCORE_LIMIT - np.minimum(self.score[q], _SCORE_LIMIT), 0).astype(np.uint64)
+        score = np.where(fresh, SCORE_LIMIT - np.minimum(self.score[q], SCORE_LIMIT), 0).astype(np.uint64)
         key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
         part = np.argpartition(key, limit - 1)[:limit] if limit < q.size else np.arange(q.size)
         chosen = part[np.argsort(key[part])]

@@ -171,8 +171,9 @@ class Residency:
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
         self.scheduler = RequestScheduler(
-            config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values
-        )
+            config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values,
+            chain_loop=loops and loops.missing_chains,
+        )  # fmt: skip
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS
         self.pool_of = np.full(MAX_TEXTURES, -1, np.int64)  # pool index of each texture id

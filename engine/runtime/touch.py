@@ -16,6 +16,7 @@ import numpy as np
 
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
+from .requests import ChainLoop
 from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
@@ -33,6 +34,7 @@ class DeciderLoops:
     expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
+    missing_chains: ChainLoop  # the scheduler's demand: wanted pages' missing chains (`requests`)
 
 
 class SampledSlots:

@@ -14,8 +14,8 @@ Radiance picture input (hdr), then each of its cuts and byte flips, is decoded f
 buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`; the procedural generators' loops (procedural:
 no corpus) make terrain, normal map and lattice blocks of odd sizes into exact-size arrays, and are
 handed lattices one sample short, which they must refuse without touching memory; the render
-thread's decider loops (deciders: no corpus) expand texture sets and find the slots pages sample on
-random and hostile tables. Each answer is
+thread's decider loops (deciders: no corpus) expand texture sets, find the slots pages sample and
+walk the scheduler's missing chains on random and hostile tables. Each answer is
 compared with the pure-Python twin's (the contract in _native.c: same status codes, same texels).
 Any sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
 status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper
@@ -316,12 +316,12 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries) on random tables against numpy's, from exact-size buffers, then on
-    hostile tables: ids past the table, follower entries past it, a parent table with a cycle (the walk
-    is bounded), entries past every id."""
+    count of raw feedback entries, the scheduler's missing chains) on random tables against numpy's,
+    from exact-size buffers, then on hostile tables: ids past the table, follower entries past it, a
+    parent table with a cycle (the walk is bounded), entries past every id, chains past MAX_LEVELS."""
     import numpy as np
 
-    from texstream.native import expand_pages, histogram_pages, sample_slots
+    from texstream.native import expand_pages, histogram_pages, missing_chains, sample_slots
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
     from texstream.runtime.page_table import PageTables
@@ -330,7 +330,8 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.touch import SampledSlots
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
-    if expand is None or sample is None or histogram is None:
+    chains = missing_chains(str(lib))
+    if expand is None or sample is None or histogram is None or chains is None:
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -408,8 +409,64 @@ def _replay_deciders(lib: Path) -> int:
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
-        checks += 3
+        checks += 3 + _replay_chains(chains, space, tables, rng, hostile=case == 7)
     return checks
+
+
+def _replay_chains(chains, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_missing_chains`` from exact-size buffers against the scheduler's numpy walk (random
+    coverage, priorities other than 1 in odd draws); hostile: an id past the table, a parent cycle
+    (the walk is bounded), a level count past MAX_LEVELS (a chain too long): refused or bounded,
+    the scratch clean again either way."""
+    import numpy as np
+
+    from texstream.config import StreamerConfig
+    from texstream.runtime.feedback_reduce import Wanted
+    from texstream.runtime.requests import SCORE_LIMIT, RequestScheduler
+    from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES
+
+    capacity = space.parent.size
+    tiles = np.flatnonzero(space.is_tile(np.arange(space.used)))
+    priority = np.ones(MAX_TEXTURES)
+    if rng.random() < 0.5:
+        priority[:4] = rng.choice([0.5, 1.0, 2.5, 1e12], 4)
+    level_count = space.level_count.copy()
+    calls = [(np.unique(rng.choice(tiles, size=int(rng.integers(1, 80)))).astype(np.int64), space.parent, True)]
+    if hostile:
+        calls = [(np.array([int(tiles[0]), capacity + 3], np.int64), space.parent, False)]
+        cycle = np.flatnonzero(tables.own[: space.used] < 0)
+        cycle = cycle[space.is_tile(cycle)][:2].astype(np.int64)
+        parent = space.parent.copy()
+        parent[cycle[0]], parent[cycle[1]] = cycle[1], cycle[0]  # two pages, neither resident
+        calls.append((cycle, parent, None))
+        calls.append((tiles[:5].astype(np.int64), space.parent, False))
+        level_count[: MAX_TEXTURES // 2] = MAX_LEVELS + 5  # on the last call: chains too long
+    for k, (ids, par, compare) in enumerate(calls):
+        n = ids.size
+        counts = rng.integers(0, 9, n).astype(np.int64)
+        lc = level_count if hostile and k == len(calls) - 1 else space.level_count
+        scratch, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+        gap, resident = np.empty(2 * n, np.int64), np.empty(n, np.uint8)
+        out_ids, out_weights = np.empty(n * MAX_LEVELS, np.int64), np.empty(n * MAX_LEVELS, np.int64)
+        m = chains(
+            n, ids.ctypes.data, counts.ctypes.data, par.ctypes.data, tables.own.ctypes.data, space.level.ctypes.data,
+            space.tex.ctypes.data, capacity, lc.ctypes.data, priority.ctypes.data, MAX_TEXTURES, MAX_LEVELS,
+            SCORE_LIMIT, scratch.ctypes.data, bits.ctypes.data, gap.ctypes.data, resident.ctypes.data,
+            out_ids.ctypes.data, out_weights.ctypes.data,
+        )  # fmt: skip
+        if scratch.any() or bits.any() or m > n * MAX_LEVELS:
+            raise AssertionError(f"ts_missing_chains call {k}: {m} tiles, scratch left dirty: {scratch.any()}")
+        if compare is False and m != -1:
+            raise AssertionError(f"ts_missing_chains call {k} on hostile tables: {m}, not refused")
+        if compare:
+            sched = RequestScheduler(StreamerConfig(), space, tables, lambda i: np.zeros(i.size, bool), priority)
+            dk, dw, res = sched._demand(Wanted(ids, counts))  # the numpy twin
+            if not (
+                np.array_equal(out_ids[:m], dk) and np.array_equal(out_weights[:m], dw)
+                and np.array_equal(resident.view(bool), res)
+            ):  # fmt: skip
+                raise AssertionError(f"ts_missing_chains call {k}: compiled chains != numpy's")
+    return len(calls)
 
 
 def _replay_mips(lib: Path) -> int:
