@@ -41,6 +41,7 @@ __all__ = [
     "load",
     "load_library",
     "missing_chains",
+    "prefetch_pages",
     "procedural_functions",
     "reduce_f32",
     "reduce_rgba8",
@@ -380,6 +381,35 @@ def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
         _ptr,
     )
     return _compiled_loop("ts_missing_chains", args, "numpy walks the missing chains", path=path, keep_gil=True)
+
+
+@functools.cache
+def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_prefetch_pages`` (the scheduler's prefetch candidates: neighbours and children of a frame's
+    wanted pages, weighed), or None as for `expand_pages`: the scheduler then finds them with numpy."""
+    args = (
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _i64,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+    )
+    return _compiled_loop("ts_prefetch_pages", args, "numpy finds the prefetch candidates", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -385,6 +385,99 @@ int64_t ts_missing_chains(int64_t n, const int64_t *ids, const int64_t *counts, 
     return bad ? -1 : m;
 }
 
+/* (Request scheduler, render thread) The prefetch candidates of a frame's wanted pages ids[0..n)
+ * (coverage counts[i]; resident[i] != 0 for a page that is resident), as sorted unique tile ids with
+ * summed weights (requests.py's numpy `_prefetch` is the twin): the 4 neighbours of every page in
+ * its level's grid and the up to 4 children of every resident page above level 0, each weighing
+ * max(counts[i], 1); then times priority[tex] rounded up and capped at score_limit when any
+ * candidate's texture has a priority other than 1; then only the candidates not resident whose
+ * parent is. level_first, tiles_x, tiles_y are n_textures x max_levels tables (tiles.TileSpace).
+ * Weights go through `scratch` (capacity int64s) and marks through `bits` (capacity / 64 rounded up
+ * words), zero on entry and on return; out_ids / out_weights hold 8 n entries. Pages or
+ * candidates outside the tables are refused: returns -1 (the scratch is still cleared); else the
+ * number of candidates written. Linear in n plus the words between the smallest and largest id. */
+int64_t ts_prefetch_pages(int64_t n, const int64_t *ids, const int64_t *counts, const uint8_t *resident,
+                          const int16_t *tex, const int8_t *level, const int32_t *parent, const int32_t *own,
+                          int64_t capacity, const int64_t *level_first, const int64_t *tiles_x,
+                          const int64_t *tiles_y, const double *priority, int64_t n_textures, int64_t max_levels,
+                          int64_t score_limit, int64_t *scratch, uint64_t *bits, int64_t *out_ids,
+                          int64_t *out_weights) {
+    int64_t lo = capacity, hi = -1, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        if (id < 0 || id >= capacity || tex[id] < 0 || tex[id] >= n_textures || level[id] < 0 ||
+            level[id] >= max_levels) {
+            bad = 1;
+            continue;
+        }
+        const int64_t t = tex[id], lv = level[id], row = t * max_levels;
+        const int64_t tx = tiles_x[row + lv], ty = tiles_y[row + lv], off = id - level_first[row + lv];
+        if (tx < 1 || ty < 1 || off < 0 || off >= tx * ty) {
+            bad = 1;
+            continue;
+        }
+        const int64_t x = off % tx, y = off / tx, c = counts[i] > 1 ? counts[i] : 1;
+        int64_t cand[8], k = 0;
+        if (x > 0)
+            cand[k++] = id - 1;
+        if (x < tx - 1)
+            cand[k++] = id + 1;
+        if (y > 0)
+            cand[k++] = id - tx;
+        if (y < ty - 1)
+            cand[k++] = id + tx;
+        if (lv > 0 && resident[i]) {
+            const int64_t ctx = tiles_x[row + lv - 1], cty = tiles_y[row + lv - 1];
+            const int64_t base = level_first[row + lv - 1] + 2 * y * ctx + 2 * x;
+            const int right = 2 * x + 1 < ctx, down = 2 * y + 1 < cty;
+            cand[k++] = base;
+            if (right)
+                cand[k++] = base + 1;
+            if (down)
+                cand[k++] = base + ctx;
+            if (right && down)
+                cand[k++] = base + ctx + 1;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t page = cand[j];
+            if (page < 0 || page >= capacity) {
+                bad = 1;
+                continue;
+            }
+            scratch[page] += c;
+            bits[page >> 6] |= (uint64_t)1 << (page & 63);
+            lo = page < lo ? page : lo;
+            hi = page > hi ? page : hi;
+        }
+    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);
+    int64_t uniform = 1;
+    for (int64_t j = 0; j < m; j++) {
+        const int64_t t = tex[out_ids[j]];
+        if (t < 0 || t >= n_textures)
+            bad = 1;
+        else if (priority[t] != 1.0)
+            uniform = 0;
+    }
+    if (bad)
+        return -1;
+    int64_t kept = 0;
+    for (int64_t j = 0; j < m; j++) {
+        const int64_t page = out_ids[j], up = parent[page];
+        if (own[page] >= 0 || up < 0 || up >= capacity || own[up] < 0)
+            continue; /* resident already, or no resident parent to draw from meanwhile */
+        int64_t w = out_weights[j];
+        if (!uniform) {
+            const double p = ceil((double)w * priority[tex[page]]);
+            w = (int64_t)(p < (double)score_limit ? p : (double)score_limit);
+        }
+        out_ids[kept] = page;
+        out_weights[kept] = w;
+        kept++;
+    }
+    return kept;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

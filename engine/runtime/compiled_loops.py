@@ -44,8 +44,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
     expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
-    chains = native.missing_chains(path)
-    if expand is None or sample is None or histogram is None or chains is None:
+    chains, prefetch = native.missing_chains(path), native.prefetch_pages(path)
+    if expand is None or sample is None or histogram is None or chains is None or prefetch is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -163,7 +163,57 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             at(resident), at(out_ids), at(out_weights),
         )  # fmt: skip
 
+    def prefetch_pages(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        resident: np.ndarray,
+        tex: np.ndarray,
+        level: np.ndarray,
+        parent: np.ndarray,
+        own: np.ndarray,
+        level_first: np.ndarray,
+        tiles_x: np.ndarray,
+        tiles_y: np.ndarray,
+        priority: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        out_ids: np.ndarray,
+        out_weights: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, parent.size
+        grid = (MAX_TEXTURES, MAX_LEVELS)
+        if not (
+            ids.dtype == counts.dtype == np.int64
+            and ids.flags.c_contiguous
+            and counts.flags.c_contiguous
+            and counts.size >= n
+            and resident.dtype == np.uint8
+            and resident.flags.c_contiguous
+            and resident.size >= n
+            and parent.dtype == own.dtype == np.int32
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and own.size == level.size == tex.size == capacity
+            and all(
+                a.dtype == np.int64 and a.shape == grid and a.flags.c_contiguous
+                for a in (level_first, tiles_x, tiles_y)
+            )
+            and priority.dtype == np.float64
+            and priority.size >= MAX_TEXTURES
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
+            and bits.size * 64 >= capacity
+            and min(out_ids.size, out_weights.size) >= 8 * n
+        ):
+            raise ValueError("prefetch_pages: a table or buffer is too small or of the wrong type")
+        return prefetch(
+            n, ids.ctypes.data, counts.ctypes.data, resident.ctypes.data, at(tex), at(level), at(parent), at(own),
+            capacity, at(level_first), at(tiles_x), at(tiles_y), at(priority), MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT,
+            at(scratch), at(bits), at(out_ids), at(out_weights),
+        )  # fmt: skip
+
     return DeciderLoops(
+        prefetch_pages=prefetch_pages,
         expand_pages=expand_pages,
         sample_slots=sample_slots,
         histogram_pages=histogram_pages,

@@ -43,7 +43,7 @@ from .feedback_reduce import Wanted, unique_sums
 from .page_table import PageTables
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
-__all__ = ["SCORE_LIMIT", "ChainLoop", "RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
+__all__ = ["SCORE_LIMIT", "ChainLoop", "PrefetchLoop", "RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering ke
 # (ids, counts, parent, own, level, tex, level_count, priority, scratch, bits, gap, resident, out_ids,
 # out_weights) -> tiles written, or -1: ``ts_missing_chains`` (the compiled twin of `_demand`'s walk)
 ChainLoop = Callable[..., int]
+# (ids, counts, resident, tex, level, parent, own, level_first, tiles_x, tiles_y, priority, scratch, bits,
+# out_ids, out_weights) -> candidates written, or -1: ``ts_prefetch_pages`` (`_prefetch`'s compiled twin)
+PrefetchLoop = Callable[..., int]
 
 
 class RequestState(enum.IntEnum):
@@ -111,9 +114,10 @@ class RequestScheduler:
         Mask of the given tile ids that have a load in flight (the uploader's answer).
     priority
         Priority per texture id (read, never written: `texture_sets.Priorities` owns it); default 1.
-    chain_loop
-        The compiled walk of the missing chains (`touch.DeciderLoops.missing_chains`), or None:
-        numpy, the same tiles and weights.
+    chain_loop, prefetch_loop
+        The compiled walk of the missing chains and the compiled prefetch candidates
+        (`touch.DeciderLoops.missing_chains`, ``prefetch_pages``), or None: numpy, the same tiles
+        and weights.
     """
 
     def __init__(
@@ -125,10 +129,11 @@ class RequestScheduler:
         priority: np.ndarray | None = None,
         *,
         chain_loop: ChainLoop | None = None,
+        prefetch_loop: PrefetchLoop | None = None,
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
         self.priority = np.ones(MAX_TEXTURES) if priority is None else priority
-        self._chains = chain_loop
+        self._chains, self._prefetch_loop = chain_loop, prefetch_loop
         # the compiled walk's buffers, kept between frames (its scratch and marks are zero between calls)
         self._scratch, self._bits = np.zeros(0, np.int64), np.zeros(0, np.uint64)
         self._gap, self._resident = np.zeros(0, np.int64), np.zeros(0, np.uint8)
@@ -230,15 +235,7 @@ class RequestScheduler:
         ids = np.ascontiguousarray(wanted.ids, np.int64)
         counts = np.ascontiguousarray(wanted.counts, np.int64)
         n = ids.size
-        if self._scratch.size < sp.capacity:
-            self._scratch, self._bits = np.zeros(sp.capacity, np.int64), np.zeros(-(-sp.capacity // 64), np.uint64)
-        if self._resident.size < n:
-            room = max(n, 1024)
-            self._gap, self._resident = np.empty(2 * room, np.int64), np.empty(room, np.uint8)
-            self._out_ids, self._out_weights = (
-                np.empty(room * MAX_LEVELS, np.int64),
-                np.empty(room * MAX_LEVELS, np.int64),
-            )
+        self._buffers(n, MAX_LEVELS)
         got = self._chains(  # type: ignore[misc]
             ids, counts, sp.parent, self.tables.own, sp.level, sp.tex, sp.level_count, self.priority,
             self._scratch, self._bits, self._gap, self._resident, self._out_ids, self._out_weights,
@@ -250,6 +247,8 @@ class RequestScheduler:
 
     def _prefetch(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Neighbours of the wanted pages and children of the resident ones, under a resident parent."""
+        if self._prefetch_loop is not None and len(wanted):
+            return self._prefetch_compiled(wanted, resident)
         sp = self.space
         ids, counts = wanted.ids, wanted.counts
         tex = sp.tex[ids].astype(np.int64)
@@ -275,6 +274,31 @@ class RequestScheduler:
         pk, pw = pk[keep], pw[keep]
         keep = self.tables.is_resident(np.maximum(sp.parent[pk].astype(np.int64), 0)) & (sp.parent[pk] >= 0)
         return pk[keep], pw[keep]
+
+    def _prefetch_compiled(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_prefetch` in one compiled pass (``ts_prefetch_pages``): the same candidates and weights."""
+        sp = self.space
+        ids = np.ascontiguousarray(wanted.ids, np.int64)
+        self._buffers(ids.size, 8)
+        got = self._prefetch_loop(  # type: ignore[misc]
+            ids, np.ascontiguousarray(wanted.counts, np.int64), np.ascontiguousarray(resident).view(np.uint8),
+            sp.tex, sp.level, sp.parent, self.tables.own, sp.level_first, sp.tiles_x, sp.tiles_y, self.priority,
+            self._scratch, self._bits, self._out_ids, self._out_weights,
+        )  # fmt: skip
+        if got < 0:
+            raise ValueError("requests: a wanted page or a prefetch candidate is outside the tables")
+        return self._out_ids[:got].copy(), self._out_weights[:got].copy()
+
+    def _buffers(self, n: int, per_page: int) -> None:
+        """The compiled passes' buffers, large enough for `n` pages of `per_page` outputs each."""
+        if self._scratch.size < self.space.capacity:
+            capacity = self.space.capacity
+            self._scratch, self._bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+        if self._resident.size < n or self._out_ids.size < n * per_page:
+            room = max(n, 1024)
+            self._gap, self._resident = np.empty(2 * room, np.int64), np.empty(room, np.uint8)
+            out = room * max(MAX_LEVELS, 8)
+            self._out_ids, self._out_weights = np.empty(out, np.int64), np.empty(out, np.int64)
 
     def _weigh(self, weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """`weights` of tiles `ids` times their texture's priority (rounded up; unchanged at 1)."""

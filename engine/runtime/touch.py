@@ -16,7 +16,7 @@ import numpy as np
 
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
-from .requests import ChainLoop
+from .requests import ChainLoop, PrefetchLoop
 from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
@@ -35,6 +35,7 @@ class DeciderLoops:
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
     missing_chains: ChainLoop  # the scheduler's demand: wanted pages' missing chains (`requests`)
+    prefetch_pages: PrefetchLoop  # the scheduler's prefetch candidates (`requests`)
 
 
 class SampledSlots:

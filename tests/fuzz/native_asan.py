@@ -316,12 +316,13 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries, the scheduler's missing chains) on random tables against numpy's,
-    from exact-size buffers, then on hostile tables: ids past the table, follower entries past it, a
-    parent table with a cycle (the walk is bounded), entries past every id, chains past MAX_LEVELS."""
+    count of raw feedback entries, the scheduler's missing chains and prefetch candidates) on random
+    tables against numpy's, from exact-size buffers, then on hostile tables: ids past the table,
+    follower entries past it, a parent table with a cycle (the walk is bounded), entries past every
+    id, chains past MAX_LEVELS."""
     import numpy as np
 
-    from texstream.native import expand_pages, histogram_pages, missing_chains, sample_slots
+    from texstream.native import expand_pages, histogram_pages, missing_chains, prefetch_pages, sample_slots
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
     from texstream.runtime.page_table import PageTables
@@ -330,8 +331,8 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.touch import SampledSlots
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
-    chains = missing_chains(str(lib))
-    if expand is None or sample is None or histogram is None or chains is None:
+    chains, prefetch = missing_chains(str(lib)), prefetch_pages(str(lib))
+    if expand is None or sample is None or histogram is None or chains is None or prefetch is None:
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -409,15 +410,15 @@ def _replay_deciders(lib: Path) -> int:
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
-        checks += 3 + _replay_chains(chains, space, tables, rng, hostile=case == 7)
+        checks += 3 + _replay_chains(chains, prefetch, space, tables, rng, hostile=case == 7)
     return checks
 
 
-def _replay_chains(chains, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
-    """``ts_missing_chains`` from exact-size buffers against the scheduler's numpy walk (random
-    coverage, priorities other than 1 in odd draws); hostile: an id past the table, a parent cycle
-    (the walk is bounded), a level count past MAX_LEVELS (a chain too long): refused or bounded,
-    the scratch clean again either way."""
+def _replay_chains(chains, prefetch, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_missing_chains`` and ``ts_prefetch_pages`` from exact-size buffers against the scheduler's
+    numpy passes (random coverage, priorities other than 1 in odd draws); hostile (the chains): an
+    id past the table, a parent cycle (the walk is bounded), a level count past MAX_LEVELS (a chain
+    too long): refused or bounded, the scratch clean again either way."""
     import numpy as np
 
     from texstream.config import StreamerConfig
@@ -466,6 +467,21 @@ def _replay_chains(chains, space, tables, rng, *, hostile: bool) -> int:  # noqa
                 and np.array_equal(resident.view(bool), res)
             ):  # fmt: skip
                 raise AssertionError(f"ts_missing_chains call {k}: compiled chains != numpy's")
+            pk, pw = sched._prefetch(Wanted(ids, counts), res)  # the numpy twin
+            out_ids, out_weights = np.empty(8 * n, np.int64), np.empty(8 * n, np.int64)
+            m = prefetch(
+                n, ids.ctypes.data, counts.ctypes.data, resident.ctypes.data, space.tex.ctypes.data,
+                space.level.ctypes.data, par.ctypes.data, tables.own.ctypes.data, capacity,
+                space.level_first.ctypes.data, space.tiles_x.ctypes.data, space.tiles_y.ctypes.data,
+                priority.ctypes.data, MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT, scratch.ctypes.data, bits.ctypes.data,
+                out_ids.ctypes.data, out_weights.ctypes.data,
+            )  # fmt: skip
+            if (
+                scratch.any()
+                or bits.any()
+                or not (np.array_equal(out_ids[:m], pk) and np.array_equal(out_weights[:m], pw))
+            ):
+                raise AssertionError(f"ts_prefetch_pages call {k}: compiled candidates != numpy's")
     return len(calls)
 
 

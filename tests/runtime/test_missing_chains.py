@@ -1,5 +1,6 @@
 """The request scheduler's demand (the missing chains of the wanted pages, weighed by coverage, gap
-and priority): the compiled walk against numpy's, through the scheduler's own answers."""
+and priority) and prefetch (neighbours and children of the wanted pages under a resident parent):
+the compiled passes against numpy's, through the scheduler's own answers."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def twins(space: TileSpace, tables: PageTables, priority: np.ndarray, **config: 
     no_load = lambda ids: np.zeros(np.asarray(ids).size, bool)  # noqa: E731
     assert LOOPS is not None
     return [
-        RequestScheduler(cfg, space, tables, no_load, priority=priority, chain_loop=loop)
-        for loop in (None, LOOPS.missing_chains)
+        RequestScheduler(cfg, space, tables, no_load, priority=priority, chain_loop=chains, prefetch_loop=prefetch)
+        for chains, prefetch in ((None, None), (LOOPS.missing_chains, LOOPS.prefetch_pages))
     ]
 
 
@@ -64,11 +65,11 @@ def test_the_compiled_chains_order_the_same_requests_as_numpy(seed: int, share: 
     priority = np.ones(MAX_TEXTURES)
     if seed % 2:  # weighed by priority: rounded up and capped the same way
         priority[: len(HEADERS)] = rng.choice([0.25, 1.0, 3.5, 1e9], len(HEADERS))
-    a, b = twins(space, tables, priority, prefetch=seed % 3 == 0)
-    for frame in range(5):
+    a, b = twins(space, tables, priority, prefetch=seed % 3 != 2)
+    for frame in range(6):  # prefetch looks on even frames with room left under the caps
         ids = np.unique(rng.choice(tiles, size=int(rng.integers(1, 300))))
         counts = rng.choice([0, 1, 7, 1 << 20], ids.size)  # no coverage counts as one
-        assert_same(a, b, frame, Wanted(ids.astype(np.int64), counts.astype(np.int64)), int(rng.integers(1, 500)))
+        assert_same(a, b, frame, Wanted(ids.astype(np.int64), counts.astype(np.int64)), int(rng.integers(1, 5000)))
 
 
 def test_the_compiled_chains_agree_on_edges_and_refuse_pages_outside_the_tables() -> None:
