@@ -40,6 +40,7 @@ __all__ = [
     "histogram_pages",
     "load",
     "load_library",
+    "merge_requests",
     "missing_chains",
     "prefetch_pages",
     "procedural_functions",
@@ -410,6 +411,14 @@ def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
         _ptr,
     )
     return _compiled_loop("ts_prefetch_pages", args, "numpy finds the prefetch candidates", path=path, keep_gil=True)
+
+
+@functools.cache
+def merge_requests(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_merge_requests`` (the scheduler queueing a frame's asked-for tiles), or None as for
+    `expand_pages`: the scheduler then queues them with numpy, to the same state."""
+    args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_merge_requests", args, "numpy queues the requests", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -478,6 +478,49 @@ int64_t ts_prefetch_pages(int64_t n, const int64_t *ids, const int64_t *counts, 
     return kept;
 }
 
+/* (Request scheduler, render thread) Queue this frame's asked-for tiles ids[0..n) (unique) with their
+ * weights (requests.py's numpy `_merge` is the twin). A tile with a load in flight (loading[i] != 0)
+ * is only marked wanted (last_wanted = frame); a FAILED tile (state 2) is taken only once its
+ * back-off ended (retry_at <= frame; counted in counts[1]); every tile taken becomes QUEUED (1) with
+ * score min(weights[i], score_limit), tier `tier` and last_wanted = frame, counted in counts[0], and
+ * those that were not QUEUED before are written to out_fresh (n entries). state, retry_at,
+ * last_wanted, score and tiers are the scheduler's per-tile arrays (capacity entries each). Ids
+ * outside [0, capacity) are refused: returns -1 before changing anything; else the number of fresh
+ * tiles written. */
+int64_t ts_merge_requests(int64_t n, const int64_t *ids, const int64_t *weights, const uint8_t *loading,
+                          int64_t frame, int64_t tier, int64_t score_limit, int64_t capacity, uint8_t *state,
+                          const int64_t *retry_at, int64_t *last_wanted, int64_t *score, uint8_t *tiers,
+                          int64_t *out_fresh, int64_t *counts) {
+    const uint8_t QUEUED = 1, FAILED = 2;
+    int64_t fresh = 0, queued = 0, retried = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= capacity)
+            return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        const uint8_t st = state[id];
+        if (loading[i]) {
+            last_wanted[id] = frame; /* still wanted: its read is not cancelled as stale */
+            continue;
+        }
+        if (st == FAILED) {
+            if (retry_at[id] > frame)
+                continue;
+            retried++;
+        }
+        if (st != QUEUED)
+            out_fresh[fresh++] = id;
+        state[id] = QUEUED;
+        score[id] = weights[i] < score_limit ? weights[i] : score_limit;
+        tiers[id] = (uint8_t)tier;
+        last_wanted[id] = frame;
+        queued++;
+    }
+    counts[0] = queued;
+    counts[1] = retried;
+    return fresh;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

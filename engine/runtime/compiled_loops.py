@@ -14,7 +14,7 @@ import functools
 import numpy as np
 
 from .. import native
-from .requests import SCORE_LIMIT
+from .requests import SCORE_LIMIT, SchedulerLoops
 from .tiles import MAX_LEVELS, MAX_TEXTURES
 from .touch import DeciderLoops
 
@@ -44,8 +44,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
     expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
-    chains, prefetch = native.missing_chains(path), native.prefetch_pages(path)
-    if expand is None or sample is None or histogram is None or chains is None or prefetch is None:
+    scheduler = _scheduler_loops(path)
+    if expand is None or sample is None or histogram is None or scheduler is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -117,6 +117,18 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
         return histogram(
             values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
         )
+
+    return DeciderLoops(
+        expand_pages=expand_pages, sample_slots=sample_slots, histogram_pages=histogram_pages, scheduler=scheduler
+    )
+
+
+def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
+    """The request scheduler's compiled passes from the helper at `path`, or None (see `decider_loops`)."""
+    chains, prefetch, merge = native.missing_chains(path), native.prefetch_pages(path), native.merge_requests(path)
+    if chains is None or prefetch is None or merge is None:
+        return None
+    at = Addresses().of
 
     def missing_chains(
         ids: np.ndarray,
@@ -212,10 +224,40 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             at(scratch), at(bits), at(out_ids), at(out_weights),
         )  # fmt: skip
 
-    return DeciderLoops(
-        prefetch_pages=prefetch_pages,
-        expand_pages=expand_pages,
-        sample_slots=sample_slots,
-        histogram_pages=histogram_pages,
-        missing_chains=missing_chains,
-    )
+    def merge_requests(
+        ids: np.ndarray,
+        weights: np.ndarray,
+        loading: np.ndarray,
+        frame: int,
+        tier: int,
+        state: np.ndarray,
+        retry_at: np.ndarray,
+        last_wanted: np.ndarray,
+        score: np.ndarray,
+        tiers: np.ndarray,
+        out_fresh: np.ndarray,
+        counts: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, state.size
+        if not (
+            ids.dtype == weights.dtype == np.int64
+            and ids.flags.c_contiguous
+            and weights.flags.c_contiguous
+            and weights.size >= n
+            and loading.dtype == np.uint8
+            and loading.flags.c_contiguous
+            and loading.size >= n
+            and state.dtype == tiers.dtype == np.uint8
+            and retry_at.dtype == last_wanted.dtype == score.dtype == np.int64
+            and retry_at.size == last_wanted.size == score.size == tiers.size == capacity
+            and out_fresh.dtype == counts.dtype == np.int64
+            and out_fresh.size >= n
+            and counts.size >= 2
+        ):
+            raise ValueError("merge_requests: a table or buffer is too small or of the wrong type")
+        return merge(
+            n, ids.ctypes.data, weights.ctypes.data, loading.ctypes.data, frame, tier, SCORE_LIMIT, capacity, at(state),
+            at(retry_at), at(last_wanted), at(score), at(tiers), at(out_fresh), at(counts),
+        )  # fmt: skip
+
+    return SchedulerLoops(missing_chains=missing_chains, prefetch_pages=prefetch_pages, merge_requests=merge_requests)

@@ -43,7 +43,7 @@ from .feedback_reduce import Wanted, unique_sums
 from .page_table import PageTables
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
-__all__ = ["SCORE_LIMIT", "ChainLoop", "PrefetchLoop", "RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
+__all__ = ["SCORE_LIMIT", "RequestScheduler", "RequestState", "Requests", "SchedulerLoops", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,6 @@ DEMAND, PREFETCH = 0, 1
 NEVER = -(1 << 40)  # last_wanted of a tile never wanted
 MAX_BACKOFF_DOUBLINGS = 10
 SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
-
-# (ids, counts, parent, own, level, tex, level_count, priority, scratch, bits, gap, resident, out_ids,
-# out_weights) -> tiles written, or -1: ``ts_missing_chains`` (the compiled twin of `_demand`'s walk)
-ChainLoop = Callable[..., int]
-# (ids, counts, resident, tex, level, parent, own, level_first, tiles_x, tiles_y, priority, scratch, bits,
-# out_ids, out_weights) -> candidates written, or -1: ``ts_prefetch_pages`` (`_prefetch`'s compiled twin)
-PrefetchLoop = Callable[..., int]
 
 
 class RequestState(enum.IntEnum):
@@ -72,6 +65,22 @@ class RequestState(enum.IntEnum):
 _NONE = int(RequestState.NONE)
 _QUEUED = int(RequestState.QUEUED)
 _FAILED = int(RequestState.FAILED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerLoops:
+    """The scheduler's compiled passes (`compiled_loops.decider_loops` builds them from the helper;
+    numpy's twins give the same answers). Each returns a count, or -1 for arguments it refused."""
+
+    # (ids, counts, parent, own, level, tex, level_count, priority, scratch, bits, gap, resident,
+    # out_ids, out_weights) -> tiles: ``ts_missing_chains``, `_demand`'s walk
+    missing_chains: Callable[..., int]
+    # (ids, counts, resident, tex, level, parent, own, level_first, tiles_x, tiles_y, priority, scratch,
+    # bits, out_ids, out_weights) -> candidates: ``ts_prefetch_pages``, `_prefetch`
+    prefetch_pages: Callable[..., int]
+    # (ids, weights, loading, frame, tier, state, retry_at, last_wanted, score, tiers, out_fresh, counts)
+    # -> fresh tiles: ``ts_merge_requests``, `_merge`
+    merge_requests: Callable[..., int]
 
 
 @dataclass(frozen=True)
@@ -114,10 +123,8 @@ class RequestScheduler:
         Mask of the given tile ids that have a load in flight (the uploader's answer).
     priority
         Priority per texture id (read, never written: `texture_sets.Priorities` owns it); default 1.
-    chain_loop, prefetch_loop
-        The compiled walk of the missing chains and the compiled prefetch candidates
-        (`touch.DeciderLoops.missing_chains`, ``prefetch_pages``), or None: numpy, the same tiles
-        and weights.
+    loops
+        The compiled passes (`SchedulerLoops`), or None: numpy, the same requests.
     """
 
     def __init__(
@@ -128,16 +135,16 @@ class RequestScheduler:
         loading: Callable[[np.ndarray], np.ndarray],
         priority: np.ndarray | None = None,
         *,
-        chain_loop: ChainLoop | None = None,
-        prefetch_loop: PrefetchLoop | None = None,
+        loops: SchedulerLoops | None = None,
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
         self.priority = np.ones(MAX_TEXTURES) if priority is None else priority
-        self._chains, self._prefetch_loop = chain_loop, prefetch_loop
+        self._loops = loops
         # the compiled walk's buffers, kept between frames (its scratch and marks are zero between calls)
         self._scratch, self._bits = np.zeros(0, np.int64), np.zeros(0, np.uint64)
         self._gap, self._resident = np.zeros(0, np.int64), np.zeros(0, np.uint8)
         self._out_ids, self._out_weights = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._fresh, self._merged = np.zeros(0, np.int64), np.zeros(2, np.int64)  # the merge's outputs
         self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
@@ -204,7 +211,7 @@ class RequestScheduler:
         """Ids and weights of the missing chains of the wanted pages, and a mask of the wanted pages
         that are resident. A missing page's chain is itself and its ancestors below the nearest
         resident one; each weighs coverage x gap, summed over the pages under it."""
-        if self._chains is not None and len(wanted):
+        if self._loops is not None and len(wanted):
             return self._demand_compiled(wanted)
         sp, tables = self.space, self.tables
         ids = wanted.ids
@@ -236,7 +243,7 @@ class RequestScheduler:
         counts = np.ascontiguousarray(wanted.counts, np.int64)
         n = ids.size
         self._buffers(n, MAX_LEVELS)
-        got = self._chains(  # type: ignore[misc]
+        got = self._loops.missing_chains(  # type: ignore[union-attr]
             ids, counts, sp.parent, self.tables.own, sp.level, sp.tex, sp.level_count, self.priority,
             self._scratch, self._bits, self._gap, self._resident, self._out_ids, self._out_weights,
         )  # fmt: skip
@@ -247,7 +254,7 @@ class RequestScheduler:
 
     def _prefetch(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Neighbours of the wanted pages and children of the resident ones, under a resident parent."""
-        if self._prefetch_loop is not None and len(wanted):
+        if self._loops is not None and len(wanted):
             return self._prefetch_compiled(wanted, resident)
         sp = self.space
         ids, counts = wanted.ids, wanted.counts
@@ -280,7 +287,7 @@ class RequestScheduler:
         sp = self.space
         ids = np.ascontiguousarray(wanted.ids, np.int64)
         self._buffers(ids.size, 8)
-        got = self._prefetch_loop(  # type: ignore[misc]
+        got = self._loops.prefetch_pages(  # type: ignore[union-attr]
             ids, np.ascontiguousarray(wanted.counts, np.int64), np.ascontiguousarray(resident).view(np.uint8),
             sp.tex, sp.level, sp.parent, self.tables.own, sp.level_first, sp.tiles_x, sp.tiles_y, self.priority,
             self._scratch, self._bits, self._out_ids, self._out_weights,
@@ -311,6 +318,8 @@ class RequestScheduler:
         """Queue `ids` (unique) with this frame's weights; returns how many were queued."""
         if ids.size == 0:
             return 0
+        if self._loops is not None:
+            return self._merge_compiled(frame, ids, weights, tier)
         st = self.state[ids]
         retry = (st == _FAILED) & (self.retry_at[ids] <= frame)
         loading = self.loading(ids)
@@ -326,6 +335,25 @@ class RequestScheduler:
         if fresh.any():
             self.queue = np.sort(np.concatenate([self.queue, n[fresh]]))
         return int(n.size)
+
+    def _merge_compiled(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
+        """`_merge` in one compiled pass (``ts_merge_requests``); the fresh tiles are merged into the
+        sorted queue (the same array as sorting the two together)."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        loading = np.ascontiguousarray(self.loading(ids), bool).view(np.uint8)
+        if self._fresh.size < ids.size:
+            self._fresh = np.empty(max(ids.size, 1024), np.int64)
+        fresh = self._loops.merge_requests(  # type: ignore[union-attr]
+            ids, np.ascontiguousarray(weights, np.int64), loading, frame, tier, self.state, self.retry_at,
+            self.last_wanted, self.score, self.tier, self._fresh, self._merged,
+        )  # fmt: skip
+        if fresh < 0:
+            raise ValueError("requests: a tile to queue is outside the tables")
+        self.stats.retried += int(self._merged[1])
+        if fresh:
+            add = np.sort(self._fresh[:fresh])
+            self.queue = np.insert(self.queue, np.searchsorted(self.queue, add), add)
+        return int(self._merged[0])
 
     def _still_quiet(self, wanted: Wanted) -> bool:
         """Whether the latest quiet step (nothing missing, nothing to prefetch, nothing queued) saw

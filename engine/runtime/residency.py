@@ -172,7 +172,7 @@ class Residency:
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
         self.scheduler = RequestScheduler(
             config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values,
-            chain_loop=loops and loops.missing_chains, prefetch_loop=loops and loops.prefetch_pages,
+            loops=loops and loops.scheduler,
         )  # fmt: skip
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS

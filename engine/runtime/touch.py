@@ -16,7 +16,7 @@ import numpy as np
 
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
-from .requests import ChainLoop, PrefetchLoop
+from .requests import SchedulerLoops
 from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
@@ -34,8 +34,7 @@ class DeciderLoops:
     expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
-    missing_chains: ChainLoop  # the scheduler's demand: wanted pages' missing chains (`requests`)
-    prefetch_pages: PrefetchLoop  # the scheduler's prefetch candidates (`requests`)
+    scheduler: SchedulerLoops  # the request scheduler's demand, prefetch and queueing (`requests`)
 
 
 class SampledSlots:

@@ -316,13 +316,20 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries, the scheduler's missing chains and prefetch candidates) on random
-    tables against numpy's, from exact-size buffers, then on hostile tables: ids past the table,
-    follower entries past it, a parent table with a cycle (the walk is bounded), entries past every
-    id, chains past MAX_LEVELS."""
+    count of raw feedback entries, the scheduler's missing chains, prefetch candidates and queueing)
+    on random tables against numpy's, from exact-size buffers, then on hostile tables: ids past the
+    table, follower entries past it, a parent table with a cycle (the walk is bounded), entries past
+    every id, chains past MAX_LEVELS."""
     import numpy as np
 
-    from texstream.native import expand_pages, histogram_pages, missing_chains, prefetch_pages, sample_slots
+    from texstream.native import (
+        expand_pages,
+        histogram_pages,
+        merge_requests,
+        missing_chains,
+        prefetch_pages,
+        sample_slots,
+    )
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
     from texstream.runtime.page_table import PageTables
@@ -331,8 +338,8 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.touch import SampledSlots
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
-    chains, prefetch = missing_chains(str(lib)), prefetch_pages(str(lib))
-    if expand is None or sample is None or histogram is None or chains is None or prefetch is None:
+    chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
+    if None in (expand, sample, histogram, chains, prefetch, merge):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -410,15 +417,16 @@ def _replay_deciders(lib: Path) -> int:
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
-        checks += 3 + _replay_chains(chains, prefetch, space, tables, rng, hostile=case == 7)
+        checks += 3 + _replay_chains(chains, prefetch, merge, space, tables, rng, hostile=case == 7)
     return checks
 
 
-def _replay_chains(chains, prefetch, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
-    """``ts_missing_chains`` and ``ts_prefetch_pages`` from exact-size buffers against the scheduler's
-    numpy passes (random coverage, priorities other than 1 in odd draws); hostile (the chains): an
-    id past the table, a parent cycle (the walk is bounded), a level count past MAX_LEVELS (a chain
-    too long): refused or bounded, the scratch clean again either way."""
+def _replay_chains(chains, prefetch, merge, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_missing_chains``, ``ts_prefetch_pages`` and ``ts_merge_requests`` from exact-size buffers
+    against the scheduler's numpy passes (random coverage, priorities other than 1 in odd draws);
+    hostile: an id past the table, a parent cycle (the walk is bounded), a level count past
+    MAX_LEVELS (a chain too long), an id past the scheduler's arrays: refused or bounded, the
+    scratch clean again either way."""
     import numpy as np
 
     from texstream.config import StreamerConfig
@@ -442,6 +450,7 @@ def _replay_chains(chains, prefetch, space, tables, rng, *, hostile: bool) -> in
         calls.append((cycle, parent, None))
         calls.append((tiles[:5].astype(np.int64), space.parent, False))
         level_count[: MAX_TEXTURES // 2] = MAX_LEVELS + 5  # on the last call: chains too long
+    nothing = np.full_like(tables.own, -1)  # no tile resident: the last hostile call's chains reach the top
     for k, (ids, par, compare) in enumerate(calls):
         n = ids.size
         counts = rng.integers(0, 9, n).astype(np.int64)
@@ -450,7 +459,8 @@ def _replay_chains(chains, prefetch, space, tables, rng, *, hostile: bool) -> in
         gap, resident = np.empty(2 * n, np.int64), np.empty(n, np.uint8)
         out_ids, out_weights = np.empty(n * MAX_LEVELS, np.int64), np.empty(n * MAX_LEVELS, np.int64)
         m = chains(
-            n, ids.ctypes.data, counts.ctypes.data, par.ctypes.data, tables.own.ctypes.data, space.level.ctypes.data,
+            n, ids.ctypes.data, counts.ctypes.data, par.ctypes.data,
+            (nothing if hostile and k == len(calls) - 1 else tables.own).ctypes.data, space.level.ctypes.data,
             space.tex.ctypes.data, capacity, lc.ctypes.data, priority.ctypes.data, MAX_TEXTURES, MAX_LEVELS,
             SCORE_LIMIT, scratch.ctypes.data, bits.ctypes.data, gap.ctypes.data, resident.ctypes.data,
             out_ids.ctypes.data, out_weights.ctypes.data,
@@ -482,7 +492,52 @@ def _replay_chains(chains, prefetch, space, tables, rng, *, hostile: bool) -> in
                 or not (np.array_equal(out_ids[:m], pk) and np.array_equal(out_weights[:m], pw))
             ):
                 raise AssertionError(f"ts_prefetch_pages call {k}: compiled candidates != numpy's")
+            _replay_merge(merge, sched, dk, dw, rng)
+    if hostile:  # an id past the scheduler's arrays: refused before anything changes
+        sched = RequestScheduler(StreamerConfig(), space, tables, lambda i: np.zeros(i.size, bool), priority)
+        state = sched.state.copy()
+        ids, z = np.array([0, capacity], np.int64), np.zeros(2, np.uint8)
+        fresh, counts = np.empty(2, np.int64), np.empty(2, np.int64)
+        got = merge(
+            2, ids.ctypes.data, ids.ctypes.data, z.ctypes.data, 5, 0, SCORE_LIMIT, capacity, sched.state.ctypes.data,
+            sched.retry_at.ctypes.data, sched.last_wanted.ctypes.data, sched.score.ctypes.data, sched.tier.ctypes.data,
+            fresh.ctypes.data, counts.ctypes.data,
+        )  # fmt: skip
+        if got != -1 or not np.array_equal(state, sched.state):
+            raise AssertionError(f"ts_merge_requests on an id past the arrays: {got}, state changed")
     return len(calls)
+
+
+def _replay_merge(merge, sched, ids, weights, rng) -> None:  # noqa: ANN001
+    """``ts_merge_requests`` on copies of a scheduler's arrays (some tiles failed, some loading) from
+    exact-size buffers, against the numpy `_merge` on the originals."""
+    import numpy as np
+
+    from texstream.runtime.requests import SCORE_LIMIT
+
+    n, frame = ids.size, 9
+    if n == 0:
+        return
+    sched.mark_failed(ids[::3], 4)  # some back-offs over by frame 9, some not
+    sched.mark_failed(ids[1::5], 7)
+    loading = (rng.random(n) < 0.2).astype(np.uint8)
+    sched.loading = lambda i: loading.astype(bool)
+    names = ("state", "retry_at", "last_wanted", "score", "tier")
+    arrays = [getattr(sched, f).copy() for f in names]
+    fresh, counts = np.empty(n, np.int64), np.empty(2, np.int64)
+    got = merge(
+        n, ids.ctypes.data, weights.ctypes.data, loading.ctypes.data, frame, 1, SCORE_LIMIT, arrays[0].size,
+        *(a.ctypes.data for a in arrays), fresh.ctypes.data, counts.ctypes.data,
+    )  # fmt: skip
+    queue, retried = sched.queue.copy(), sched.stats.retried
+    queued = sched._merge(frame, ids, weights, 1)  # the numpy twin
+    new = np.setdiff1d(sched.queue, queue)
+    same = all(np.array_equal(a, getattr(sched, f)) for a, f in zip(arrays, names, strict=True))
+    if not (
+        same and int(counts[0]) == queued and int(counts[1]) == sched.stats.retried - retried
+        and np.array_equal(np.sort(fresh[:got]), new)
+    ):  # fmt: skip
+        raise AssertionError("ts_merge_requests: compiled queueing != numpy's")
 
 
 def _replay_mips(lib: Path) -> int:

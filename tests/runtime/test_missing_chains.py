@@ -1,6 +1,7 @@
-"""The request scheduler's demand (the missing chains of the wanted pages, weighed by coverage, gap
-and priority) and prefetch (neighbours and children of the wanted pages under a resident parent):
-the compiled passes against numpy's, through the scheduler's own answers."""
+"""The request scheduler's compiled passes against numpy's, through the scheduler's own answers: the
+demand (the missing chains of the wanted pages, weighed by coverage, gap and priority), the prefetch
+(neighbours and children of the wanted pages under a resident parent) and the queueing (loads in
+flight only marked wanted, failed tiles back after their back-off)."""
 
 from __future__ import annotations
 
@@ -39,12 +40,13 @@ def world(seed: int, resident_share: float) -> tuple[TileSpace, PageTables, np.n
 
 
 def twins(space: TileSpace, tables: PageTables, priority: np.ndarray, **config: object) -> list[RequestScheduler]:
-    cfg = StreamerConfig(**({"prefetch": False, "upload_tiles_per_frame": 4096} | config))
-    no_load = lambda ids: np.zeros(np.asarray(ids).size, bool)  # noqa: E731
+    """A numpy scheduler and a compiled one; every seventh tile id has a load in flight."""
+    cfg = StreamerConfig(**({"prefetch": False, "upload_tiles_per_frame": 4096, "retry_frames": 2} | config))
+    loading = lambda ids: np.asarray(ids) % 7 == 3  # noqa: E731
     assert LOOPS is not None
     return [
-        RequestScheduler(cfg, space, tables, no_load, priority=priority, chain_loop=chains, prefetch_loop=prefetch)
-        for chains, prefetch in ((None, None), (LOOPS.missing_chains, LOOPS.prefetch_pages))
+        RequestScheduler(cfg, space, tables, loading, priority=priority, loops=loops)
+        for loops in (None, LOOPS.scheduler)
     ]
 
 
@@ -53,6 +55,7 @@ def assert_same(a: RequestScheduler, b: RequestScheduler, frame: int, wanted: Wa
     np.testing.assert_array_equal(ra.ids, rb.ids)
     np.testing.assert_array_equal(ra.prefetch, rb.prefetch)
     assert (ra.cancelled, ra.capped) == (rb.cancelled, rb.capped)
+    assert a.stats == b.stats
     for name in ("state", "score", "tier", "last_wanted"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert a.queued_count == b.queued_count
@@ -67,6 +70,10 @@ def test_the_compiled_chains_order_the_same_requests_as_numpy(seed: int, share: 
         priority[: len(HEADERS)] = rng.choice([0.25, 1.0, 3.5, 1e9], len(HEADERS))
     a, b = twins(space, tables, priority, prefetch=seed % 3 != 2)
     for frame in range(6):  # prefetch looks on even frames with room left under the caps
+        if frame in (1, 2):  # failed loads: asked for again once their back-off ends (frame 3 on)
+            failed = rng.choice(tiles, size=40)
+            a.mark_failed(failed, frame)
+            b.mark_failed(failed, frame)
         ids = np.unique(rng.choice(tiles, size=int(rng.integers(1, 300))))
         counts = rng.choice([0, 1, 7, 1 << 20], ids.size)  # no coverage counts as one
         assert_same(a, b, frame, Wanted(ids.astype(np.int64), counts.astype(np.int64)), int(rng.integers(1, 5000)))
