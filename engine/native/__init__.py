@@ -44,6 +44,7 @@ __all__ = [
     "missing_chains",
     "prefetch_pages",
     "procedural_functions",
+    "queue_keys",
     "reduce_f32",
     "reduce_rgba8",
     "reduce_twice_rgba8",
@@ -419,6 +420,14 @@ def merge_requests(path: str | None = None) -> ctypes._CFuncPtr | None:
     `expand_pages`: the scheduler then queues them with numpy, to the same state."""
     args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
     return _compiled_loop("ts_merge_requests", args, "numpy queues the requests", path=path, keep_gil=True)
+
+
+@functools.cache
+def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_queue_keys`` (the scheduler's queue cleaned and keyed for the frame's order), or None as
+    for `expand_pages`: the scheduler then does it with numpy, to the same queue and keys."""
+    args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_queue_keys", args, "numpy orders the queue", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -521,6 +521,51 @@ int64_t ts_merge_requests(int64_t n, const int64_t *ids, const int64_t *weights,
     return fresh;
 }
 
+/* (Request scheduler, render thread) The scheduler's queue q[0..n) cleaned and keyed for this frame's
+ * order (requests.py's numpy `_live_queue` is the twin). An entry stays when its tile is still QUEUED
+ * (state 1), names a tile (level >= 0), is not resident (own < 0), has no load in flight (loading[i]
+ * == 0) and was wanted within `cancel_after` frames; one wanted longer ago is counted in counts[0]
+ * (cancelled). Every entry that goes and whose tile is still QUEUED becomes NONE (0). The entries
+ * that stay are written in order to out_q with their ordering keys (uint64: class << 62 | score << 35
+ * | (max_levels - 1 - level) << 31 | id, where a tile wanted this frame has class = its tier and
+ * score = score_limit - min(score, score_limit), any other class 2 and score 0). `flags` holds n
+ * bytes of working space. Ids outside [0, capacity) are refused: returns -1 before changing
+ * anything; else the number of entries that stay. */
+int64_t ts_queue_keys(int64_t n, const int64_t *q, const uint8_t *loading, int64_t capacity, uint8_t *state,
+                      const int8_t *level, const int32_t *own, const int64_t *last_wanted, const int64_t *score,
+                      const uint8_t *tiers, int64_t frame, int64_t cancel_after, int64_t max_levels,
+                      int64_t score_limit, uint8_t *flags, int64_t *out_q, uint64_t *out_keys, int64_t *counts) {
+    const uint8_t NONE = 0, QUEUED = 1;
+    int64_t cancelled = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (q[i] < 0 || q[i] >= capacity)
+            return -1;
+    for (int64_t i = 0; i < n; i++) { /* classified against the states before any change */
+        const int64_t id = q[i];
+        const int live = state[id] == QUEUED && level[id] >= 0 && own[id] < 0 && !loading[i];
+        const int stale = live && frame - last_wanted[id] >= cancel_after;
+        flags[i] = live && !stale;
+        cancelled += stale;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = q[i];
+        if (!flags[i]) {
+            if (state[id] == QUEUED)
+                state[id] = NONE;
+            continue;
+        }
+        const int fresh = last_wanted[id] == frame;
+        const int64_t s = score[id] < score_limit ? score[id] : score_limit;
+        const uint64_t klass = fresh ? tiers[id] : 2, weight = fresh ? (uint64_t)(score_limit - s) : 0;
+        const uint64_t finer = (uint64_t)(max_levels - 1 - level[id]);
+        out_q[m] = id;
+        out_keys[m] = klass << 62 | weight << 35 | finer << 31 | (uint64_t)id;
+        m++;
+    }
+    counts[0] = cancelled;
+    return m;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

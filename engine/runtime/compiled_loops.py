@@ -126,7 +126,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
 def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
     """The request scheduler's compiled passes from the helper at `path`, or None (see `decider_loops`)."""
     chains, prefetch, merge = native.missing_chains(path), native.prefetch_pages(path), native.merge_requests(path)
-    if chains is None or prefetch is None or merge is None:
+    keys = native.queue_keys(path)
+    if chains is None or prefetch is None or merge is None or keys is None:
         return None
     at = Addresses().of
 
@@ -260,4 +261,46 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
             at(retry_at), at(last_wanted), at(score), at(tiers), at(out_fresh), at(counts),
         )  # fmt: skip
 
-    return SchedulerLoops(missing_chains=missing_chains, prefetch_pages=prefetch_pages, merge_requests=merge_requests)
+    def queue_keys(
+        q: np.ndarray,
+        loading: np.ndarray,
+        state: np.ndarray,
+        level: np.ndarray,
+        own: np.ndarray,
+        last_wanted: np.ndarray,
+        score: np.ndarray,
+        tiers: np.ndarray,
+        frame: int,
+        cancel_after: int,
+        flags: np.ndarray,
+        out_q: np.ndarray,
+        out_keys: np.ndarray,
+        counts: np.ndarray,
+    ) -> int:
+        n, capacity = q.size, state.size
+        if not (
+            q.dtype == np.int64
+            and q.flags.c_contiguous
+            and loading.dtype == flags.dtype == np.uint8
+            and loading.flags.c_contiguous
+            and min(loading.size, flags.size, out_q.size, out_keys.size) >= n
+            and state.dtype == tiers.dtype == np.uint8
+            and level.dtype == np.int8
+            and own.dtype == np.int32
+            and last_wanted.dtype == score.dtype == out_q.dtype == counts.dtype == np.int64
+            and level.size == own.size == last_wanted.size == score.size == tiers.size == capacity
+            and out_keys.dtype == np.uint64
+            and counts.size >= 1
+        ):
+            raise ValueError("queue_keys: a table or buffer is too small or of the wrong type")
+        return keys(
+            n, q.ctypes.data, loading.ctypes.data, capacity, at(state), at(level), at(own), at(last_wanted), at(score),
+            at(tiers), frame, cancel_after, MAX_LEVELS, SCORE_LIMIT, at(flags), at(out_q), at(out_keys), at(counts),
+        )  # fmt: skip
+
+    return SchedulerLoops(
+        missing_chains=missing_chains,
+        prefetch_pages=prefetch_pages,
+        merge_requests=merge_requests,
+        queue_keys=queue_keys,
+    )

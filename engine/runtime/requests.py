@@ -81,6 +81,9 @@ class SchedulerLoops:
     # (ids, weights, loading, frame, tier, state, retry_at, last_wanted, score, tiers, out_fresh, counts)
     # -> fresh tiles: ``ts_merge_requests``, `_merge`
     merge_requests: Callable[..., int]
+    # (q, loading, state, level, own, last_wanted, score, tiers, frame, cancel_after, flags, out_q,
+    # out_keys, counts) -> entries kept: ``ts_queue_keys``, `_live_queue`
+    queue_keys: Callable[..., int]
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class RequestScheduler:
         self._gap, self._resident = np.zeros(0, np.int64), np.zeros(0, np.uint8)
         self._out_ids, self._out_weights = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self._fresh, self._merged = np.zeros(0, np.int64), np.zeros(2, np.int64)  # the merge's outputs
+        self._flags, self._keys, self._kept = np.zeros(0, np.uint8), np.zeros(0, np.uint64), np.zeros(0, np.int64)
         self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
@@ -355,6 +359,43 @@ class RequestScheduler:
             self.queue = np.insert(self.queue, np.searchsorted(self.queue, add), add)
         return int(self._merged[0])
 
+    def _live_queue(self, frame: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """The queue without what was issued, failed, became resident or loading, was closed, or went
+        stale (those still QUEUED become NONE), each entry's ordering key, and how many went stale.
+
+        Order (one uint64 key): this frame's demand, then this frame's prefetch, both by weight desc,
+        coarser first; then tiles queued earlier and not wanted this frame (their weights are old, so
+        they go coarser first: a parent before its child). Ties by id."""
+        live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
+        live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
+        stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
+        gone = q[~live | stale]
+        self.state[gone[self.state[gone] == _QUEUED]] = _NONE
+        q = q[live & ~stale]
+        level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
+        fresh = self.last_wanted[q] == frame
+        klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
+        score = np.where(fresh, SCORE_LIMIT - np.minimum(self.score[q], SCORE_LIMIT), 0).astype(np.uint64)
+        key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
+        return q, key, int(np.count_nonzero(stale))
+
+    def _live_queue_compiled(self, frame: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """`_live_queue` in one compiled pass (``ts_queue_keys``)."""
+        n = q.size
+        if self._flags.size < n:
+            room = max(n, 1024)
+            self._flags, self._keys = np.empty(room, np.uint8), np.empty(room, np.uint64)
+            self._kept = np.empty(room, np.int64)
+        loading = np.ascontiguousarray(self.loading(q), bool).view(np.uint8)
+        kept = self._loops.queue_keys(  # type: ignore[union-attr]
+            np.ascontiguousarray(q, np.int64), loading, self.state, self.space.level, self.tables.own, self.last_wanted,
+            self.score, self.tier, frame, self.config.cancel_after_frames, self._flags, self._kept, self._keys,
+            self._merged,
+        )  # fmt: skip
+        if kept < 0:
+            raise ValueError("requests: a queued tile is outside the tables")
+        return self._kept[:kept].copy(), self._keys[:kept].copy(), int(self._merged[0])
+
     def _still_quiet(self, wanted: Wanted) -> bool:
         """Whether the latest quiet step (nothing missing, nothing to prefetch, nothing queued) saw
         the same wanted pages against the same residency: then this one would find nothing either
@@ -389,27 +430,12 @@ class RequestScheduler:
         q = self.queue
         if q.size == 0:
             return Requests(np.zeros(0, np.int64), np.zeros(0, bool), 0, 0)
-        live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
-        live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
-        stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
-        cancelled = int(np.count_nonzero(stale))
-        gone = q[~live | stale]
-        self.state[gone[self.state[gone] == _QUEUED]] = _NONE
-        q = q[live & ~stale]
+        q, key, cancelled = self._live_queue_compiled(frame, q) if self._loops else self._live_queue(frame, q)
         self.queue = q
         self.stats.cancelled += cancelled
         limit = min(room, q.size)
         if limit <= 0:
             return Requests(np.zeros(0, np.int64), np.zeros(0, bool), cancelled, int(q.size))
-
-        # Order (one uint64 key): this frame's demand, then this frame's prefetch, both by weight desc,
-        # coarser first; then tiles queued earlier and not wanted this frame (their weights are old, so
-        # they go coarser first: a parent before its child). Ties by id. Only the best `limit` are sorted.
-        level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
-        fresh = self.last_wanted[q] == frame
-        klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
-        score = np.where(fresh, SCORE_LIMIT - np.minimum(self.score[q], SCORE_LIMIT), 0).astype(np.uint64)
-        key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
         part = np.argpartition(key, limit - 1)[:limit] if limit < q.size else np.arange(q.size)
         chosen = part[np.argsort(key[part])]
         ids = q[chosen]

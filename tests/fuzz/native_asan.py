@@ -316,7 +316,7 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries, the scheduler's missing chains, prefetch candidates and queueing)
+    count of raw feedback entries, the scheduler's missing chains, prefetch candidates, queueing and order)
     on random tables against numpy's, from exact-size buffers, then on hostile tables: ids past the
     table, follower entries past it, a parent table with a cycle (the walk is bounded), entries past
     every id, chains past MAX_LEVELS."""
@@ -328,6 +328,7 @@ def _replay_deciders(lib: Path) -> int:
         merge_requests,
         missing_chains,
         prefetch_pages,
+        queue_keys,
         sample_slots,
     )
     from texstream.pack.format import PackHeader
@@ -339,7 +340,8 @@ def _replay_deciders(lib: Path) -> int:
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
     chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
-    if None in (expand, sample, histogram, chains, prefetch, merge):
+    keys = queue_keys(str(lib))
+    if None in (expand, sample, histogram, chains, prefetch, merge, keys):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -417,13 +419,13 @@ def _replay_deciders(lib: Path) -> int:
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
-        checks += 3 + _replay_chains(chains, prefetch, merge, space, tables, rng, hostile=case == 7)
+        checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
     return checks
 
 
-def _replay_chains(chains, prefetch, merge, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
-    """``ts_missing_chains``, ``ts_prefetch_pages`` and ``ts_merge_requests`` from exact-size buffers
-    against the scheduler's numpy passes (random coverage, priorities other than 1 in odd draws);
+def _replay_chains(chains, prefetch, merge, keys, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_missing_chains``, ``ts_prefetch_pages``, ``ts_merge_requests`` and ``ts_queue_keys`` from
+    exact-size buffers against the scheduler's numpy passes (random coverage, priorities other than 1 in odd draws);
     hostile: an id past the table, a parent cycle (the walk is bounded), a level count past
     MAX_LEVELS (a chain too long), an id past the scheduler's arrays: refused or bounded, the
     scratch clean again either way."""
@@ -492,7 +494,7 @@ def _replay_chains(chains, prefetch, merge, space, tables, rng, *, hostile: bool
                 or not (np.array_equal(out_ids[:m], pk) and np.array_equal(out_weights[:m], pw))
             ):
                 raise AssertionError(f"ts_prefetch_pages call {k}: compiled candidates != numpy's")
-            _replay_merge(merge, sched, dk, dw, rng)
+            _replay_merge(merge, keys, sched, dk, dw, rng)
     if hostile:  # an id past the scheduler's arrays: refused before anything changes
         sched = RequestScheduler(StreamerConfig(), space, tables, lambda i: np.zeros(i.size, bool), priority)
         state = sched.state.copy()
@@ -508,12 +510,16 @@ def _replay_chains(chains, prefetch, merge, space, tables, rng, *, hostile: bool
     return len(calls)
 
 
-def _replay_merge(merge, sched, ids, weights, rng) -> None:  # noqa: ANN001
+def _replay_merge(merge, keys, sched, ids, weights, rng) -> None:  # noqa: ANN001
     """``ts_merge_requests`` on copies of a scheduler's arrays (some tiles failed, some loading) from
-    exact-size buffers, against the numpy `_merge` on the originals."""
+    exact-size buffers, against the numpy `_merge` on the originals; then ``ts_queue_keys`` on the
+    queue that made (some of it stale, some loading) against the numpy `_live_queue`."""
+    import dataclasses
+
     import numpy as np
 
     from texstream.runtime.requests import SCORE_LIMIT
+    from texstream.runtime.tiles import MAX_LEVELS
 
     n, frame = ids.size, 9
     if n == 0:
@@ -538,6 +544,25 @@ def _replay_merge(merge, sched, ids, weights, rng) -> None:  # noqa: ANN001
         and np.array_equal(np.sort(fresh[:got]), new)
     ):  # fmt: skip
         raise AssertionError("ts_merge_requests: compiled queueing != numpy's")
+    q = sched.queue.copy()  # then the queue cleaned and keyed, some of it stale, some loading
+    sched.last_wanted[q[::4]] = frame - 20
+    loading = (rng.random(q.size) < 0.2).astype(np.uint8)
+    sched.loading = lambda i: loading.astype(bool)
+    state = sched.state.copy()
+    flags, out_q, out_keys = np.empty(q.size, np.uint8), np.empty(q.size, np.int64), np.empty(q.size, np.uint64)
+    space, tables = sched.space, sched.tables
+    got = keys(
+        q.size, q.ctypes.data, loading.ctypes.data, state.size, state.ctypes.data, space.level.ctypes.data,
+        tables.own.ctypes.data, sched.last_wanted.ctypes.data, sched.score.ctypes.data, sched.tier.ctypes.data, frame,
+        8, MAX_LEVELS, SCORE_LIMIT, flags.ctypes.data, out_q.ctypes.data, out_keys.ctypes.data, counts.ctypes.data,
+    )  # fmt: skip
+    sched.config = dataclasses.replace(sched.config, cancel_after_frames=8)
+    kept, key, cancelled = sched._live_queue(frame, q)  # the numpy twin
+    if not (
+        np.array_equal(out_q[:got], kept) and np.array_equal(out_keys[:got], key)
+        and int(counts[0]) == cancelled and np.array_equal(state, sched.state)
+    ):  # fmt: skip
+        raise AssertionError("ts_queue_keys: compiled queue and keys != numpy's")
 
 
 def _replay_mips(lib: Path) -> int:
