@@ -27,6 +27,10 @@ Policy:
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
   their parent is resident.
 - Caps: at most ``max_tiles`` tiles, the free staging-ring slots, and ``max_bytes`` bytes per frame.
+
+The demand, the prefetch candidates, the queueing and the queue's cleaning and keys each run as one
+compiled pass when the helper is built (`SchedulerLoops`, handed in: this module loads no compiled
+code); the numpy code here is their twin and gives the same requests.
 """
 
 from __future__ import annotations

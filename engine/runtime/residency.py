@@ -155,8 +155,8 @@ class Residency:
         The VRAM budget: only its mip-bias controller is stepped here (allocations are the movers';
         their sizes are read for the smallest budget a `BudgetError` names).
     loops
-        Compiled twins of two per-frame loops (`compiled_loops.decider_loops`), or None: numpy, the
-        same results.
+        Compiled twins of the per-frame loops (`compiled_loops.decider_loops`: the feedback count,
+        sets, touch and the scheduler's passes), or None: numpy, the same results.
     """
 
     def __init__(self, config: StreamerConfig, budget: BudgetManager, *, loops: DeciderLoops | None = None) -> None:
