@@ -49,6 +49,7 @@ __all__ = [
     "reduce_rgba8",
     "reduce_twice_rgba8",
     "sample_slots",
+    "victim_keys",
 ]
 
 log = logging.getLogger(__name__)
@@ -428,6 +429,14 @@ def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
     for `expand_pages`: the scheduler then does it with numpy, to the same queue and keys."""
     args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
     return _compiled_loop("ts_queue_keys", args, "numpy orders the queue", path=path, keep_gil=True)
+
+
+@functools.cache
+def victim_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_victim_keys`` (a cache pool's eviction candidates and their least-recently-used keys, in
+    one pass over the slots), or None as for `expand_pages`: the ledger then finds them with numpy."""
+    args = (_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr)
+    return _compiled_loop("ts_victim_keys", args, "numpy finds the eviction candidates", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -566,6 +566,40 @@ int64_t ts_queue_keys(int64_t n, const int64_t *q, const uint8_t *loading, int64
     return m;
 }
 
+/* (Cache ledger, render thread) The eviction candidates of a pool and their victim keys (slots.py's
+ * numpy `_pick_victims` is the twin): every slot s in [0, capacity) that is RESIDENT (state 2),
+ * unpinned and unused for `fif` frames (last_used <= frame - fif), in slot order, with key
+ * (min(floor(idle * 16), idle_clip) * -64 + level) << slot_bits | s, idle = frame - last_used
+ * divided by priority[tex] when `priority` is given (else NULL). Slots go to out_slots, keys to
+ * out_keys (capacity entries each). A candidate's texture outside [0, n_textures) is refused:
+ * returns -1; else the number of candidates. One pass over the slots. */
+int64_t ts_victim_keys(int64_t capacity, const uint8_t *state, const uint8_t *pinned, const int64_t *last_used,
+                       const int16_t *tex, const int8_t *level, const double *priority, int64_t n_textures,
+                       int64_t frame, int64_t fif, int64_t idle_clip, int64_t slot_bits, int64_t *out_slots,
+                       int64_t *out_keys) {
+    int64_t m = 0;
+    const int64_t before = frame - fif;
+    for (int64_t s = 0; s < capacity; s++) {
+        if (state[s] != 2 || pinned[s] || last_used[s] > before)
+            continue;
+        double idle = (double)(frame - last_used[s]);
+        if (priority != NULL) {
+            const int64_t t = tex[s];
+            if (t < 0 || t >= n_textures)
+                return -1;
+            idle /= priority[t];
+        }
+        double sixteenths = floor(idle * 16.0);
+        if (sixteenths > (double)idle_clip)
+            sixteenths = (double)idle_clip;
+        const int64_t key = (int64_t)sixteenths * -64 + level[s];
+        out_slots[m] = s;
+        out_keys[m] = (int64_t)((uint64_t)key << slot_bits) | s;
+        m++;
+    }
+    return m;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

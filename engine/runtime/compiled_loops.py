@@ -44,8 +44,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
     expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
-    scheduler = _scheduler_loops(path)
-    if expand is None or sample is None or histogram is None or scheduler is None:
+    scheduler, victims = _scheduler_loops(path), native.victim_keys(path)
+    if expand is None or sample is None or histogram is None or scheduler is None or victims is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -118,8 +118,44 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
         )
 
+    def victim_keys(
+        state: np.ndarray,
+        pinned: np.ndarray,
+        last_used: np.ndarray,
+        tex: np.ndarray,
+        level: np.ndarray,
+        priority: np.ndarray | None,
+        frame: int,
+        frames_in_flight: int,
+        idle_clip: int,
+        slot_bits: int,
+        out_slots: np.ndarray,
+        out_keys: np.ndarray,
+    ) -> int:
+        capacity = state.size
+        if not (
+            state.dtype == np.uint8
+            and pinned.dtype == np.bool_
+            and last_used.dtype == out_slots.dtype == out_keys.dtype == np.int64
+            and tex.dtype == np.int16
+            and level.dtype == np.int8
+            and pinned.size == last_used.size == tex.size == level.size == capacity
+            and min(out_slots.size, out_keys.size) >= capacity
+            and (priority is None or (priority.dtype == np.float64 and priority.size >= MAX_TEXTURES))
+        ):
+            raise ValueError("victim_keys: a ledger array or buffer is too small or of the wrong type")
+        weights = None if priority is None else at(priority)  # NULL: idle time unweighed
+        return victims(
+            capacity, at(state), at(pinned), at(last_used), at(tex), at(level), weights, MAX_TEXTURES, frame,
+            frames_in_flight, idle_clip, slot_bits, at(out_slots), at(out_keys),
+        )  # fmt: skip
+
     return DeciderLoops(
-        expand_pages=expand_pages, sample_slots=sample_slots, histogram_pages=histogram_pages, scheduler=scheduler
+        expand_pages=expand_pages,
+        sample_slots=sample_slots,
+        histogram_pages=histogram_pages,
+        scheduler=scheduler,
+        victim_keys=victim_keys,
     )
 
 

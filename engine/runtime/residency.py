@@ -8,9 +8,8 @@ budget's mip-bias steps and the latency and totals counters. Nothing else change
 and hand back records (`records`); the streamer moves those between them. Its verbs, in the order of a frame:
 
 - `begin_frame` advances the frame counter;
-- `observe(feedback)` reduces the newest feedback to wanted pages (each texture set's lead pages
-  mapped onto its members; the budget's bias applied, weighed by priority), steps
-  the bias controller and records a use of every slot the newest wanted pages sample;
+- `observe(feedback)` reduces the newest feedback to wanted pages (texture sets' lead pages mapped onto
+  their members, the bias applied by priority), steps the bias and touches every slot they sample;
 - `apply(drained=...)` and `apply(uploaded=...)` fold the I/O results and the issued uploads in:
   failed loads back off and free their slots; uploaded tiles become resident in ledger and tables;
 - `orders(free ring slots, cancel_stale)` picks this frame's loads, reserves their cache slots
@@ -18,8 +17,8 @@ and hand back records (`records`); the streamer moves those between them. Its ve
   as possible, and keeps each pool's reserve of free slots;
 - `plan(budget)` shares the budget among the pools; `apply_resize` folds each pool's resize in.
 
-It is driven entirely through these verbs and records, so a whole frame can be run on the CPU with
-synthetic feedback (tests/runtime/test_residency.py).
+It is driven entirely through these verbs and records, so a whole frame runs on the CPU with synthetic
+feedback (tests/runtime/test_residency.py).
 """
 
 from __future__ import annotations
@@ -167,6 +166,7 @@ class Residency:
         self.reducer = FeedbackReducer(self.space, histogram_loop=loops and loops.histogram_pages)
         self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
         self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`
+        self._victim_keys = loops and loops.victim_keys  # every ledger's (`attach`)
         self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
@@ -217,7 +217,7 @@ class Residency:
         if self.ledgers[pool] is None:
             self.ledgers[pool], self.geometry[pool] = ledger, geometry
         assert self.ledgers[pool] is ledger, "one ledger per pool"
-        ledger.weigh_by(self.priority.values)
+        ledger.weigh_by(self.priority.values, victim_keys=self._victim_keys)
         self.pool_of[tex] = pool
         self.headers[tex] = h
         self.tables.add_texture(tex, self.config.pinned_levels)

@@ -17,6 +17,7 @@ import numpy as np
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
 from .requests import SchedulerLoops
+from .slots import VictimLoop
 from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
@@ -35,6 +36,7 @@ class DeciderLoops:
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
     scheduler: SchedulerLoops  # the request scheduler's demand, prefetch and queueing (`requests`)
+    victim_keys: VictimLoop  # eviction candidates and their keys (`slots.SlotLedger.weigh_by`)
 
 
 class SampledSlots:

@@ -316,10 +316,11 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries, the scheduler's missing chains, prefetch candidates, queueing and order)
-    on random tables against numpy's, from exact-size buffers, then on hostile tables: ids past the
-    table, follower entries past it, a parent table with a cycle (the walk is bounded), entries past
-    every id, chains past MAX_LEVELS."""
+    count of raw feedback entries, the scheduler's missing chains, prefetch candidates, queueing and
+    order, a cache pool's eviction candidates) on random tables against numpy's, from exact-size
+    buffers, then on hostile tables: ids past the table, follower entries past it, a parent table
+    with a cycle (the walk is bounded), entries past every id, chains past MAX_LEVELS, a texture
+    past the priority table."""
     import numpy as np
 
     from texstream.native import (
@@ -330,6 +331,7 @@ def _replay_deciders(lib: Path) -> int:
         prefetch_pages,
         queue_keys,
         sample_slots,
+        victim_keys,
     )
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
@@ -340,8 +342,8 @@ def _replay_deciders(lib: Path) -> int:
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
     chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
-    keys = queue_keys(str(lib))
-    if None in (expand, sample, histogram, chains, prefetch, merge, keys):
+    keys, victims = queue_keys(str(lib)), victim_keys(str(lib))
+    if None in (expand, sample, histogram, chains, prefetch, merge, keys, victims):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -420,7 +422,43 @@ def _replay_deciders(lib: Path) -> int:
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
         checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
+        checks += _replay_victims(victims, rng, hostile=case == 7)
     return checks
+
+
+def _replay_victims(victims, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_victim_keys`` on exact-size ledger arrays against the documented keys (weighed or not);
+    hostile: a resident slot naming a texture past the priority table, refused."""
+    import numpy as np
+
+    from texstream.runtime.tiles import MAX_TEXTURES
+
+    n, frame = int(rng.integers(1, 3000)), 500
+    state, pinned = rng.integers(0, 3, n).astype(np.uint8), (rng.random(n) < 0.1).astype(np.uint8)
+    last_used = rng.integers(0, frame + 1, n).astype(np.int64)
+    tex, level = rng.integers(0, 4, n).astype(np.int16), rng.integers(0, 12, n).astype(np.int8)
+    priority = rng.uniform(0.1, 5.0, MAX_TEXTURES)
+    if hostile:
+        state[0], pinned[0], last_used[0], tex[0] = 2, 0, 0, MAX_TEXTURES + 1
+    out_slots, out_keys = np.empty(n, np.int64), np.empty(n, np.int64)
+    for weighed in (False, True):
+        got = victims(
+            n, state.ctypes.data, pinned.ctypes.data, last_used.ctypes.data, tex.ctypes.data, level.ctypes.data,
+            priority.ctypes.data if weighed else None, MAX_TEXTURES, frame, 2, 1 << 28, 28, out_slots.ctypes.data,
+            out_keys.ctypes.data,
+        )  # fmt: skip
+        if hostile and weighed:
+            if got != -1:
+                raise AssertionError(f"ts_victim_keys with a texture past the priority table: {got}, not refused")
+            continue
+        want = np.flatnonzero((state == 2) & (pinned == 0) & (last_used <= frame - 2))
+        idle = (frame - last_used[want]).astype(np.float64)
+        if weighed:
+            idle /= priority[tex[want]]
+        key = (np.minimum(np.floor(idle * 16), 1 << 28).astype(np.int64) * -64 + level[want]) << 28 | want
+        if not (np.array_equal(out_slots[:got], want) and np.array_equal(out_keys[:got], key)):
+            raise AssertionError("ts_victim_keys: compiled candidates or keys != numpy's")
+    return 2
 
 
 def _replay_chains(chains, prefetch, merge, keys, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
