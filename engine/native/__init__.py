@@ -433,10 +433,10 @@ def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
 
 @functools.cache
 def victim_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_victim_keys`` (a cache pool's eviction candidates and their least-recently-used keys, in
-    one pass over the slots), or None as for `expand_pages`: the ledger then finds them with numpy."""
-    args = (_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr)
-    return _compiled_loop("ts_victim_keys", args, "numpy finds the eviction candidates", path=path, keep_gil=True)
+    """``ts_victim_keys`` (a cache pool's least-recently-used victims, in one pass over the slots),
+    or None as for `expand_pages`: the ledger then picks them with numpy."""
+    args = (_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _i64, _ptr)
+    return _compiled_loop("ts_victim_keys", args, "numpy picks the victims", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -566,19 +566,40 @@ int64_t ts_queue_keys(int64_t n, const int64_t *q, const uint8_t *loading, int64
     return m;
 }
 
-/* (Cache ledger, render thread) The eviction candidates of a pool and their victim keys (slots.py's
- * numpy `_pick_victims` is the twin): every slot s in [0, capacity) that is RESIDENT (state 2),
- * unpinned and unused for `fif` frames (last_used <= frame - fif), in slot order, with key
- * (min(floor(idle * 16), idle_clip) * -64 + level) << slot_bits | s, idle = frame - last_used
- * divided by priority[tex] when `priority` is given (else NULL). Slots go to out_slots, keys to
- * out_keys (capacity entries each). A candidate's texture outside [0, n_textures) is refused:
- * returns -1; else the number of candidates. One pass over the slots. */
+/* Sift key heap[at] down a max-heap of `size` keys. */
+static void ts_sift_down(int64_t *heap, int64_t size, int64_t at) {
+    const int64_t key = heap[at];
+    for (;;) {
+        int64_t child = 2 * at + 1;
+        if (child >= size)
+            break;
+        if (child + 1 < size && heap[child + 1] > heap[child])
+            child++;
+        if (heap[child] <= key)
+            break;
+        heap[at] = heap[child];
+        at = child;
+    }
+    heap[at] = key;
+}
+
+/* (Cache ledger, render thread) A pool's `count` victims (slots.py's numpy `_pick_victims` is the
+ * twin): among the slots s in [0, capacity) that are RESIDENT (state 2), unpinned and unused for
+ * `fif` frames (last_used <= frame - fif), those of the smallest keys
+ * (min(floor(idle * 16), idle_clip) * -64 + level) << slot_bits | s, idle = frame - last_used divided
+ * by priority[tex] when `priority` is given (else NULL): longest idle first, then finer levels,
+ * then lower slots. The keys are distinct (the slot in the low bits), so the choice is exact. Their
+ * keys go to out_keys (count entries) in ascending order; the slot is a key's low slot_bits bits.
+ * A candidate's texture outside [0, n_textures) is refused: returns -1; else the number of victims,
+ * min(count, candidates). One pass over the slots with a heap of `count` keys, then a heap sort. */
 int64_t ts_victim_keys(int64_t capacity, const uint8_t *state, const uint8_t *pinned, const int64_t *last_used,
                        const int16_t *tex, const int8_t *level, const double *priority, int64_t n_textures,
-                       int64_t frame, int64_t fif, int64_t idle_clip, int64_t slot_bits, int64_t *out_slots,
+                       int64_t frame, int64_t fif, int64_t idle_clip, int64_t slot_bits, int64_t count,
                        int64_t *out_keys) {
-    int64_t m = 0;
+    int64_t size = 0;
     const int64_t before = frame - fif;
+    if (count <= 0)
+        return 0;
     for (int64_t s = 0; s < capacity; s++) {
         if (state[s] != 2 || pinned[s] || last_used[s] > before)
             continue;
@@ -592,12 +613,26 @@ int64_t ts_victim_keys(int64_t capacity, const uint8_t *state, const uint8_t *pi
         double sixteenths = floor(idle * 16.0);
         if (sixteenths > (double)idle_clip)
             sixteenths = (double)idle_clip;
-        const int64_t key = (int64_t)sixteenths * -64 + level[s];
-        out_slots[m] = s;
-        out_keys[m] = (int64_t)((uint64_t)key << slot_bits) | s;
-        m++;
+        const int64_t key = (int64_t)((uint64_t)((int64_t)sixteenths * -64 + level[s]) << slot_bits) | s;
+        if (size < count) { /* fill the heap, then keep the smallest keys: the largest on top */
+            int64_t at = size++;
+            while (at > 0 && out_keys[(at - 1) / 2] < key) {
+                out_keys[at] = out_keys[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+            out_keys[at] = key;
+        } else if (key < out_keys[0]) {
+            out_keys[0] = key;
+            ts_sift_down(out_keys, size, 0);
+        }
     }
-    return m;
+    for (int64_t end = size - 1; end > 0; end--) { /* heap sort: ascending */
+        const int64_t top = out_keys[0];
+        out_keys[0] = out_keys[end];
+        out_keys[end] = top;
+        ts_sift_down(out_keys, end, 0);
+    }
+    return size;
 }
 
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples

@@ -129,25 +129,25 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
         frames_in_flight: int,
         idle_clip: int,
         slot_bits: int,
-        out_slots: np.ndarray,
+        count: int,
         out_keys: np.ndarray,
     ) -> int:
         capacity = state.size
         if not (
             state.dtype == np.uint8
             and pinned.dtype == np.bool_
-            and last_used.dtype == out_slots.dtype == out_keys.dtype == np.int64
+            and last_used.dtype == out_keys.dtype == np.int64
             and tex.dtype == np.int16
             and level.dtype == np.int8
             and pinned.size == last_used.size == tex.size == level.size == capacity
-            and min(out_slots.size, out_keys.size) >= capacity
+            and out_keys.size >= count
             and (priority is None or (priority.dtype == np.float64 and priority.size >= MAX_TEXTURES))
         ):
             raise ValueError("victim_keys: a ledger array or buffer is too small or of the wrong type")
         weights = None if priority is None else at(priority)  # NULL: idle time unweighed
         return victims(
             capacity, at(state), at(pinned), at(last_used), at(tex), at(level), weights, MAX_TEXTURES, frame,
-            frames_in_flight, idle_clip, slot_bits, at(out_slots), at(out_keys),
+            frames_in_flight, idle_clip, slot_bits, count, at(out_keys),
         )  # fmt: skip
 
     return DeciderLoops(

@@ -87,7 +87,7 @@ _LOADING = int(CacheSlotState.LOADING)
 _RESIDENT = int(CacheSlotState.RESIDENT)
 
 # (state, pinned, last_used, tex, level, priority or None, frame, frames_in_flight, idle_clip, slot_bits,
-# out_slots, out_keys) -> candidates, or -1: ``ts_victim_keys``, `SlotLedger._candidates_and_keys`'s twin
+# count, out_keys) -> victims, or -1: ``ts_victim_keys``, `SlotLedger._pick_victims`'s twin
 VictimLoop = Callable[..., int]
 
 #: One run of consecutive cache slots: the first slot, its layer, and how many slots follow.
@@ -279,8 +279,8 @@ class SlotLedger:
         self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
         self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
-        self._victim_keys: VictimLoop | None = None  # the compiled candidates pass (`weigh_by`)
-        self._candidates, self._keys = np.zeros(0, np.int64), np.zeros(0, np.int64)  # its outputs
+        self._victim_keys: VictimLoop | None = None  # the compiled victims pass (`weigh_by`)
+        self._keys = np.zeros(0, np.int64)  # its output: the victims' keys
         self.grow(capacity)
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -372,36 +372,32 @@ class SlotLedger:
 
     def weigh_by(self, priority: np.ndarray | None, *, victim_keys: VictimLoop | None = None) -> None:
         """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns
-        and may change; every entry > 0; None: unweighed). `victim_keys`: the compiled pass that finds
-        the candidates and their keys (`touch.DeciderLoops.victim_keys`), or None: numpy, the same
-        victims."""
+        and may change; every entry > 0; None: unweighed). `victim_keys`: the compiled pass that picks
+        the victims (`touch.DeciderLoops.victim_keys`), or None: numpy, the same victims."""
         self._priority, self._victim_keys = priority, victim_keys
 
-    def _candidates_and_keys(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
-        """The evictable slots in slot order and their victim keys: longest idle first (in 1/16 frames,
-        divided by the texture's priority); among equals, finer levels first (coarser ones back more
-        pages); then lowest slot, so the choice is deterministic. The slot in the low bits makes every
-        key distinct: numpy's partition runs an order of magnitude slower on the few distinct values
-        the frames of an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
-        if self._victim_keys is not None:
-            if self._candidates.size < self.capacity:
-                self._candidates, self._keys = np.empty(self.capacity, np.int64), np.empty(self.capacity, np.int64)
+    def _pick_victims(self, frame: int, count: int) -> np.ndarray:
+        """The `count` best victims, best first: longest idle (in 1/16 frames, divided by the texture's
+        priority); among equals, finer levels first (coarser ones back more pages); then lowest slot,
+        so the choice is deterministic. The slot in the low bits of the key makes every key distinct:
+        numpy's partition runs an order of magnitude slower on the few distinct values the frames of
+        an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
+        if self._victim_keys is not None:  # one pass over the slots keeping the best keys
+            if self._keys.size < count:
+                self._keys = np.empty(max(count, 1024), np.int64)
             args = (self.state, self.pinned, self.last_used, self.tex, self.level, self._priority, frame)
-            n = self._victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, self._candidates, self._keys)
+            n = self._victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, count, self._keys)
             if n < 0:
                 raise ValueError(f"{self.name}: a resident slot names a texture outside the priority table")
-            return self._candidates[:n].copy(), self._keys[:n].copy()
+            return self._keys[:n] & ((1 << _SLOT_BITS) - 1)
         candidates = self.evictable_mask(frame).nonzero()[0]
+        if candidates.size == 0:
+            return candidates
         idle = (frame - self.last_used[candidates]).astype(np.float64)
         if self._priority is not None:
             idle /= self._priority[self.tex[candidates].astype(np.int64)]
         key = np.minimum(np.floor(idle * 16), _IDLE_CLIP).astype(np.int64) * -64 + self.level[candidates]
-        return candidates, (key << _SLOT_BITS) | candidates
-
-    def _pick_victims(self, frame: int, count: int) -> np.ndarray:
-        candidates, key = self._candidates_and_keys(frame)
-        if candidates.size == 0:
-            return candidates
+        key = (key << _SLOT_BITS) | candidates
         if candidates.size > count:
             pick = np.argpartition(key, count - 1)[:count]
             candidates, key = candidates[pick], key[pick]

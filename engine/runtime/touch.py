@@ -36,7 +36,7 @@ class DeciderLoops:
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
     scheduler: SchedulerLoops  # the request scheduler's demand, prefetch and queueing (`requests`)
-    victim_keys: VictimLoop  # eviction candidates and their keys (`slots.SlotLedger.weigh_by`)
+    victim_keys: VictimLoop  # a cache pool's least-recently-used victims (`slots.SlotLedger.weigh_by`)
 
 
 class SampledSlots:

@@ -901,12 +901,14 @@ def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> Non
 
 @pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
 @pytest.mark.parametrize("weighted", [False, True])
-def test_the_compiled_candidates_and_keys_are_the_documented_ones(weighted: bool) -> None:
-    """The compiled pass's candidates and keys against the formula on random ledger arrays: evictable
-    slots in slot order, key (min(floor(idle * 16), clip) * -64 + level) << 28 | slot."""
+@pytest.mark.parametrize("count", [1, 7, 256, 4999, 20000])
+def test_the_compiled_victims_are_the_smallest_documented_keys(weighted: bool, count: int) -> None:
+    """The compiled pass's victims against the formula on random ledger arrays: the `count` smallest
+    keys (min(floor(idle * 16), clip) * -64 + level) << 28 | slot over the evictable slots, ascending
+    (all of them when fewer)."""
     loops = decider_loops()
     assert loops is not None
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(count)
     n, frame, fif = 5000, 1000, 3
     state = rng.integers(0, 3, n).astype(np.uint8)
     pinned = rng.random(n) < 0.1
@@ -915,26 +917,14 @@ def test_the_compiled_candidates_and_keys_are_the_documented_ones(weighted: bool
     tex, level = rng.integers(0, 4, n).astype(np.int16), rng.integers(0, 12, n).astype(np.int8)
     priority = np.ones(256)
     priority[:4] = rng.uniform(0.1, 7.0, 4) if weighted else 1.0
-    out_slots, out_keys = np.empty(n, np.int64), np.empty(n, np.int64)
+    out = np.empty(count, np.int64)
     clip, bits = 1 << 28, 28
     got = loops.victim_keys(
-        state,
-        pinned,
-        last_used,
-        tex,
-        level,
-        priority if weighted else None,
-        frame,
-        fif,
-        clip,
-        bits,
-        out_slots,
-        out_keys,
+        state, pinned, last_used, tex, level, priority if weighted else None, frame, fif, clip, bits, count, out
     )
     want = np.flatnonzero((state == CacheSlotState.RESIDENT) & ~pinned & (last_used <= frame - fif))
     idle = (frame - last_used[want]).astype(np.float64) / (priority[tex[want]] if weighted else 1.0)
     key = (np.minimum(np.floor(idle * 16), clip).astype(np.int64) * -64 + level[want]) << bits | want
-    np.testing.assert_array_equal(out_slots[:got], want)
-    np.testing.assert_array_equal(out_keys[:got], key)
+    np.testing.assert_array_equal(out[:got], np.sort(key)[:count])
     with pytest.raises(ValueError, match="too small"):
-        loops.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, out_slots[:10], out_keys)
+        loops.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, count + 1, out)
