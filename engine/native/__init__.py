@@ -40,11 +40,16 @@ __all__ = [
     "histogram_pages",
     "load",
     "load_library",
+    "merge_requests",
+    "missing_chains",
+    "prefetch_pages",
     "procedural_functions",
+    "queue_keys",
     "reduce_f32",
     "reduce_rgba8",
     "reduce_twice_rgba8",
     "sample_slots",
+    "victim_keys",
 ]
 
 log = logging.getLogger(__name__)
@@ -350,6 +355,88 @@ def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
     as for `expand_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
     args = (_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr)
     return _compiled_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
+
+
+@functools.cache
+def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_missing_chains`` (the request scheduler's missing chains of a frame's wanted pages, weighed
+    and summed), or None as for `expand_pages`: `requests.RequestScheduler` then walks them with
+    numpy, to the same tiles and weights."""
+    args = (
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _ptr,
+        _ptr,
+        _i64,
+        _i64,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+    )
+    return _compiled_loop("ts_missing_chains", args, "numpy walks the missing chains", path=path, keep_gil=True)
+
+
+@functools.cache
+def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_prefetch_pages`` (the scheduler's prefetch candidates: neighbours and children of a frame's
+    wanted pages, weighed), or None as for `expand_pages`: the scheduler then finds them with numpy."""
+    args = (
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+        _i64,
+        _i64,
+        _i64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _ptr,
+    )
+    return _compiled_loop("ts_prefetch_pages", args, "numpy finds the prefetch candidates", path=path, keep_gil=True)
+
+
+@functools.cache
+def merge_requests(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_merge_requests`` (the scheduler queueing a frame's asked-for tiles), or None as for
+    `expand_pages`: the scheduler then queues them with numpy, to the same state."""
+    args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_merge_requests", args, "numpy queues the requests", path=path, keep_gil=True)
+
+
+@functools.cache
+def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_queue_keys`` (the scheduler's queue cleaned and keyed for the frame's order), or None as
+    for `expand_pages`: the scheduler then does it with numpy, to the same queue and keys."""
+    args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_queue_keys", args, "numpy orders the queue", path=path, keep_gil=True)
+
+
+@functools.cache
+def victim_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_victim_keys`` (a cache pool's least-recently-used victims, in one pass over the slots),
+    or None as for `expand_pages`: the ledger then picks them with numpy."""
+    args = (_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _i64, _ptr)
+    return _compiled_loop("ts_victim_keys", args, "numpy picks the victims", path=path, keep_gil=True)
 
 
 @dataclass(frozen=True)

@@ -307,6 +307,334 @@ int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int
     return m;
 }
 
+/* (Request scheduler, render thread) The missing chains of a frame's wanted pages ids[0..n) (with
+ * coverage counts[i]), weighed, as sorted unique tile ids with summed weights (requests.py's numpy
+ * `_demand` is the twin). A page is resident when own[id] >= 0 (resident[i] = 1, nothing added);
+ * else its chain is itself and its ancestors (parent[]) below its nearest resident ancestor, or up
+ * to the texture's coarsest level (level_count[tex[id]] - 1) when none is resident within max_levels
+ * steps. Every tile of the chain gets max(counts[i], 1) * gap, gap = the levels from the page up to
+ * that ancestor (or to level_count), times priority[tex[id]] rounded up and capped at score_limit
+ * when any missing page's texture has a priority other than 1 (else the weight stays exact).
+ * Weights are summed in `scratch` (capacity int64s) and presence marked in `bits` (capacity / 64
+ * rounded up words): both zero on entry and again on return. `gap` holds 2 n int64s of working
+ * space; out_ids / out_weights hold n * max_levels entries. Ids outside [0, capacity), pages of no
+ * texture or level, parents past the table and chains longer than max_levels are refused: returns
+ * -1 (the scratch is still cleared); else the number of ids written. Linear in n * max_levels plus
+ * the words between the smallest and the largest id. */
+int64_t ts_missing_chains(int64_t n, const int64_t *ids, const int64_t *counts, const int32_t *parent,
+                          const int32_t *own, const int8_t *level, const int16_t *tex, int64_t capacity,
+                          const int64_t *level_count, const double *priority, int64_t n_textures,
+                          int64_t max_levels, int64_t score_limit, int64_t *scratch, uint64_t *bits, int64_t *gap,
+                          uint8_t *resident, int64_t *out_ids, int64_t *out_weights) {
+    int64_t lo = capacity, hi = -1, bad = 0, uniform = 1;
+    for (int64_t i = 0; i < n; i++) { /* each page's gap and unweighed weight */
+        const int64_t id = ids[i];
+        gap[i] = 0;
+        resident[i] = 0;
+        if (id < 0 || id >= capacity || tex[id] < 0 || tex[id] >= n_textures || level[id] < 0) {
+            bad = 1;
+            continue;
+        }
+        if (own[id] >= 0) {
+            resident[i] = 1;
+            continue;
+        }
+        int64_t cur = id;
+        for (int64_t step = 0; cur >= 0 && own[cur] < 0 && step < max_levels; step++) {
+            cur = parent[cur];
+            if (cur >= capacity) {
+                cur = -1;
+                bad = 1;
+            }
+        }
+        const int64_t t = tex[id];
+        const int64_t ceiling = (cur >= 0 && own[cur] >= 0) ? level[cur] : level_count[t];
+        const int64_t g = ceiling - level[id];
+        if (g > max_levels) {
+            bad = 1;
+            continue;
+        }
+        gap[i] = g > 1 ? g : 1; /* tiles in the chain: the page itself at least */
+        gap[n + i] = (counts[i] > 1 ? counts[i] : 1) * g;
+        if (priority[t] != 1.0)
+            uniform = 0;
+    }
+    for (int64_t i = 0; i < n; i++) { /* the chains, weighed by priority */
+        if (gap[i] == 0)
+            continue;
+        int64_t w = gap[n + i];
+        if (!uniform) {
+            const double p = ceil((double)w * priority[tex[ids[i]]]);
+            w = (int64_t)(p < (double)score_limit ? p : (double)score_limit);
+        }
+        int64_t cur = ids[i];
+        for (int64_t d = 0; d < gap[i]; d++) {
+            if (d > 0)
+                cur = parent[cur];
+            if (cur < 0 || cur >= capacity) {
+                bad = 1;
+                break;
+            }
+            scratch[cur] += w;
+            bits[cur >> 6] |= (uint64_t)1 << (cur & 63);
+            lo = cur < lo ? cur : lo;
+            hi = cur > hi ? cur : hi;
+        }
+    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);
+    return bad ? -1 : m;
+}
+
+/* (Request scheduler, render thread) The prefetch candidates of a frame's wanted pages ids[0..n)
+ * (coverage counts[i]; resident[i] != 0 for a page that is resident), as sorted unique tile ids with
+ * summed weights (requests.py's numpy `_prefetch` is the twin): the 4 neighbours of every page in
+ * its level's grid and the up to 4 children of every resident page above level 0, each weighing
+ * max(counts[i], 1); then times priority[tex] rounded up and capped at score_limit when any
+ * candidate's texture has a priority other than 1; then only the candidates not resident whose
+ * parent is. level_first, tiles_x, tiles_y are n_textures x max_levels tables (tiles.TileSpace).
+ * Weights go through `scratch` (capacity int64s) and marks through `bits` (capacity / 64 rounded up
+ * words), zero on entry and on return; out_ids / out_weights hold 8 n entries. Pages or
+ * candidates outside the tables are refused: returns -1 (the scratch is still cleared); else the
+ * number of candidates written. Linear in n plus the words between the smallest and largest id. */
+int64_t ts_prefetch_pages(int64_t n, const int64_t *ids, const int64_t *counts, const uint8_t *resident,
+                          const int16_t *tex, const int8_t *level, const int32_t *parent, const int32_t *own,
+                          int64_t capacity, const int64_t *level_first, const int64_t *tiles_x,
+                          const int64_t *tiles_y, const double *priority, int64_t n_textures, int64_t max_levels,
+                          int64_t score_limit, int64_t *scratch, uint64_t *bits, int64_t *out_ids,
+                          int64_t *out_weights) {
+    int64_t lo = capacity, hi = -1, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        if (id < 0 || id >= capacity || tex[id] < 0 || tex[id] >= n_textures || level[id] < 0 ||
+            level[id] >= max_levels) {
+            bad = 1;
+            continue;
+        }
+        const int64_t t = tex[id], lv = level[id], row = t * max_levels;
+        const int64_t tx = tiles_x[row + lv], ty = tiles_y[row + lv], off = id - level_first[row + lv];
+        if (tx < 1 || ty < 1 || off < 0 || off >= tx * ty) {
+            bad = 1;
+            continue;
+        }
+        const int64_t x = off % tx, y = off / tx, c = counts[i] > 1 ? counts[i] : 1;
+        int64_t cand[8], k = 0;
+        if (x > 0)
+            cand[k++] = id - 1;
+        if (x < tx - 1)
+            cand[k++] = id + 1;
+        if (y > 0)
+            cand[k++] = id - tx;
+        if (y < ty - 1)
+            cand[k++] = id + tx;
+        if (lv > 0 && resident[i]) {
+            const int64_t ctx = tiles_x[row + lv - 1], cty = tiles_y[row + lv - 1];
+            const int64_t base = level_first[row + lv - 1] + 2 * y * ctx + 2 * x;
+            const int right = 2 * x + 1 < ctx, down = 2 * y + 1 < cty;
+            cand[k++] = base;
+            if (right)
+                cand[k++] = base + 1;
+            if (down)
+                cand[k++] = base + ctx;
+            if (right && down)
+                cand[k++] = base + ctx + 1;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t page = cand[j];
+            if (page < 0 || page >= capacity) {
+                bad = 1;
+                continue;
+            }
+            scratch[page] += c;
+            bits[page >> 6] |= (uint64_t)1 << (page & 63);
+            lo = page < lo ? page : lo;
+            hi = page > hi ? page : hi;
+        }
+    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);
+    int64_t uniform = 1;
+    for (int64_t j = 0; j < m; j++) {
+        const int64_t t = tex[out_ids[j]];
+        if (t < 0 || t >= n_textures)
+            bad = 1;
+        else if (priority[t] != 1.0)
+            uniform = 0;
+    }
+    if (bad)
+        return -1;
+    int64_t kept = 0;
+    for (int64_t j = 0; j < m; j++) {
+        const int64_t page = out_ids[j], up = parent[page];
+        if (own[page] >= 0 || up < 0 || up >= capacity || own[up] < 0)
+            continue; /* resident already, or no resident parent to draw from meanwhile */
+        int64_t w = out_weights[j];
+        if (!uniform) {
+            const double p = ceil((double)w * priority[tex[page]]);
+            w = (int64_t)(p < (double)score_limit ? p : (double)score_limit);
+        }
+        out_ids[kept] = page;
+        out_weights[kept] = w;
+        kept++;
+    }
+    return kept;
+}
+
+/* (Request scheduler, render thread) Queue this frame's asked-for tiles ids[0..n) (unique) with their
+ * weights (requests.py's numpy `_merge` is the twin). A tile with a load in flight (loading[i] != 0)
+ * is only marked wanted (last_wanted = frame); a FAILED tile (state 2) is taken only once its
+ * back-off ended (retry_at <= frame; counted in counts[1]); every tile taken becomes QUEUED (1) with
+ * score min(weights[i], score_limit), tier `tier` and last_wanted = frame, counted in counts[0], and
+ * those that were not QUEUED before are written to out_fresh (n entries). state, retry_at,
+ * last_wanted, score and tiers are the scheduler's per-tile arrays (capacity entries each). Ids
+ * outside [0, capacity) are refused: returns -1 before changing anything; else the number of fresh
+ * tiles written. */
+int64_t ts_merge_requests(int64_t n, const int64_t *ids, const int64_t *weights, const uint8_t *loading,
+                          int64_t frame, int64_t tier, int64_t score_limit, int64_t capacity, uint8_t *state,
+                          const int64_t *retry_at, int64_t *last_wanted, int64_t *score, uint8_t *tiers,
+                          int64_t *out_fresh, int64_t *counts) {
+    const uint8_t QUEUED = 1, FAILED = 2;
+    int64_t fresh = 0, queued = 0, retried = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= capacity)
+            return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        const uint8_t st = state[id];
+        if (loading[i]) {
+            last_wanted[id] = frame; /* still wanted: its read is not cancelled as stale */
+            continue;
+        }
+        if (st == FAILED) {
+            if (retry_at[id] > frame)
+                continue;
+            retried++;
+        }
+        if (st != QUEUED)
+            out_fresh[fresh++] = id;
+        state[id] = QUEUED;
+        score[id] = weights[i] < score_limit ? weights[i] : score_limit;
+        tiers[id] = (uint8_t)tier;
+        last_wanted[id] = frame;
+        queued++;
+    }
+    counts[0] = queued;
+    counts[1] = retried;
+    return fresh;
+}
+
+/* (Request scheduler, render thread) The scheduler's queue q[0..n) cleaned and keyed for this frame's
+ * order (requests.py's numpy `_live_queue` is the twin). An entry stays when its tile is still QUEUED
+ * (state 1), names a tile (level >= 0), is not resident (own < 0), has no load in flight (loading[i]
+ * == 0) and was wanted within `cancel_after` frames; one wanted longer ago is counted in counts[0]
+ * (cancelled). Every entry that goes and whose tile is still QUEUED becomes NONE (0). The entries
+ * that stay are written in order to out_q with their ordering keys (uint64: class << 62 | score << 35
+ * | (max_levels - 1 - level) << 31 | id, where a tile wanted this frame has class = its tier and
+ * score = score_limit - min(score, score_limit), any other class 2 and score 0). `flags` holds n
+ * bytes of working space. Ids outside [0, capacity) are refused: returns -1 before changing
+ * anything; else the number of entries that stay. */
+int64_t ts_queue_keys(int64_t n, const int64_t *q, const uint8_t *loading, int64_t capacity, uint8_t *state,
+                      const int8_t *level, const int32_t *own, const int64_t *last_wanted, const int64_t *score,
+                      const uint8_t *tiers, int64_t frame, int64_t cancel_after, int64_t max_levels,
+                      int64_t score_limit, uint8_t *flags, int64_t *out_q, uint64_t *out_keys, int64_t *counts) {
+    const uint8_t NONE = 0, QUEUED = 1;
+    int64_t cancelled = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (q[i] < 0 || q[i] >= capacity)
+            return -1;
+    for (int64_t i = 0; i < n; i++) { /* classified against the states before any change */
+        const int64_t id = q[i];
+        const int live = state[id] == QUEUED && level[id] >= 0 && own[id] < 0 && !loading[i];
+        const int stale = live && frame - last_wanted[id] >= cancel_after;
+        flags[i] = live && !stale;
+        cancelled += stale;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = q[i];
+        if (!flags[i]) {
+            if (state[id] == QUEUED)
+                state[id] = NONE;
+            continue;
+        }
+        const int fresh = last_wanted[id] == frame;
+        const int64_t s = score[id] < score_limit ? score[id] : score_limit;
+        const uint64_t klass = fresh ? tiers[id] : 2, weight = fresh ? (uint64_t)(score_limit - s) : 0;
+        const uint64_t finer = (uint64_t)(max_levels - 1 - level[id]);
+        out_q[m] = id;
+        out_keys[m] = klass << 62 | weight << 35 | finer << 31 | (uint64_t)id;
+        m++;
+    }
+    counts[0] = cancelled;
+    return m;
+}
+
+/* Sift key heap[at] down a max-heap of `size` keys. */
+static void ts_sift_down(int64_t *heap, int64_t size, int64_t at) {
+    const int64_t key = heap[at];
+    for (;;) {
+        int64_t child = 2 * at + 1;
+        if (child >= size)
+            break;
+        if (child + 1 < size && heap[child + 1] > heap[child])
+            child++;
+        if (heap[child] <= key)
+            break;
+        heap[at] = heap[child];
+        at = child;
+    }
+    heap[at] = key;
+}
+
+/* (Cache ledger, render thread) A pool's `count` victims (slots.py's numpy `_pick_victims` is the
+ * twin): among the slots s in [0, capacity) that are RESIDENT (state 2), unpinned and unused for
+ * `fif` frames (last_used <= frame - fif), those of the smallest keys
+ * (min(floor(idle * 16), idle_clip) * -64 + level) << slot_bits | s, idle = frame - last_used divided
+ * by priority[tex] when `priority` is given (else NULL): longest idle first, then finer levels,
+ * then lower slots. The keys are distinct (the slot in the low bits), so the choice is exact. Their
+ * keys go to out_keys (count entries) in ascending order; the slot is a key's low slot_bits bits.
+ * A candidate's texture outside [0, n_textures) is refused: returns -1; else the number of victims,
+ * min(count, candidates). One pass over the slots with a heap of `count` keys, then a heap sort. */
+int64_t ts_victim_keys(int64_t capacity, const uint8_t *state, const uint8_t *pinned, const int64_t *last_used,
+                       const int16_t *tex, const int8_t *level, const double *priority, int64_t n_textures,
+                       int64_t frame, int64_t fif, int64_t idle_clip, int64_t slot_bits, int64_t count,
+                       int64_t *out_keys) {
+    int64_t size = 0;
+    const int64_t before = frame - fif;
+    if (count <= 0)
+        return 0;
+    for (int64_t s = 0; s < capacity; s++) {
+        if (state[s] != 2 || pinned[s] || last_used[s] > before)
+            continue;
+        double idle = (double)(frame - last_used[s]);
+        if (priority != NULL) {
+            const int64_t t = tex[s];
+            if (t < 0 || t >= n_textures)
+                return -1;
+            idle /= priority[t];
+        }
+        double sixteenths = floor(idle * 16.0);
+        if (sixteenths > (double)idle_clip)
+            sixteenths = (double)idle_clip;
+        const int64_t key = (int64_t)((uint64_t)((int64_t)sixteenths * -64 + level[s]) << slot_bits) | s;
+        if (size < count) { /* fill the heap, then keep the smallest keys: the largest on top */
+            int64_t at = size++;
+            while (at > 0 && out_keys[(at - 1) / 2] < key) {
+                out_keys[at] = out_keys[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+            out_keys[at] = key;
+        } else if (key < out_keys[0]) {
+            out_keys[0] = key;
+            ts_sift_down(out_keys, size, 0);
+        }
+    }
+    for (int64_t end = size - 1; end > 0; end--) { /* heap sort: ascending */
+        const int64_t top = out_keys[0];
+        out_keys[0] = out_keys[end];
+        out_keys[end] = top;
+        ts_sift_down(out_keys, end, 0);
+    }
+    return size;
+}
+
 /* (Render thread) The cache slot every page of ids[0..n) samples and the one its parent samples
  * (trilinear filtering reads both), grouped by pool: a page samples its own tile when resident
  * (own[id] >= 0), else its nearest resident ancestor (walking parent[]); a page with none is skipped.

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from .. import native
+from .requests import SCORE_LIMIT, SchedulerLoops
 from .tiles import MAX_LEVELS, MAX_TEXTURES
 from .touch import DeciderLoops
 
@@ -43,7 +44,8 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
     expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
-    if expand is None or sample is None or histogram is None:
+    scheduler, victims = _scheduler_loops(path), native.victim_keys(path)
+    if expand is None or sample is None or histogram is None or scheduler is None or victims is None:
         return None
     addresses = Addresses()
     at = addresses.of
@@ -116,4 +118,225 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
         )
 
-    return DeciderLoops(expand_pages=expand_pages, sample_slots=sample_slots, histogram_pages=histogram_pages)
+    def victim_keys(
+        state: np.ndarray,
+        pinned: np.ndarray,
+        last_used: np.ndarray,
+        tex: np.ndarray,
+        level: np.ndarray,
+        priority: np.ndarray | None,
+        frame: int,
+        frames_in_flight: int,
+        idle_clip: int,
+        slot_bits: int,
+        count: int,
+        out_keys: np.ndarray,
+    ) -> int:
+        capacity = state.size
+        if not (
+            state.dtype == np.uint8
+            and pinned.dtype == np.bool_
+            and last_used.dtype == out_keys.dtype == np.int64
+            and tex.dtype == np.int16
+            and level.dtype == np.int8
+            and pinned.size == last_used.size == tex.size == level.size == capacity
+            and out_keys.size >= count
+            and (priority is None or (priority.dtype == np.float64 and priority.size >= MAX_TEXTURES))
+        ):
+            raise ValueError("victim_keys: a ledger array or buffer is too small or of the wrong type")
+        weights = None if priority is None else at(priority)  # NULL: idle time unweighed
+        return victims(
+            capacity, at(state), at(pinned), at(last_used), at(tex), at(level), weights, MAX_TEXTURES, frame,
+            frames_in_flight, idle_clip, slot_bits, count, at(out_keys),
+        )  # fmt: skip
+
+    return DeciderLoops(
+        expand_pages=expand_pages,
+        sample_slots=sample_slots,
+        histogram_pages=histogram_pages,
+        scheduler=scheduler,
+        victim_keys=victim_keys,
+    )
+
+
+def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
+    """The request scheduler's compiled passes from the helper at `path`, or None (see `decider_loops`)."""
+    chains, prefetch, merge = native.missing_chains(path), native.prefetch_pages(path), native.merge_requests(path)
+    keys = native.queue_keys(path)
+    if chains is None or prefetch is None or merge is None or keys is None:
+        return None
+    at = Addresses().of
+
+    def missing_chains(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        parent: np.ndarray,
+        own: np.ndarray,
+        level: np.ndarray,
+        tex: np.ndarray,
+        level_count: np.ndarray,
+        priority: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        gap: np.ndarray,
+        resident: np.ndarray,
+        out_ids: np.ndarray,
+        out_weights: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, parent.size
+        if not (
+            ids.dtype == counts.dtype == np.int64
+            and ids.flags.c_contiguous
+            and counts.flags.c_contiguous
+            and counts.size >= n
+            and parent.dtype == own.dtype == np.int32
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and own.size == level.size == tex.size == capacity
+            and level_count.dtype == np.int64
+            and level_count.size >= MAX_TEXTURES
+            and priority.dtype == np.float64
+            and priority.size >= MAX_TEXTURES
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
+            and bits.size * 64 >= capacity
+            and gap.size >= 2 * n
+            and resident.dtype == np.uint8
+            and resident.size >= n
+            and min(out_ids.size, out_weights.size) >= n * MAX_LEVELS
+        ):
+            raise ValueError("missing_chains: a table or buffer is too small or of the wrong type")
+        return chains(
+            n, ids.ctypes.data, counts.ctypes.data, at(parent), at(own), at(level), at(tex), capacity,
+            at(level_count), at(priority), MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT, at(scratch), at(bits), at(gap),
+            at(resident), at(out_ids), at(out_weights),
+        )  # fmt: skip
+
+    def prefetch_pages(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        resident: np.ndarray,
+        tex: np.ndarray,
+        level: np.ndarray,
+        parent: np.ndarray,
+        own: np.ndarray,
+        level_first: np.ndarray,
+        tiles_x: np.ndarray,
+        tiles_y: np.ndarray,
+        priority: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        out_ids: np.ndarray,
+        out_weights: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, parent.size
+        grid = (MAX_TEXTURES, MAX_LEVELS)
+        if not (
+            ids.dtype == counts.dtype == np.int64
+            and ids.flags.c_contiguous
+            and counts.flags.c_contiguous
+            and counts.size >= n
+            and resident.dtype == np.uint8
+            and resident.flags.c_contiguous
+            and resident.size >= n
+            and parent.dtype == own.dtype == np.int32
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and own.size == level.size == tex.size == capacity
+            and all(
+                a.dtype == np.int64 and a.shape == grid and a.flags.c_contiguous
+                for a in (level_first, tiles_x, tiles_y)
+            )
+            and priority.dtype == np.float64
+            and priority.size >= MAX_TEXTURES
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
+            and bits.size * 64 >= capacity
+            and min(out_ids.size, out_weights.size) >= 8 * n
+        ):
+            raise ValueError("prefetch_pages: a table or buffer is too small or of the wrong type")
+        return prefetch(
+            n, ids.ctypes.data, counts.ctypes.data, resident.ctypes.data, at(tex), at(level), at(parent), at(own),
+            capacity, at(level_first), at(tiles_x), at(tiles_y), at(priority), MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT,
+            at(scratch), at(bits), at(out_ids), at(out_weights),
+        )  # fmt: skip
+
+    def merge_requests(
+        ids: np.ndarray,
+        weights: np.ndarray,
+        loading: np.ndarray,
+        frame: int,
+        tier: int,
+        state: np.ndarray,
+        retry_at: np.ndarray,
+        last_wanted: np.ndarray,
+        score: np.ndarray,
+        tiers: np.ndarray,
+        out_fresh: np.ndarray,
+        counts: np.ndarray,
+    ) -> int:
+        n, capacity = ids.size, state.size
+        if not (
+            ids.dtype == weights.dtype == np.int64
+            and ids.flags.c_contiguous
+            and weights.flags.c_contiguous
+            and weights.size >= n
+            and loading.dtype == np.uint8
+            and loading.flags.c_contiguous
+            and loading.size >= n
+            and state.dtype == tiers.dtype == np.uint8
+            and retry_at.dtype == last_wanted.dtype == score.dtype == np.int64
+            and retry_at.size == last_wanted.size == score.size == tiers.size == capacity
+            and out_fresh.dtype == counts.dtype == np.int64
+            and out_fresh.size >= n
+            and counts.size >= 2
+        ):
+            raise ValueError("merge_requests: a table or buffer is too small or of the wrong type")
+        return merge(
+            n, ids.ctypes.data, weights.ctypes.data, loading.ctypes.data, frame, tier, SCORE_LIMIT, capacity, at(state),
+            at(retry_at), at(last_wanted), at(score), at(tiers), at(out_fresh), at(counts),
+        )  # fmt: skip
+
+    def queue_keys(
+        q: np.ndarray,
+        loading: np.ndarray,
+        state: np.ndarray,
+        level: np.ndarray,
+        own: np.ndarray,
+        last_wanted: np.ndarray,
+        score: np.ndarray,
+        tiers: np.ndarray,
+        frame: int,
+        cancel_after: int,
+        flags: np.ndarray,
+        out_q: np.ndarray,
+        out_keys: np.ndarray,
+        counts: np.ndarray,
+    ) -> int:
+        n, capacity = q.size, state.size
+        if not (
+            q.dtype == np.int64
+            and q.flags.c_contiguous
+            and loading.dtype == flags.dtype == np.uint8
+            and loading.flags.c_contiguous
+            and min(loading.size, flags.size, out_q.size, out_keys.size) >= n
+            and state.dtype == tiers.dtype == np.uint8
+            and level.dtype == np.int8
+            and own.dtype == np.int32
+            and last_wanted.dtype == score.dtype == out_q.dtype == counts.dtype == np.int64
+            and level.size == own.size == last_wanted.size == score.size == tiers.size == capacity
+            and out_keys.dtype == np.uint64
+            and counts.size >= 1
+        ):
+            raise ValueError("queue_keys: a table or buffer is too small or of the wrong type")
+        return keys(
+            n, q.ctypes.data, loading.ctypes.data, capacity, at(state), at(level), at(own), at(last_wanted), at(score),
+            at(tiers), frame, cancel_after, MAX_LEVELS, SCORE_LIMIT, at(flags), at(out_q), at(out_keys), at(counts),
+        )  # fmt: skip
+
+    return SchedulerLoops(
+        missing_chains=missing_chains,
+        prefetch_pages=prefetch_pages,
+        merge_requests=merge_requests,
+        queue_keys=queue_keys,
+    )

@@ -27,6 +27,10 @@ Policy:
   the 4 neighbours of every wanted page and the 4 children of every resident wanted page, when
   their parent is resident.
 - Caps: at most ``max_tiles`` tiles, the free staging-ring slots, and ``max_bytes`` bytes per frame.
+
+The demand, the prefetch candidates, the queueing and the queue's cleaning and keys each run as one
+compiled pass when the helper is built (`SchedulerLoops`, handed in: this module loads no compiled
+code); the numpy code here is their twin and gives the same requests.
 """
 
 from __future__ import annotations
@@ -43,14 +47,14 @@ from .feedback_reduce import Wanted, unique_sums
 from .page_table import PageTables
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
-__all__ = ["RequestScheduler", "RequestState", "Requests", "SchedulerStats"]
+__all__ = ["SCORE_LIMIT", "RequestScheduler", "RequestState", "Requests", "SchedulerLoops", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
 DEMAND, PREFETCH = 0, 1
 NEVER = -(1 << 40)  # last_wanted of a tile never wanted
 MAX_BACKOFF_DOUBLINGS = 10
-_SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
+SCORE_LIMIT = (1 << 27) - 1  # weights saturate here (27 bits of the ordering key)
 
 
 class RequestState(enum.IntEnum):
@@ -65,6 +69,25 @@ class RequestState(enum.IntEnum):
 _NONE = int(RequestState.NONE)
 _QUEUED = int(RequestState.QUEUED)
 _FAILED = int(RequestState.FAILED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerLoops:
+    """The scheduler's compiled passes (`compiled_loops.decider_loops` builds them from the helper;
+    numpy's twins give the same answers). Each returns a count, or -1 for arguments it refused."""
+
+    # (ids, counts, parent, own, level, tex, level_count, priority, scratch, bits, gap, resident,
+    # out_ids, out_weights) -> tiles: ``ts_missing_chains``, `_demand`'s walk
+    missing_chains: Callable[..., int]
+    # (ids, counts, resident, tex, level, parent, own, level_first, tiles_x, tiles_y, priority, scratch,
+    # bits, out_ids, out_weights) -> candidates: ``ts_prefetch_pages``, `_prefetch`
+    prefetch_pages: Callable[..., int]
+    # (ids, weights, loading, frame, tier, state, retry_at, last_wanted, score, tiers, out_fresh, counts)
+    # -> fresh tiles: ``ts_merge_requests``, `_merge`
+    merge_requests: Callable[..., int]
+    # (q, loading, state, level, own, last_wanted, score, tiers, frame, cancel_after, flags, out_q,
+    # out_keys, counts) -> entries kept: ``ts_queue_keys``, `_live_queue`
+    queue_keys: Callable[..., int]
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,8 @@ class RequestScheduler:
         Mask of the given tile ids that have a load in flight (the uploader's answer).
     priority
         Priority per texture id (read, never written: `texture_sets.Priorities` owns it); default 1.
+    loops
+        The compiled passes (`SchedulerLoops`), or None: numpy, the same requests.
     """
 
     def __init__(
@@ -116,9 +141,18 @@ class RequestScheduler:
         tables: PageTables,
         loading: Callable[[np.ndarray], np.ndarray],
         priority: np.ndarray | None = None,
+        *,
+        loops: SchedulerLoops | None = None,
     ) -> None:
         self.config, self.space, self.tables, self.loading = config, space, tables, loading
         self.priority = np.ones(MAX_TEXTURES) if priority is None else priority
+        self._loops = loops
+        # the compiled walk's buffers, kept between frames (its scratch and marks are zero between calls)
+        self._scratch, self._bits = np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self._gap, self._resident = np.zeros(0, np.int64), np.zeros(0, np.uint8)
+        self._out_ids, self._out_weights = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._fresh, self._merged = np.zeros(0, np.int64), np.zeros(2, np.int64)  # the merge's outputs
+        self._flags, self._keys, self._kept = np.zeros(0, np.uint8), np.zeros(0, np.uint64), np.zeros(0, np.int64)
         self.max_tiles = config.request_tiles_per_frame or config.upload_tiles_per_frame
         self.max_bytes = config.upload_bytes_per_frame
         self.stats = SchedulerStats()
@@ -185,6 +219,8 @@ class RequestScheduler:
         """Ids and weights of the missing chains of the wanted pages, and a mask of the wanted pages
         that are resident. A missing page's chain is itself and its ancestors below the nearest
         resident one; each weighs coverage x gap, summed over the pages under it."""
+        if self._loops is not None and len(wanted):
+            return self._demand_compiled(wanted)
         sp, tables = self.space, self.tables
         ids = wanted.ids
         miss = ~tables.is_resident(ids)
@@ -207,8 +243,27 @@ class RequestScheduler:
         dk, dw = unique_sums(np.concatenate(keys), np.concatenate(weights))
         return dk, dw, ~miss
 
+    def _demand_compiled(self, wanted: Wanted) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_demand` in one compiled pass over the pages (``ts_missing_chains``): the same tiles,
+        weights and mask, without a numpy call per level walked."""
+        sp = self.space
+        ids = np.ascontiguousarray(wanted.ids, np.int64)
+        counts = np.ascontiguousarray(wanted.counts, np.int64)
+        n = ids.size
+        self._buffers(n, MAX_LEVELS)
+        got = self._loops.missing_chains(  # type: ignore[union-attr]
+            ids, counts, sp.parent, self.tables.own, sp.level, sp.tex, sp.level_count, self.priority,
+            self._scratch, self._bits, self._gap, self._resident, self._out_ids, self._out_weights,
+        )  # fmt: skip
+        if got < 0:
+            raise ValueError("requests: a wanted page, its texture or a parent is outside the tables")
+        resident = self._resident[:n].view(bool).copy()
+        return self._out_ids[:got].copy(), self._out_weights[:got].copy(), resident
+
     def _prefetch(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Neighbours of the wanted pages and children of the resident ones, under a resident parent."""
+        if self._loops is not None and len(wanted):
+            return self._prefetch_compiled(wanted, resident)
         sp = self.space
         ids, counts = wanted.ids, wanted.counts
         tex = sp.tex[ids].astype(np.int64)
@@ -235,17 +290,44 @@ class RequestScheduler:
         keep = self.tables.is_resident(np.maximum(sp.parent[pk].astype(np.int64), 0)) & (sp.parent[pk] >= 0)
         return pk[keep], pw[keep]
 
+    def _prefetch_compiled(self, wanted: Wanted, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_prefetch` in one compiled pass (``ts_prefetch_pages``): the same candidates and weights."""
+        sp = self.space
+        ids = np.ascontiguousarray(wanted.ids, np.int64)
+        self._buffers(ids.size, 8)
+        got = self._loops.prefetch_pages(  # type: ignore[union-attr]
+            ids, np.ascontiguousarray(wanted.counts, np.int64), np.ascontiguousarray(resident).view(np.uint8),
+            sp.tex, sp.level, sp.parent, self.tables.own, sp.level_first, sp.tiles_x, sp.tiles_y, self.priority,
+            self._scratch, self._bits, self._out_ids, self._out_weights,
+        )  # fmt: skip
+        if got < 0:
+            raise ValueError("requests: a wanted page or a prefetch candidate is outside the tables")
+        return self._out_ids[:got].copy(), self._out_weights[:got].copy()
+
+    def _buffers(self, n: int, per_page: int) -> None:
+        """The compiled passes' buffers, large enough for `n` pages of `per_page` outputs each."""
+        if self._scratch.size < self.space.capacity:
+            capacity = self.space.capacity
+            self._scratch, self._bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+        if self._resident.size < n or self._out_ids.size < n * per_page:
+            room = max(n, 1024)
+            self._gap, self._resident = np.empty(2 * room, np.int64), np.empty(room, np.uint8)
+            out = room * max(MAX_LEVELS, 8)
+            self._out_ids, self._out_weights = np.empty(out, np.int64), np.empty(out, np.int64)
+
     def _weigh(self, weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """`weights` of tiles `ids` times their texture's priority (rounded up; unchanged at 1)."""
         p = self.priority[self.space.tex[ids].astype(np.int64)]
         if ids.size == 0 or (p == 1.0).all():
             return weights
-        return np.minimum(np.ceil(weights * p), _SCORE_LIMIT).astype(np.int64)
+        return np.minimum(np.ceil(weights * p), SCORE_LIMIT).astype(np.int64)
 
     def _merge(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
         """Queue `ids` (unique) with this frame's weights; returns how many were queued."""
         if ids.size == 0:
             return 0
+        if self._loops is not None:
+            return self._merge_compiled(frame, ids, weights, tier)
         st = self.state[ids]
         retry = (st == _FAILED) & (self.retry_at[ids] <= frame)
         loading = self.loading(ids)
@@ -255,12 +337,68 @@ class RequestScheduler:
         n = ids[take]
         fresh = self.state[n] != _QUEUED
         self.state[n] = _QUEUED
-        self.score[n] = np.minimum(weights[take], _SCORE_LIMIT)
+        self.score[n] = np.minimum(weights[take], SCORE_LIMIT)
         self.tier[n] = tier
         self.last_wanted[n] = frame
         if fresh.any():
             self.queue = np.sort(np.concatenate([self.queue, n[fresh]]))
         return int(n.size)
+
+    def _merge_compiled(self, frame: int, ids: np.ndarray, weights: np.ndarray, tier: int) -> int:
+        """`_merge` in one compiled pass (``ts_merge_requests``); the fresh tiles are merged into the
+        sorted queue (the same array as sorting the two together)."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        loading = np.ascontiguousarray(self.loading(ids), bool).view(np.uint8)
+        if self._fresh.size < ids.size:
+            self._fresh = np.empty(max(ids.size, 1024), np.int64)
+        fresh = self._loops.merge_requests(  # type: ignore[union-attr]
+            ids, np.ascontiguousarray(weights, np.int64), loading, frame, tier, self.state, self.retry_at,
+            self.last_wanted, self.score, self.tier, self._fresh, self._merged,
+        )  # fmt: skip
+        if fresh < 0:
+            raise ValueError("requests: a tile to queue is outside the tables")
+        self.stats.retried += int(self._merged[1])
+        if fresh:
+            add = np.sort(self._fresh[:fresh])
+            self.queue = np.insert(self.queue, np.searchsorted(self.queue, add), add)
+        return int(self._merged[0])
+
+    def _live_queue(self, frame: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """The queue without what was issued, failed, became resident or loading, was closed, or went
+        stale (those still QUEUED become NONE), each entry's ordering key, and how many went stale.
+
+        Order (one uint64 key): this frame's demand, then this frame's prefetch, both by weight desc,
+        coarser first; then tiles queued earlier and not wanted this frame (their weights are old, so
+        they go coarser first: a parent before its child). Ties by id."""
+        live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
+        live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
+        stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
+        gone = q[~live | stale]
+        self.state[gone[self.state[gone] == _QUEUED]] = _NONE
+        q = q[live & ~stale]
+        level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
+        fresh = self.last_wanted[q] == frame
+        klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
+        score = np.where(fresh, SCORE_LIMIT - np.minimum(self.score[q], SCORE_LIMIT), 0).astype(np.uint64)
+        key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
+        return q, key, int(np.count_nonzero(stale))
+
+    def _live_queue_compiled(self, frame: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """`_live_queue` in one compiled pass (``ts_queue_keys``)."""
+        n = q.size
+        if self._flags.size < n:
+            room = max(n, 1024)
+            self._flags, self._keys = np.empty(room, np.uint8), np.empty(room, np.uint64)
+            self._kept = np.empty(room, np.int64)
+        loading = np.ascontiguousarray(self.loading(q), bool).view(np.uint8)
+        kept = self._loops.queue_keys(  # type: ignore[union-attr]
+            np.ascontiguousarray(q, np.int64), loading, self.state, self.space.level, self.tables.own, self.last_wanted,
+            self.score, self.tier, frame, self.config.cancel_after_frames, self._flags, self._kept, self._keys,
+            self._merged,
+        )  # fmt: skip
+        if kept < 0:
+            raise ValueError("requests: a queued tile is outside the tables")
+        return self._kept[:kept].copy(), self._keys[:kept].copy(), int(self._merged[0])
 
     def _still_quiet(self, wanted: Wanted) -> bool:
         """Whether the latest quiet step (nothing missing, nothing to prefetch, nothing queued) saw
@@ -296,27 +434,12 @@ class RequestScheduler:
         q = self.queue
         if q.size == 0:
             return Requests(np.zeros(0, np.int64), np.zeros(0, bool), 0, 0)
-        live = (self.state[q] == _QUEUED) & self.space.is_tile(q)
-        live[live] = ~self.tables.is_resident(q[live]) & ~self.loading(q[live])
-        stale = live & (frame - self.last_wanted[q] >= self.config.cancel_after_frames)
-        cancelled = int(np.count_nonzero(stale))
-        gone = q[~live | stale]
-        self.state[gone[self.state[gone] == _QUEUED]] = _NONE
-        q = q[live & ~stale]
+        q, key, cancelled = self._live_queue_compiled(frame, q) if self._loops else self._live_queue(frame, q)
         self.queue = q
         self.stats.cancelled += cancelled
         limit = min(room, q.size)
         if limit <= 0:
             return Requests(np.zeros(0, np.int64), np.zeros(0, bool), cancelled, int(q.size))
-
-        # Order (one uint64 key): this frame's demand, then this frame's prefetch, both by weight desc,
-        # coarser first; then tiles queued earlier and not wanted this frame (their weights are old, so
-        # they go coarser first: a parent before its child). Ties by id. Only the best `limit` are sorted.
-        level = (MAX_LEVELS - 1 - self.space.level[q]).astype(np.uint64)
-        fresh = self.last_wanted[q] == frame
-        klass = np.where(fresh, self.tier[q], 2).astype(np.uint64)
-        score = np.where(fresh, _SCORE_LIMIT - np.minimum(self.score[q], _SCORE_LIMIT), 0).astype(np.uint64)
-        key = (klass << np.uint64(62)) | (score << np.uint64(35)) | (level << np.uint64(31)) | q.astype(np.uint64)
         part = np.argpartition(key, limit - 1)[:limit] if limit < q.size else np.arange(q.size)
         chosen = part[np.argsort(key[part])]
         ids = q[chosen]

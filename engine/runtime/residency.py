@@ -8,9 +8,8 @@ budget's mip-bias steps and the latency and totals counters. Nothing else change
 and hand back records (`records`); the streamer moves those between them. Its verbs, in the order of a frame:
 
 - `begin_frame` advances the frame counter;
-- `observe(feedback)` reduces the newest feedback to wanted pages (each texture set's lead pages
-  mapped onto its members; the budget's bias applied, weighed by priority), steps
-  the bias controller and records a use of every slot the newest wanted pages sample;
+- `observe(feedback)` reduces the newest feedback to wanted pages (texture sets' lead pages mapped onto
+  their members, the bias applied by priority), steps the bias and touches every slot they sample;
 - `apply(drained=...)` and `apply(uploaded=...)` fold the I/O results and the issued uploads in:
   failed loads back off and free their slots; uploaded tiles become resident in ledger and tables;
 - `orders(free ring slots, cancel_stale)` picks this frame's loads, reserves their cache slots
@@ -18,8 +17,8 @@ and hand back records (`records`); the streamer moves those between them. Its ve
   as possible, and keeps each pool's reserve of free slots;
 - `plan(budget)` shares the budget among the pools; `apply_resize` folds each pool's resize in.
 
-It is driven entirely through these verbs and records, so a whole frame can be run on the CPU with
-synthetic feedback (tests/runtime/test_residency.py).
+It is driven entirely through these verbs and records, so a whole frame runs on the CPU with synthetic
+feedback (tests/runtime/test_residency.py).
 """
 
 from __future__ import annotations
@@ -155,8 +154,8 @@ class Residency:
         The VRAM budget: only its mip-bias controller is stepped here (allocations are the movers';
         their sizes are read for the smallest budget a `BudgetError` names).
     loops
-        Compiled twins of two per-frame loops (`compiled_loops.decider_loops`), or None: numpy, the
-        same results.
+        Compiled twins of the per-frame loops (`compiled_loops.decider_loops`: the feedback count,
+        sets, touch and the scheduler's passes), or None: numpy, the same results.
     """
 
     def __init__(self, config: StreamerConfig, budget: BudgetManager, *, loops: DeciderLoops | None = None) -> None:
@@ -167,12 +166,14 @@ class Residency:
         self.reducer = FeedbackReducer(self.space, histogram_loop=loops and loops.histogram_pages)
         self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
         self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`
+        self._victim_keys = loops and loops.victim_keys  # every ledger's (`attach`)
         self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
         self.scheduler = RequestScheduler(
-            config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values
-        )
+            config, self.space, self.tables, lambda ids: self._loading(ids), priority=self.priority.values,
+            loops=loops and loops.scheduler,
+        )  # fmt: skip
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS
         self.pool_of = np.full(MAX_TEXTURES, -1, np.int64)  # pool index of each texture id
@@ -216,7 +217,7 @@ class Residency:
         if self.ledgers[pool] is None:
             self.ledgers[pool], self.geometry[pool] = ledger, geometry
         assert self.ledgers[pool] is ledger, "one ledger per pool"
-        ledger.weigh_by(self.priority.values)
+        ledger.weigh_by(self.priority.values, victim_keys=self._victim_keys)
         self.pool_of[tex] = pool
         self.headers[tex] = h
         self.tables.add_texture(tex, self.config.pinned_levels)

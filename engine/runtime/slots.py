@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,7 @@ __all__ = [
     "ShrinkPlan",
     "SlotGeometry",
     "SlotLedger",
+    "VictimLoop",
     "slot_runs",
 ]
 
@@ -83,6 +85,10 @@ class CacheSlotState(enum.IntEnum):
 _FREE = int(CacheSlotState.FREE)
 _LOADING = int(CacheSlotState.LOADING)
 _RESIDENT = int(CacheSlotState.RESIDENT)
+
+# (state, pinned, last_used, tex, level, priority or None, frame, frames_in_flight, idle_clip, slot_bits,
+# count, out_keys) -> victims, or -1: ``ts_victim_keys``, `SlotLedger._pick_victims`'s twin
+VictimLoop = Callable[..., int]
 
 #: One run of consecutive cache slots: the first slot, its layer, and how many slots follow.
 RUN_DTYPE = np.dtype([("first_slot", np.int64), ("first_layer", np.int64), ("count", np.int64)])
@@ -273,6 +279,8 @@ class SlotLedger:
         self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
         self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
+        self._victim_keys: VictimLoop | None = None  # the compiled victims pass (`weigh_by`)
+        self._keys = np.zeros(0, np.int64)  # its output: the victims' keys
         self.grow(capacity)
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -319,10 +327,15 @@ class SlotLedger:
         if take:
             top = self._free[self._free.size - take :][::-1]  # lowest free slots
             if np.any(self.writable_at[top] > frame):
-                # some free slots wait for draws in flight (a released texture's): writable ones first
-                order = np.lexsort((self._free, self.writable_at[self._free] > frame))
-                top, rest = self._free[order[:take]], self._free[order[take:]]
-                self._free = np.sort(rest)[::-1]
+                # some free slots wait for draws in flight (a released texture's): the lowest writable
+                # ones first, then the lowest waiting ones; the rest stay in order (no sort)
+                asc = self._free[::-1]
+                wait = self.writable_at[asc] > frame
+                picked = np.concatenate([(~wait).nonzero()[0], wait.nonzero()[0]])[:take]
+                top = asc[picked]
+                rest = np.ones(asc.size, bool)
+                rest[picked] = False
+                self._free = asc[rest][::-1]
             else:
                 self._free = self._free[: self._free.size - take]
             out[:take] = top
@@ -357,24 +370,33 @@ class SlotLedger:
         e = np.zeros(0, np.int64)
         return Allocation(e, tiles, victims, last, self.layers)
 
-    def weigh_by(self, priority: np.ndarray) -> None:
+    def weigh_by(self, priority: np.ndarray | None, *, victim_keys: VictimLoop | None = None) -> None:
         """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns
-        and may change; every entry > 0)."""
-        self._priority = priority
+        and may change; every entry > 0; None: unweighed). `victim_keys`: the compiled pass that picks
+        the victims (`touch.DeciderLoops.victim_keys`), or None: numpy, the same victims."""
+        self._priority, self._victim_keys = priority, victim_keys
 
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
+        """The `count` best victims, best first: longest idle (in 1/16 frames, divided by the texture's
+        priority); among equals, finer levels first (coarser ones back more pages); then lowest slot,
+        so the choice is deterministic. The slot in the low bits of the key makes every key distinct:
+        numpy's partition runs an order of magnitude slower on the few distinct values the frames of
+        an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
+        if self._victim_keys is not None:  # one pass over the slots keeping the best keys
+            if self._keys.size < count:
+                self._keys = np.empty(max(count, 1024), np.int64)
+            args = (self.state, self.pinned, self.last_used, self.tex, self.level, self._priority, frame)
+            n = self._victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, count, self._keys)
+            if n < 0:
+                raise ValueError(f"{self.name}: a resident slot names a texture outside the priority table")
+            return self._keys[:n] & ((1 << _SLOT_BITS) - 1)
         candidates = self.evictable_mask(frame).nonzero()[0]
         if candidates.size == 0:
             return candidates
-        # Longest idle first (in 1/16 frames, divided by the texture's priority); among equals, finer
-        # levels first (coarser ones back more pages); then lowest slot, so the choice is deterministic.
         idle = (frame - self.last_used[candidates]).astype(np.float64)
         if self._priority is not None:
             idle /= self._priority[self.tex[candidates].astype(np.int64)]
         key = np.minimum(np.floor(idle * 16), _IDLE_CLIP).astype(np.int64) * -64 + self.level[candidates]
-        # The slot in the low bits makes every key distinct (among equal keys the lowest slot goes
-        # first): numpy's partition runs an order of magnitude slower on the few distinct values the
-        # frames of an LRU give (3 ms for 256 victims among 20k slots touched in two frames).
         key = (key << _SLOT_BITS) | candidates
         if candidates.size > count:
             pick = np.argpartition(key, count - 1)[:count]
@@ -454,8 +476,13 @@ class SlotLedger:
         self.pinned[s] = False
 
     def _push_free(self, s: np.ndarray) -> None:
-        if s.size:  # the stack stays sorted: the lowest free slot on top
-            self._free = np.sort(np.concatenate([self._free, s]))[::-1]
+        """Put slots on the free stack, which stays sorted (the lowest free slot on top): the new
+        slots are merged in (linear in the stack), not the whole stack sorted again (a pool of 30k
+        slots cost half a millisecond a frame that freed a few loads)."""
+        if s.size:
+            add = np.sort(s)
+            asc = self._free[::-1]
+            self._free = np.insert(asc, np.searchsorted(asc, add), add)[::-1]
 
     # ---- resizing -------------------------------------------------------------------------------
     def check_capacity(self, capacity: int) -> None:

@@ -16,6 +16,8 @@ import numpy as np
 
 from .feedback_reduce import HistogramLoop
 from .page_table import PageTables
+from .requests import SchedulerLoops
+from .slots import VictimLoop
 from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
@@ -33,6 +35,8 @@ class DeciderLoops:
     expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
     histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
+    scheduler: SchedulerLoops  # the request scheduler's demand, prefetch and queueing (`requests`)
+    victim_keys: VictimLoop  # a cache pool's least-recently-used victims (`slots.SlotLedger.weigh_by`)
 
 
 class SampledSlots:

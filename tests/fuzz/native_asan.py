@@ -14,8 +14,8 @@ Radiance picture input (hdr), then each of its cuts and byte flips, is decoded f
 buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`; the procedural generators' loops (procedural:
 no corpus) make terrain, normal map and lattice blocks of odd sizes into exact-size arrays, and are
 handed lattices one sample short, which they must refuse without touching memory; the render
-thread's decider loops (deciders: no corpus) expand texture sets and find the slots pages sample on
-random and hostile tables. Each answer is
+thread's decider loops (deciders: no corpus) expand texture sets, find the slots pages sample and
+walk the scheduler's missing chains on random and hostile tables. Each answer is
 compared with the pure-Python twin's (the contract in _native.c: same status codes, same texels).
 Any sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
 status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper
@@ -316,12 +316,23 @@ def _replay_procedural(lib: Path) -> int:
 
 def _replay_deciders(lib: Path) -> int:
     """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries) on random tables against numpy's, from exact-size buffers, then on
-    hostile tables: ids past the table, follower entries past it, a parent table with a cycle (the walk
-    is bounded), entries past every id."""
+    count of raw feedback entries, the scheduler's missing chains, prefetch candidates, queueing and
+    order, a cache pool's eviction candidates) on random tables against numpy's, from exact-size
+    buffers, then on hostile tables: ids past the table, follower entries past it, a parent table
+    with a cycle (the walk is bounded), entries past every id, chains past MAX_LEVELS, a texture
+    past the priority table."""
     import numpy as np
 
-    from texstream.native import expand_pages, histogram_pages, sample_slots
+    from texstream.native import (
+        expand_pages,
+        histogram_pages,
+        merge_requests,
+        missing_chains,
+        prefetch_pages,
+        queue_keys,
+        sample_slots,
+        victim_keys,
+    )
     from texstream.pack.format import PackHeader
     from texstream.runtime.feedback_reduce import Wanted
     from texstream.runtime.page_table import PageTables
@@ -330,7 +341,9 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.touch import SampledSlots
 
     expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
-    if expand is None or sample is None or histogram is None:
+    chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
+    keys, victims = queue_keys(str(lib)), victim_keys(str(lib))
+    if None in (expand, sample, histogram, chains, prefetch, merge, keys, victims):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -408,8 +421,187 @@ def _replay_deciders(lib: Path) -> int:
             and not bits.any()
         ):
             raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
-        checks += 3
+        checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
+        checks += _replay_victims(victims, rng, hostile=case == 7)
     return checks
+
+
+def _replay_victims(victims, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_victim_keys`` on exact-size ledger arrays against the documented keys (weighed or not, a
+    random number of victims);
+    hostile: a resident slot naming a texture past the priority table, refused."""
+    import numpy as np
+
+    from texstream.runtime.tiles import MAX_TEXTURES
+
+    n, frame = int(rng.integers(1, 3000)), 500
+    state, pinned = rng.integers(0, 3, n).astype(np.uint8), (rng.random(n) < 0.1).astype(np.uint8)
+    last_used = rng.integers(0, frame + 1, n).astype(np.int64)
+    tex, level = rng.integers(0, 4, n).astype(np.int16), rng.integers(0, 12, n).astype(np.int8)
+    priority = rng.uniform(0.1, 5.0, MAX_TEXTURES)
+    if hostile:
+        state[0], pinned[0], last_used[0], tex[0] = 2, 0, 0, MAX_TEXTURES + 1
+    count = int(rng.integers(1, n + 5))
+    out_keys = np.empty(count, np.int64)
+    for weighed in (False, True):
+        got = victims(
+            n, state.ctypes.data, pinned.ctypes.data, last_used.ctypes.data, tex.ctypes.data, level.ctypes.data,
+            priority.ctypes.data if weighed else None, MAX_TEXTURES, frame, 2, 1 << 28, 28, count, out_keys.ctypes.data,
+        )  # fmt: skip
+        if hostile and weighed:
+            if got != -1:
+                raise AssertionError(f"ts_victim_keys with a texture past the priority table: {got}, not refused")
+            continue
+        want = np.flatnonzero((state == 2) & (pinned == 0) & (last_used <= frame - 2))
+        idle = (frame - last_used[want]).astype(np.float64)
+        if weighed:
+            idle /= priority[tex[want]]
+        key = (np.minimum(np.floor(idle * 16), 1 << 28).astype(np.int64) * -64 + level[want]) << 28 | want
+        if not np.array_equal(out_keys[:got], np.sort(key)[:count]):
+            raise AssertionError("ts_victim_keys: compiled victims != numpy's")
+    return 2
+
+
+def _replay_chains(chains, prefetch, merge, keys, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_missing_chains``, ``ts_prefetch_pages``, ``ts_merge_requests`` and ``ts_queue_keys`` from
+    exact-size buffers against the scheduler's numpy passes (random coverage, priorities other than 1 in odd draws);
+    hostile: an id past the table, a parent cycle (the walk is bounded), a level count past
+    MAX_LEVELS (a chain too long), an id past the scheduler's arrays: refused or bounded, the
+    scratch clean again either way."""
+    import numpy as np
+
+    from texstream.config import StreamerConfig
+    from texstream.runtime.feedback_reduce import Wanted
+    from texstream.runtime.requests import SCORE_LIMIT, RequestScheduler
+    from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES
+
+    capacity = space.parent.size
+    tiles = np.flatnonzero(space.is_tile(np.arange(space.used)))
+    priority = np.ones(MAX_TEXTURES)
+    if rng.random() < 0.5:
+        priority[:4] = rng.choice([0.5, 1.0, 2.5, 1e12], 4)
+    level_count = space.level_count.copy()
+    calls = [(np.unique(rng.choice(tiles, size=int(rng.integers(1, 80)))).astype(np.int64), space.parent, True)]
+    if hostile:
+        calls = [(np.array([int(tiles[0]), capacity + 3], np.int64), space.parent, False)]
+        cycle = np.flatnonzero(tables.own[: space.used] < 0)
+        cycle = cycle[space.is_tile(cycle)][:2].astype(np.int64)
+        parent = space.parent.copy()
+        parent[cycle[0]], parent[cycle[1]] = cycle[1], cycle[0]  # two pages, neither resident
+        calls.append((cycle, parent, None))
+        calls.append((tiles[:5].astype(np.int64), space.parent, False))
+        level_count[: MAX_TEXTURES // 2] = MAX_LEVELS + 5  # on the last call: chains too long
+    nothing = np.full_like(tables.own, -1)  # no tile resident: the last hostile call's chains reach the top
+    for k, (ids, par, compare) in enumerate(calls):
+        n = ids.size
+        counts = rng.integers(0, 9, n).astype(np.int64)
+        lc = level_count if hostile and k == len(calls) - 1 else space.level_count
+        scratch, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+        gap, resident = np.empty(2 * n, np.int64), np.empty(n, np.uint8)
+        out_ids, out_weights = np.empty(n * MAX_LEVELS, np.int64), np.empty(n * MAX_LEVELS, np.int64)
+        m = chains(
+            n, ids.ctypes.data, counts.ctypes.data, par.ctypes.data,
+            (nothing if hostile and k == len(calls) - 1 else tables.own).ctypes.data, space.level.ctypes.data,
+            space.tex.ctypes.data, capacity, lc.ctypes.data, priority.ctypes.data, MAX_TEXTURES, MAX_LEVELS,
+            SCORE_LIMIT, scratch.ctypes.data, bits.ctypes.data, gap.ctypes.data, resident.ctypes.data,
+            out_ids.ctypes.data, out_weights.ctypes.data,
+        )  # fmt: skip
+        if scratch.any() or bits.any() or m > n * MAX_LEVELS:
+            raise AssertionError(f"ts_missing_chains call {k}: {m} tiles, scratch left dirty: {scratch.any()}")
+        if compare is False and m != -1:
+            raise AssertionError(f"ts_missing_chains call {k} on hostile tables: {m}, not refused")
+        if compare:
+            sched = RequestScheduler(StreamerConfig(), space, tables, lambda i: np.zeros(i.size, bool), priority)
+            dk, dw, res = sched._demand(Wanted(ids, counts))  # the numpy twin
+            if not (
+                np.array_equal(out_ids[:m], dk) and np.array_equal(out_weights[:m], dw)
+                and np.array_equal(resident.view(bool), res)
+            ):  # fmt: skip
+                raise AssertionError(f"ts_missing_chains call {k}: compiled chains != numpy's")
+            pk, pw = sched._prefetch(Wanted(ids, counts), res)  # the numpy twin
+            out_ids, out_weights = np.empty(8 * n, np.int64), np.empty(8 * n, np.int64)
+            m = prefetch(
+                n, ids.ctypes.data, counts.ctypes.data, resident.ctypes.data, space.tex.ctypes.data,
+                space.level.ctypes.data, par.ctypes.data, tables.own.ctypes.data, capacity,
+                space.level_first.ctypes.data, space.tiles_x.ctypes.data, space.tiles_y.ctypes.data,
+                priority.ctypes.data, MAX_TEXTURES, MAX_LEVELS, SCORE_LIMIT, scratch.ctypes.data, bits.ctypes.data,
+                out_ids.ctypes.data, out_weights.ctypes.data,
+            )  # fmt: skip
+            if (
+                scratch.any()
+                or bits.any()
+                or not (np.array_equal(out_ids[:m], pk) and np.array_equal(out_weights[:m], pw))
+            ):
+                raise AssertionError(f"ts_prefetch_pages call {k}: compiled candidates != numpy's")
+            _replay_merge(merge, keys, sched, dk, dw, rng)
+    if hostile:  # an id past the scheduler's arrays: refused before anything changes
+        sched = RequestScheduler(StreamerConfig(), space, tables, lambda i: np.zeros(i.size, bool), priority)
+        state = sched.state.copy()
+        ids, z = np.array([0, capacity], np.int64), np.zeros(2, np.uint8)
+        fresh, counts = np.empty(2, np.int64), np.empty(2, np.int64)
+        got = merge(
+            2, ids.ctypes.data, ids.ctypes.data, z.ctypes.data, 5, 0, SCORE_LIMIT, capacity, sched.state.ctypes.data,
+            sched.retry_at.ctypes.data, sched.last_wanted.ctypes.data, sched.score.ctypes.data, sched.tier.ctypes.data,
+            fresh.ctypes.data, counts.ctypes.data,
+        )  # fmt: skip
+        if got != -1 or not np.array_equal(state, sched.state):
+            raise AssertionError(f"ts_merge_requests on an id past the arrays: {got}, state changed")
+    return len(calls)
+
+
+def _replay_merge(merge, keys, sched, ids, weights, rng) -> None:  # noqa: ANN001
+    """``ts_merge_requests`` on copies of a scheduler's arrays (some tiles failed, some loading) from
+    exact-size buffers, against the numpy `_merge` on the originals; then ``ts_queue_keys`` on the
+    queue that made (some of it stale, some loading) against the numpy `_live_queue`."""
+    import dataclasses
+
+    import numpy as np
+
+    from texstream.runtime.requests import SCORE_LIMIT
+    from texstream.runtime.tiles import MAX_LEVELS
+
+    n, frame = ids.size, 9
+    if n == 0:
+        return
+    sched.mark_failed(ids[::3], 4)  # some back-offs over by frame 9, some not
+    sched.mark_failed(ids[1::5], 7)
+    loading = (rng.random(n) < 0.2).astype(np.uint8)
+    sched.loading = lambda i: loading.astype(bool)
+    names = ("state", "retry_at", "last_wanted", "score", "tier")
+    arrays = [getattr(sched, f).copy() for f in names]
+    fresh, counts = np.empty(n, np.int64), np.empty(2, np.int64)
+    got = merge(
+        n, ids.ctypes.data, weights.ctypes.data, loading.ctypes.data, frame, 1, SCORE_LIMIT, arrays[0].size,
+        *(a.ctypes.data for a in arrays), fresh.ctypes.data, counts.ctypes.data,
+    )  # fmt: skip
+    queue, retried = sched.queue.copy(), sched.stats.retried
+    queued = sched._merge(frame, ids, weights, 1)  # the numpy twin
+    new = np.setdiff1d(sched.queue, queue)
+    same = all(np.array_equal(a, getattr(sched, f)) for a, f in zip(arrays, names, strict=True))
+    if not (
+        same and int(counts[0]) == queued and int(counts[1]) == sched.stats.retried - retried
+        and np.array_equal(np.sort(fresh[:got]), new)
+    ):  # fmt: skip
+        raise AssertionError("ts_merge_requests: compiled queueing != numpy's")
+    q = sched.queue.copy()  # then the queue cleaned and keyed, some of it stale, some loading
+    sched.last_wanted[q[::4]] = frame - 20
+    loading = (rng.random(q.size) < 0.2).astype(np.uint8)
+    sched.loading = lambda i: loading.astype(bool)
+    state = sched.state.copy()
+    flags, out_q, out_keys = np.empty(q.size, np.uint8), np.empty(q.size, np.int64), np.empty(q.size, np.uint64)
+    space, tables = sched.space, sched.tables
+    got = keys(
+        q.size, q.ctypes.data, loading.ctypes.data, state.size, state.ctypes.data, space.level.ctypes.data,
+        tables.own.ctypes.data, sched.last_wanted.ctypes.data, sched.score.ctypes.data, sched.tier.ctypes.data, frame,
+        8, MAX_LEVELS, SCORE_LIMIT, flags.ctypes.data, out_q.ctypes.data, out_keys.ctypes.data, counts.ctypes.data,
+    )  # fmt: skip
+    sched.config = dataclasses.replace(sched.config, cancel_after_frames=8)
+    kept, key, cancelled = sched._live_queue(frame, q)  # the numpy twin
+    if not (
+        np.array_equal(out_q[:got], kept) and np.array_equal(out_keys[:got], key)
+        and int(counts[0]) == cancelled and np.array_equal(state, sched.state)
+    ):  # fmt: skip
+        raise AssertionError("ts_queue_keys: compiled queue and keys != numpy's")
 
 
 def _replay_mips(lib: Path) -> int:

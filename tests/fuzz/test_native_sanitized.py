@@ -89,3 +89,14 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_mip_loops(sanitized: Pa
     _assert_planted_overflow_caught(
         tmp_path, "    if (width % 2) {\n        const int64_t c1", "    if (1) {\n        const int64_t c1", "mips"
     )
+
+
+def test_the_sanitizer_catches_a_planted_overflow_in_the_scheduler_chains(sanitized: Path, tmp_path: Path) -> None:
+    """A missing-chains walk that clears each page's resident flag one entry on: past the end of the
+    exact-size flag buffer at the last page."""
+    _assert_planted_overflow_caught(
+        tmp_path,
+        "        gap[i] = 0;\n        resident[i] = 0;",
+        "        gap[i] = 0;\n        resident[i + 1] = 0;",
+        "deciders",
+    )

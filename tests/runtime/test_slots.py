@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from texstream.errors import BudgetError
+from texstream.runtime.compiled_loops import decider_loops
 from texstream.runtime.pool_sizing import PoolDemand, plan_capacities
 from texstream.runtime.slots import (
     RUN_DTYPE,
@@ -790,9 +791,14 @@ def test_a_shrink_plan_keeps_the_most_recent_and_changes_nothing_until_applied(
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool) -> None:
+@pytest.mark.parametrize("compiled", [False, True])
+def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool, compiled: bool) -> None:
     """Victims when most slots share a few last-use frames (an LRU's usual shape): the longest idle
-    (divided by priority), finer levels first among equals, then the lowest slots, in that order."""
+    (divided by priority), finer levels first among equals, then the lowest slots, in that order;
+    the compiled candidates pass and numpy's alike."""
+    loops = decider_loops()
+    if compiled and loops is None:
+        pytest.skip("the compiled helper is not built")
     rng = np.random.default_rng(3)
     n = 4096
     ledger = SlotLedger("pool", n, 2, cells=16)
@@ -804,7 +810,7 @@ def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool) 
     priority = np.ones(256)
     if weighted:
         priority[:3] = (1.0, 2.0, 0.5)
-        ledger.weigh_by(priority)
+    ledger.weigh_by(priority if weighted else None, victim_keys=loops.victim_keys if compiled and loops else None)
     frame, count = 40, 700
     last_used, pinned = ledger.last_used.copy(), ledger.pinned.copy()
 
@@ -818,3 +824,107 @@ def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool) 
     expect = sorted(candidates, key=key)[:count]
     assert evicted.evicted_slots.tolist() == expect
     assert evicted.evicted_tiles.tolist() == expect  # tile i was loaded into slot i
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40), fif=st.integers(1, 4))
+def test_free_slots_go_out_lowest_writable_first_whatever_order_they_came_back(seeds: list[int], fif: int) -> None:
+    """Loads freed, textures released (their slots gated) and tiles evicted ahead of demand put slots
+    back on the free stack in any order; every allocation still takes the lowest writable free slots,
+    then the lowest of those still waiting for draws in flight (the reference: sort the free slots)."""
+    ledger = SlotLedger(NAME, 64, fif, 1)
+    next_tile = 0
+    for frame, seed in enumerate(seeds):
+        rng = np.random.default_rng(seed)
+        op = int(rng.integers(0, 4))
+        if op == 0:
+            free = np.flatnonzero(ledger.state == CacheSlotState.FREE)
+            k = int(rng.integers(1, 12))
+            order = free[np.lexsort((free, ledger.writable_at[free] > frame))]
+            tex = rng.integers(0, 3, k)
+            a = allocate(ledger, frame, np.arange(next_tile, next_tile + k), tex, 0)
+            next_tile += k
+            take = min(k, order.size)
+            np.testing.assert_array_equal(a.slots[:take], order[:take])
+            got = a.slots[a.slots >= 0]
+            ledger.mark_resident(got[rng.random(got.size) < 0.7], frame)
+        elif op == 1:
+            loading = np.flatnonzero(ledger.state == CacheSlotState.LOADING)
+            ledger.free(rng.permutation(loading)[: int(rng.integers(0, loading.size + 1))])
+        elif op == 2:
+            ledger.release_texture(int(rng.integers(0, 3)), frame)
+        else:
+            ledger.keep_free(frame, int(rng.integers(0, 40)))
+        ledger.check()
+
+
+@pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> None:
+    """Two ledgers, one picking victims with numpy and one with the compiled pass, through the same
+    random loads, uses, pins, releases and keep-free evictions: the same slots, tiles and evictions
+    every step (weighed by priority in odd seeds)."""
+    loops = decider_loops()
+    assert loops is not None
+    rng = np.random.default_rng(seed)
+    priority = np.ones(256)
+    if seed % 2:
+        priority[:3] = (1.0, 3.0, 0.25)
+    twins = [SlotLedger(NAME, 96, 2, 4) for _ in range(2)]
+    twins[0].weigh_by(priority if seed % 2 else None)
+    twins[1].weigh_by(priority if seed % 2 else None, victim_keys=loops.victim_keys)
+    for frame in range(60):
+        op, k = int(rng.integers(0, 6)), int(rng.integers(1, 40))
+        tiles, tex, levels = np.arange(frame * 40, frame * 40 + k), rng.integers(0, 3, k), rng.integers(0, 5, k)
+        touched, keep = rng.integers(0, 96, 30), int(rng.integers(0, 60))
+        out = []
+        for ledger in twins:
+            if op <= 2:
+                a = ledger.allocate(frame, tiles, tex, levels)
+                ledger.mark_resident(a.slots[a.slots >= 0], frame)
+                out.append((a.slots, a.evicted_tiles, a.evicted_last_used))
+            elif op == 3:
+                ledger.touch(touched, frame)
+                ledger.pin(np.flatnonzero(ledger.state == CacheSlotState.RESIDENT)[:2])
+            elif op == 4:
+                e = ledger.keep_free(frame, keep)
+                out.append((e.evicted_slots, e.evicted_tiles, e.evicted_last_used))
+            else:
+                ledger.release_texture(int(tex[0]), frame)
+        if out:
+            for a, b in zip(*out, strict=True):
+                np.testing.assert_array_equal(a, b)
+        for name in ("state", "tile", "last_used", "pinned", "writable_at"):
+            np.testing.assert_array_equal(getattr(twins[0], name), getattr(twins[1], name), err_msg=name)
+        twins[1].check()
+
+
+@pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("count", [1, 7, 256, 4999, 20000])
+def test_the_compiled_victims_are_the_smallest_documented_keys(weighted: bool, count: int) -> None:
+    """The compiled pass's victims against the formula on random ledger arrays: the `count` smallest
+    keys (min(floor(idle * 16), clip) * -64 + level) << 28 | slot over the evictable slots, ascending
+    (all of them when fewer)."""
+    loops = decider_loops()
+    assert loops is not None
+    rng = np.random.default_rng(count)
+    n, frame, fif = 5000, 1000, 3
+    state = rng.integers(0, 3, n).astype(np.uint8)
+    pinned = rng.random(n) < 0.1
+    last_used = rng.integers(0, frame + 1, n).astype(np.int64)
+    last_used[:5] = np.iinfo(np.int64).min // 4  # never used: idle saturates
+    tex, level = rng.integers(0, 4, n).astype(np.int16), rng.integers(0, 12, n).astype(np.int8)
+    priority = np.ones(256)
+    priority[:4] = rng.uniform(0.1, 7.0, 4) if weighted else 1.0
+    out = np.empty(count, np.int64)
+    clip, bits = 1 << 28, 28
+    got = loops.victim_keys(
+        state, pinned, last_used, tex, level, priority if weighted else None, frame, fif, clip, bits, count, out
+    )
+    want = np.flatnonzero((state == CacheSlotState.RESIDENT) & ~pinned & (last_used <= frame - fif))
+    idle = (frame - last_used[want]).astype(np.float64) / (priority[tex[want]] if weighted else 1.0)
+    key = (np.minimum(np.floor(idle * 16), clip).astype(np.int64) * -64 + level[want]) << bits | want
+    np.testing.assert_array_equal(out[:got], np.sort(key)[:count])
+    with pytest.raises(ValueError, match="too small"):
+        loops.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, count + 1, out)
