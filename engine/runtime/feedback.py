@@ -53,6 +53,11 @@ COMPACT_IDS_STEP = 4096  # the work buffer's counters grow in steps of this many
 # The compaction's work buffer may take at most this share of the budget: it saves CPU time, never
 # room, so in a small budget the tile cache keeps those bytes and the CPU reduces the entries.
 COMPACT_BUDGET_SHARE = 1 / 32
+DEPTH = 4  # feedback buffers in a ring: one per frame in flight
+# Buffers sized for dense frames (`feedback_bursts`: four times the entries at half the stride) may take
+# at most this share of the budget; past it they keep the normal size, and a dense frame uses half the
+# stride only where the draws are small enough for the buffers to hold its entries.
+BURST_BUDGET_SHARE = 1 / 16
 _PASS_INDEX_BYTES = (np.int32(0).tobytes(), np.int32(1).tobytes())  # the compaction's two passes
 
 
@@ -149,16 +154,25 @@ class _Entry:
         return np.frombuffer(self.buffer.read(size=nbytes, offset=offset), np.uint32)
 
 
+def dense_stride(stride: int) -> int:
+    """The stride of a dense feedback frame: half of `stride` (four times the fragments), at least 1."""
+    return max(1, stride // 2)
+
+
 class FeedbackRing:
     """`depth` feedback SSBOs of `capacity` entries; one is bound for drawing at a time."""
 
     def __init__(
-        self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = 4, *, compact: bool = False
+        self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = DEPTH, *, compact: bool = False
     ) -> None:
         if capacity < 1 or stride < 1 or depth < 2:
             raise ValueError(f"bad feedback ring: capacity {capacity!r}, stride {stride!r}, depth {depth!r}")
         self.ctx, self.gl = ctx, gl
         self.capacity, self.stride, self.depth = capacity, stride, depth
+        # the stride of a dense frame (`begin_frame(dense=True)`): half the stride where the capacity
+        # holds its entries for the draws' size (`fitted`), else the stride itself
+        self.dense_stride = stride
+        self._drawn_stride = stride  # the stride this frame's draws record at
         mapped = gl.has_buffer_storage
         compact = compact and FeedbackCompactor.available(ctx, gl)
         self.compactor = FeedbackCompactor(ctx, capacity) if compact else None
@@ -186,7 +200,13 @@ class FeedbackRing:
         """A ring for draws of `size` pixels, its bytes reserved in `budget` as "feedback" (BudgetError:
         nothing made)."""
         divisor = config.feedback_divisor
-        ring = cls(ctx, gl, cls.capacity_for(size, divisor), divisor, compact=config.feedback_compaction)
+        capacity = cls.capacity_for(size, divisor)
+        if config.feedback_burst_frames and budget.budget * BURST_BUDGET_SHARE >= cls.bytes_for(
+            cls.capacity_for(size, dense_stride(divisor))
+        ):
+            capacity = cls.capacity_for(size, dense_stride(divisor))  # dense frames at this size fit
+        ring = cls(ctx, gl, capacity, divisor, compact=config.feedback_compaction)
+        ring.dense_stride = ring.densest_stride(size)
         try:
             budget.reserve("feedback", ring.nbytes)
         except BaseException:
@@ -272,6 +292,7 @@ class FeedbackRing:
         """This ring, or a bigger one when draws of `viewport` would overflow it (kept if the budget
         cannot hold a bigger one: the entries that do not fit are counted as dropped)."""
         if not viewport or FeedbackRing.capacity_for(viewport[2:], config.feedback_divisor) <= self.capacity:
+            self.dense_stride = self.densest_stride(viewport[2:]) if viewport else self.stride
             return self
         try:
             return self.resized((viewport[2], viewport[3]), budget, config)
@@ -282,6 +303,17 @@ class FeedbackRing:
     def capacity_for(size: tuple[int, int], stride: int) -> int:
         """Entries for draws of `size` pixels: up to 4 samples (textures) per stride x stride cell."""
         return 4 * (-(-size[0] // stride)) * (-(-size[1] // stride))
+
+    def densest_stride(self, size: tuple[int, int]) -> int:
+        """The stride of a dense frame drawn at `size` pixels: half the stride if the buffers hold
+        its entries, else the stride."""
+        dense = dense_stride(self.stride)
+        return dense if FeedbackRing.capacity_for(size, dense) <= self.capacity else self.stride
+
+    @staticmethod
+    def bytes_for(capacity: int) -> int:
+        """GPU bytes of a ring of `DEPTH` buffers of `capacity` entries."""
+        return (HEADER_UINTS + capacity) * 4 * DEPTH
 
     @property
     def nbytes_each(self) -> int:
@@ -312,20 +344,24 @@ class FeedbackRing:
             cur.fence = self.gl.fence()
             self._current = None
 
-    def begin_frame(self, frame: int) -> None:
-        """Bind a fresh buffer for this frame's draws (closing the previous one if still open)."""
+    def begin_frame(self, frame: int, *, dense: bool = False) -> int:
+        """Bind a fresh buffer for this frame's draws (closing the previous one if still open); they
+        record one fragment in every `dense_stride` (`dense`) or `stride` square. Returns that stride."""
         self.end_frame()
         free = next((e for e in self._entries if e.frame < 0), None)
         capacity = self.capacity
         if free is None:
             self.skipped_frames += 1
             free, capacity = self._spare(), 0
-        phase = (frame * 7) % (self.stride * self.stride)  # visits every fragment of a cell
-        free.buffer.write(np.array([0, capacity, self.stride, phase], np.uint32))
+        stride = self.dense_stride if dense else self.stride
+        phase = (frame * 7) % (stride * stride)  # visits every fragment of a cell (7 is prime to 2^k)
+        free.buffer.write(np.array([0, capacity, stride, phase], np.uint32))
+        self._drawn_stride = stride
         if capacity:
             free.frame = frame
             self._current = free
         free.buffer.bind_to_storage_buffer(FEEDBACK_BINDING)
+        return stride
 
     def _spare(self) -> _Entry:
         # Every buffer still waits on the GPU: this frame records nothing (capacity 0) into a tiny
@@ -340,7 +376,7 @@ class FeedbackRing:
         if self._current is None:
             return False
         ids = np.asarray(ids, np.uint32)[: self.capacity]
-        head = np.array([ids.size, self.capacity, self.stride, 0], np.uint32)
+        head = np.array([ids.size, self.capacity, self._drawn_stride, 0], np.uint32)
         self._current.buffer.write(head.tobytes() + ids.tobytes())
         return True
 
