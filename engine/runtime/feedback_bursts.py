@@ -62,6 +62,14 @@ class FeedbackBursts:
         self._left = 0  # frames left in the current BURST or SETTLING state
         self._before = np.zeros(0, np.int64)  # the pages of the feedback read before the newest
 
+    def cut(self) -> None:
+        """The program says the next frame shows a new view: the next `frames` frames are dense,
+        whatever the state (a new burst, or the current one restarted). The jump its feedback shows
+        later falls in the burst or the settling after it, and starts nothing more."""
+        if self.frames:
+            self.state, self._left = BurstState.BURST, self.frames + 1  # the next step() counts one
+            self.bursts += 1
+
     def step(self, pages: np.ndarray | None) -> bool:
         """One frame: `pages`, the sorted unique page ids of the feedback read this frame (before the
         mip bias; None when none was read). Returns whether the coming frame records dense feedback."""

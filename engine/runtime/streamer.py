@@ -354,6 +354,14 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         self.last = st
         return st
 
+    def camera_cut(self) -> None:
+        """Say that the next `update()`'s frame shows a new view (a camera cut, a teleport): its draws
+        and the next `StreamerConfig.feedback_burst_frames` - 1 record dense feedback at once, instead
+        of from the update that reads the first feedback showing the jump, one or more frames later.
+        Call it before that update(); nothing happens with bursts off."""
+        self._check_open()
+        self._bursts.cut()
+
     def throttle(self, depth: int = 2) -> FrameThrottle:
         """A `FrameThrottle` for a headless loop: call its ``frame_done()`` after each frame's draws
         and at most `depth` frames stay queued on the GPU, as a window's swap chain would keep."""

@@ -141,3 +141,19 @@ def test_buffers_are_sized_for_dense_frames_only_within_their_budget_share(gl_co
         assert off.densest_stride((960, 540)) == 4
     finally:
         off.release(budget)
+
+
+def test_an_announced_cut_makes_the_next_frame_dense_and_its_jump_starts_nothing_more() -> None:
+    b = FeedbackBursts(3)
+    run(b, [pages(0, 100)] * 8)
+    assert b.state is BurstState.SPARSE and b.bursts == 1
+    b.cut()  # before the update of the cut's first frame
+    # that update reads the old view's feedback; its draws are dense, and the next two; the new
+    # view's feedback (a jump) arrives two updates later, inside the burst
+    got = run(b, [pages(0, 100), pages(0, 100), pages(500, 100), pages(500, 100)] + [pages(500, 100)] * 6)
+    assert got == [True] * 3 + [False] * 7 and b.bursts == 2
+    b.cut()  # while settling or sparse alike, an announced cut starts at once
+    assert b.step(None) and b.bursts == 3
+    off = FeedbackBursts(0)
+    off.cut()
+    assert not off.step(None)
