@@ -427,8 +427,9 @@ def camera_cuts(
 
     Per cut, "detail" adds: the first frame whose feedback was drawn after the cut, the uploads
     until done, the frames until nothing is missing for the rest of the hold ("settled": pages the
-    sparse feedback finds late count there), the pages wanted and missing a frame, and the frames
-    whose draws recorded dense feedback."""
+    sparse feedback finds late count there), the pages wanted and missing (-1: no feedback drawn
+    after the cut yet) and the loads issued a frame, and the frames whose draws recorded dense
+    feedback."""
     from ..scene.paths import Pose
 
     scene = _Scene(ctx, packs, size, budget_mb)
@@ -445,7 +446,7 @@ def camera_cuts(
             eye = np.array([x, y, -rng.uniform(40, 120)])
             pose = Pose(eye, np.array([x + 400 * np.cos(ang), y + 400 * np.sin(ang), 0]))
             cut_frame, done, first, loaded = frame, None, None, 0
-            wanted, missing, dense = [], [], []
+            wanted, missing, requested, dense = [], [], [], []
             if announce:
                 scene.streamer.camera_cut()
             for k in range(hold):
@@ -464,6 +465,7 @@ def camera_cuts(
                     done = k
                 wanted.append(st.wanted_pages if fresh else 0)
                 missing.append(st.missing_pages if fresh else -1)
+                requested.append(st.requested)
                 dense.append(st.feedback_stride < scene.streamer.feedback_info().stride)
             result.append(done if done is not None else hold)
             late = [k for k, m in enumerate(missing) if m != 0]  # unfresh (-1) or missing pages
@@ -474,6 +476,7 @@ def camera_cuts(
                     "settled": late[-1] + 1 if late else 0,
                     "wanted_pages": wanted,
                     "missing_pages": missing,
+                    "requested": requested,  # loads issued a frame (StreamerConfig.upload_tiles_per_frame caps it)
                     "dense_frames": int(sum(dense)),
                 }
             )
