@@ -10,6 +10,8 @@ frames) is reported.
 
 Buffer layout (shaders/vt.glsl, `VTFeedback`): four uints (count, capacity, stride, phase) then
 `capacity` entries, each the tile id of a page a fragment wanted (engine/runtime/feedback_reduce.py).
+The stride is per frame: a dense frame (`begin_frame(dense=True)`, after a camera cut:
+`feedback_bursts`) records at half of it, four times the entries, where the capacity holds them.
 
 Compaction (`FeedbackCompactor`, where the context has compute shaders and persistent mapping): before
 the copy, two compute dispatches (shaders/vt_feedback_compact.glsl) turn the buffer's entries, up to

@@ -79,10 +79,19 @@ def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def strides_and_entries(s: Streamer, renderer: PlaneRenderer, vt, views: list[View]) -> list[tuple[int, int]]:  # noqa: ANN001
-    """(stride of the coming draw, entries it recorded) a frame; each frame finished before the next."""
+def strides_and_entries(
+    s: Streamer,
+    renderer: PlaneRenderer,
+    vt,  # noqa: ANN001
+    views: list[View],
+    announce: int | None = None,
+) -> list[tuple[int, int]]:
+    """(stride of the coming draw, entries it recorded) a frame; each frame finished before the next.
+    `announce`: the frame before whose update `Streamer.camera_cut()` is called."""
     out = []
-    for view in views:
+    for i, view in enumerate(views):
+        if i == announce:
+            s.camera_cut()
         st = s.update()
         renderer.draw(vt, view)
         s.ctx.finish()
@@ -95,6 +104,7 @@ def strides_and_entries(s: Streamer, renderer: PlaneRenderer, vt, views: list[Vi
 def test_after_a_cut_the_draws_record_denser_feedback_then_return(
     gl_context: moderngl.Context, pack: Path, burst: int
 ) -> None:
+    """A Streamer on a GPU that finishes each frame: the draws after a cut record four times the entries."""
     a, b = View(0.3, 0.3, 0.5, 40.0, 0.0), View(0.7, 0.7, 0.5, 40.0, 180.0)
     renderer = PlaneRenderer(gl_context, (256, 256))
     cfg = StreamerConfig(budget=BudgetConfig(budget_mb=32), feedback_burst_frames=burst, prefetch=False)
@@ -157,3 +167,18 @@ def test_an_announced_cut_makes_the_next_frame_dense_and_its_jump_starts_nothing
     off = FeedbackBursts(0)
     off.cut()
     assert not off.step(None)
+
+
+@pytest.mark.gl
+def test_an_announced_cut_makes_its_first_draws_dense(gl_context: moderngl.Context, pack: Path) -> None:
+    a, b = View(0.3, 0.3, 0.5, 40.0, 0.0), View(0.7, 0.7, 0.5, 40.0, 180.0)
+    renderer = PlaneRenderer(gl_context, (256, 256))
+    cfg = StreamerConfig(budget=BudgetConfig(budget_mb=32), prefetch=False)
+    try:
+        with Streamer(gl_context, cfg) as s:
+            vt = s.open(pack)
+            got = strides_and_entries(s, renderer, vt, [a] * 12 + [b] * 12, announce=12)
+    finally:
+        renderer.release()
+    # the cut's own draw (12) and the next three are dense, one frame before the feedback shows it
+    assert [g[0] for g in got] == [8] + [4] * 4 + [8] * 7 + [4] * 4 + [8] * 8
