@@ -67,17 +67,19 @@ class FeedbackCompactor:
     """The GPU half of the feedback reduction: unique page ids with counts, from one feedback buffer.
 
     Owns the compute program and one work buffer: a 4-uint header, the id list and the count list
-    (`list_capacity` each: a feedback buffer's capacity), then one counter per tile id, all zero
-    between dispatches (pass 1 clears every counter pass 0 raised). Render thread only.
+    (`list_capacity` each: the fewer of a feedback buffer's entries and the tile ids in use, rounded
+    up, since the list holds each valid id once), then one counter per tile id, all zero between
+    dispatches (pass 1 clears every counter pass 0 raised). Render thread only.
     """
 
-    def __init__(self, ctx: moderngl.Context, list_capacity: int) -> None:
-        self.ctx, self.list_capacity = ctx, list_capacity
+    def __init__(self, ctx: moderngl.Context, entry_capacity: int) -> None:
+        self.ctx, self.entry_capacity = ctx, entry_capacity
+        self.list_capacity = entry_capacity  # until `track` names the ids in use
         self.program = compute_shader(ctx, shader_file("texstream/vt_feedback_compact.glsl"))
         self.n_ids = 0  # tile ids in use: entries at or past it are invalid
         self._counters = 0  # counters the work buffer holds
         self.work: moderngl.Buffer | None = None
-        self.groups = -(-list_capacity // COMPACT_GROUP)
+        self.groups = -(-entry_capacity // COMPACT_GROUP)  # one invocation per entry of a feedback buffer
         # uniforms keep their values between dispatches: the sizes are written when they change, and
         # the pass index as prepacked bytes (a uniform's value setter packs in Python every call)
         self._pass_index = self.program["pass_index"]
@@ -97,9 +99,17 @@ class FeedbackCompactor:
         """Bytes of the header, id list and count list (what is read back)."""
         return self.hits_at * 4
 
+    def list_for(self, n_ids: int) -> int:
+        """Entries of the id list (and of the count list) while `n_ids` tile ids are in use."""
+        return min(self.entry_capacity, self._counters_for(n_ids))
+
+    @staticmethod
+    def _counters_for(n_ids: int) -> int:
+        return max(1, -(-n_ids // COMPACT_IDS_STEP)) * COMPACT_IDS_STEP
+
     def bytes_for(self, n_ids: int) -> int:
         """GPU bytes of the work buffer for `n_ids` tile ids."""
-        return (self.hits_at + max(1, -(-n_ids // COMPACT_IDS_STEP)) * COMPACT_IDS_STEP) * 4
+        return (HEADER_UINTS + 2 * self.list_for(n_ids) + self._counters_for(n_ids)) * 4
 
     @property
     def nbytes(self) -> int:
@@ -107,12 +117,14 @@ class FeedbackCompactor:
 
     def track(self, n_ids: int) -> None:
         """Count tile ids below `n_ids` from now on (the work buffer grows, zeroed, when it must)."""
-        need = self.bytes_for(n_ids)
-        if self.work is None or need > self.work.size:
+        need, listed = self.bytes_for(n_ids), self.list_for(n_ids)
+        if self.work is None or need > self.work.size or listed != self.list_capacity:
+            # a new list length moves the counters: a fresh zeroed buffer (buffers compacted before
+            # are read with the length they were compacted with, `_Entry.list_capacity`)
             old, self.work = self.work, self.ctx.buffer(bytes(need))
             if old is not None:
                 old.release()
-        self.n_ids = n_ids
+        self.n_ids, self.list_capacity = n_ids, listed
 
     def run(self, feedback: moderngl.Buffer) -> moderngl.Buffer:
         """Queue the two dispatches over `feedback` (drawn into, not yet barriered); returns the work
@@ -148,6 +160,7 @@ class _Entry:
     fence: FenceLike | None = None
 
     compacted: bool = False  # the readback holds a compacted list (`FeedbackCompactor`), not entries
+    list_capacity: int = 0  # the compacted list's length (where its counts start)
 
     def read(self, nbytes: int, offset: int = 0) -> np.ndarray:
         """`nbytes` from byte `offset` (after the fence signalled) as uint32 (a copy)."""
@@ -338,6 +351,7 @@ class FeedbackRing:
             if cur.compacted:
                 assert self.compactor is not None and cur.readback is not None
                 work = self.compactor.run(cur.buffer)
+                cur.list_capacity = self.compactor.list_capacity
                 self.gl.copy_buffer(work.glo, cur.readback.glo, self.compactor.list_bytes)
             else:
                 self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
@@ -409,7 +423,7 @@ class FeedbackRing:
                 n = min(count, self.capacity)
                 unique = min(unique, n)  # the shader lists at most one id per entry read
                 ids = e.read(4 * unique, HEADER_UINTS * 4)
-                counts = e.read(4 * unique, (HEADER_UINTS + self.compactor.list_capacity) * 4)
+                counts = e.read(4 * unique, (HEADER_UINTS + e.list_capacity) * 4)
                 out.append(CompactFeedback(ids, counts, n, invalid))
             else:
                 count = int(e.read(4)[0])
