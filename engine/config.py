@@ -376,6 +376,12 @@ class StreamerConfig:
         4.3; where the context lacks them, or the budget lacks room, the CPU reduces the entries);
         while allowed, it runs only when it costs the render thread less than the CPU reduction
         (both ways are measured, `feedback_reduce.CompactionChoice`)
+    feedback_burst_frames : int
+        after the wanted pages jump (a camera cut), this many frames record feedback at half the
+        divisor, four times the fragments, so pages covering a few pixels are found at once
+        (`runtime.feedback_bursts`); then as many frames at the divisor before the next burst. The
+        buffers are sized for it when that takes at most 1/16 of the budget, else dense frames need
+        draws of at most half the sizing size. 0: never
     cancel_after_frames : int
         a queued request not wanted again for this long is dropped
     prefetch : bool
@@ -410,6 +416,7 @@ class StreamerConfig:
     request_tiles_per_frame: int | None = None
     feedback_divisor: int = 8
     feedback_compaction: bool = True
+    feedback_burst_frames: int = 4
     cancel_after_frames: int = 8
     prefetch: bool = True
     pinned_levels: int = 2
@@ -433,6 +440,7 @@ class StreamerConfig:
             or (math.isfinite(self.upload_time_budget_ms) and self.upload_time_budget_ms > 0),
             "request_tiles_per_frame": self.request_tiles_per_frame is None or self.request_tiles_per_frame >= 1,
             "feedback_divisor": self.feedback_divisor >= 1,
+            "feedback_burst_frames": self.feedback_burst_frames >= 0,
             "cancel_after_frames": self.cancel_after_frames >= 1,
             "pinned_levels": self.pinned_levels >= 1,
             "retry_frames": self.retry_frames >= 1,

@@ -8,8 +8,8 @@
 //           all zero again for the next frame.
 // Work buffer (uints): [0] ids listed, [1] invalid entries, [2] entries appended (may exceed the
 // capacity), [3] unused; then `list_capacity` ids, `list_capacity` counts, then `n_ids` counters.
-// The list cannot overflow: it holds at most one id per entry read, and list_capacity is the
-// feedback buffer's capacity.
+// The list cannot overflow: it holds each id below n_ids at most once, and list_capacity is at least
+// n_ids or the feedback buffer's capacity, whichever is fewer (it also holds at most one id per entry).
 
 #version 430
 
@@ -35,7 +35,7 @@ uniform int pass_index;      // 0: count and list, 1: counts out, counters clear
 void main() {
     uint i = gl_GlobalInvocationID.x;
     if (pass_index == 0) {
-        uint n = min(vt_fb_count, min(vt_fb_capacity, list_capacity));
+        uint n = min(vt_fb_count, vt_fb_capacity);
         if (i == 0u) vt_cw[2] = vt_fb_count;
         if (i >= n) return;
         uint id = vt_fb_entries[i];

@@ -476,11 +476,19 @@ def camera_cuts(
     hold: int = 24,
     seed: int = 11,
     fps: float | None = None,
+    announce: bool = False,
 ) -> dict:
     """Random cuts across the terrain; per cut, frames until the streamer reports nothing missing
     for feedback drawn after the cut. With `fps`, frames are paced like a vsynced game loop (the GPU
     then finishes each frame before the next starts, so the feedback comes back a frame later);
-    without, the loop runs as fast as the GPU allows, two frames queued."""
+    without, the loop runs as fast as the GPU allows, two frames queued. With `announce`, the loop
+    tells the streamer of each cut (`Streamer.camera_cut`), as a game that cuts its camera can.
+
+    Per cut, "detail" adds: the first frame whose feedback was drawn after the cut, the uploads
+    until done, the frames until nothing is missing for the rest of the hold ("settled": pages the
+    sparse feedback finds late count there), the pages wanted and missing (-1: no feedback drawn
+    after the cut yet) and the loads issued a frame, and the frames whose draws recorded dense
+    feedback."""
     from ..scene.paths import Pose
 
     scene = _Scene(ctx, packs, size, budget_mb)
@@ -497,6 +505,9 @@ def camera_cuts(
             eye = np.array([x, y, -rng.uniform(40, 120)])
             pose = Pose(eye, np.array([x + 400 * np.cos(ang), y + 400 * np.sin(ang), 0]))
             cut_frame, done, first, loaded = frame, None, None, 0
+            wanted, missing, requested, dense = [], [], [], []
+            if announce:
+                scene.streamer.camera_cut()
             for k in range(hold):
                 if fps:
                     time.sleep(max(0.0, next_tick - time.perf_counter()))
@@ -511,14 +522,31 @@ def camera_cuts(
                     loaded += st.uploads
                 if done is None and fresh and st.wanted_pages and st.missing_pages == 0:
                     done = k
+                wanted.append(st.wanted_pages if fresh else 0)
+                missing.append(st.missing_pages if fresh else -1)
+                requested.append(st.requested)
+                dense.append(st.feedback_stride < scene.streamer.feedback_info().stride)
             result.append(done if done is not None else hold)
-            detail.append({"first_feedback": first, "uploads_until_done": loaded})
+            late = [k for k, m in enumerate(missing) if m != 0]  # unfresh (-1) or missing pages
+            detail.append(
+                {
+                    "first_feedback": first,
+                    "uploads_until_done": loaded,
+                    "settled": late[-1] + 1 if late else 0,
+                    "wanted_pages": wanted,
+                    "missing_pages": missing,
+                    "requested": requested,  # loads issued a frame (StreamerConfig.upload_tiles_per_frame caps it)
+                    "dense_frames": int(sum(dense)),
+                }
+            )
         ctx.finish()
     finally:
         scene.release()
     r = np.asarray(result)
+    settled = np.asarray([d["settled"] for d in detail])
     return {
         "cuts": cuts,
+        "announced": announce,
         "hold_frames": hold,
         "paced_fps": fps,
         "frames_to_complete": r.tolist(),
@@ -527,6 +555,7 @@ def camera_cuts(
         "p95": percentile(r, 95),
         "max": int(r.max()),
         "unfinished": int(np.count_nonzero(r >= hold)),
+        "settled": {"mean": float(settled.mean()), "p95": percentile(settled, 95), "max": int(settled.max())},
         "detail": detail,
         "update_ms_p50": percentile(update_ms, 50),
         "update_ms_p95": percentile(update_ms, 95),
@@ -610,6 +639,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             ) | {"upload_time_budget_ms": TIMED_UPLOAD_MS}
             result["camera_cuts"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24)
             result["camera_cuts_60hz"] = camera_cuts(ctx, packs, size, budget, 8 if quick else 24, fps=60.0)
+            result["camera_cuts_60hz_announced"] = camera_cuts(
+                ctx, packs, size, budget, 8 if quick else 24, fps=60.0, announce=True
+            )
         ceiling = result["upload_ceiling"]["tiles_per_s"]
         result["ratios"] = {
             "end_to_end_vs_ceiling": result["end_to_end"]["tiles_per_s"] / ceiling,

@@ -162,14 +162,31 @@ def print_stream(r: dict) -> None:
             f"{cuts['p95']:.0f} frames p95",
             f"mean {cuts['mean']:.1f}, p50 {cuts['p50']:.0f}, max {cuts['max']} frames until nothing wanted is "
             f"missing, {cuts['cuts']} cuts, "
-            "as fast as the GPU goes (2 frames queued)",
+            f"as fast as the GPU goes (2 frames queued); missing nothing for the rest of the hold: "
+            f"{_settled(cuts)}",
         ),
         (
             "    paced at 60 Hz",
             f"{paced['p95']:.0f} frames p95",
-            f"p50 {paced['p50']:.0f}, max {paced['max']}: the same cuts in a vsynced-like loop",
+            f"p50 {paced['p50']:.0f}, max {paced['max']}: the same cuts in a vsynced-like loop; "
+            f"settled {_settled(paced)}",
         ),
     ]
+    told = r.get("camera_cuts_60hz_announced")
+    if told:
+        rows.append(
+            (
+                "    paced, cuts announced",
+                f"{told['p95']:.0f} frames p95",
+                f"p50 {told['p50']:.0f}, max {told['max']}: Streamer.camera_cut() before each; "
+                f"settled {_settled(told)}",
+            )
+        )
     width = max(len(a) for a, _, _ in rows)
     for a, b, c in rows:
         print(f"  {a:<{width}}  {b:>18}  {c}".rstrip())
+
+
+def _settled(cuts: dict) -> str:
+    st = cuts.get("settled")
+    return f"mean {st['mean']:.1f}, p95 {st['p95']:.0f}, max {st['max']}" if st else "-"

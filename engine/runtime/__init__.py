@@ -12,6 +12,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
   (``requests.py``), the feedback reduction (``feedback_reduce.py``), the mip-bias steps of the
   budget (``budget.py``) and the latency and totals counters. Verbs: ``observe(feedback)``,
   ``apply(drained=/uploaded=)``, ``orders(free ring slots)``, ``plan(budget)``, ``apply_resize``;
+- ``feedback_bursts.py``: `FeedbackBursts`, whether a frame's draws record dense feedback (half the
+  stride for a few frames after the wanted pages jump, or after `Streamer.camera_cut()`);
 - ``int_sets.py``: sorted sets of small integer arrays (`sorted_unique`, `has_duplicates`,
   `distinct`): sort-based, as numpy 2's ``np.unique`` costs tens of microseconds on a frame's few
   hundred ids;
@@ -70,5 +72,5 @@ Threading contract
 One frame (`Streamer.update`; `FrameStats` times each phase: ``feedback_ms`` ... ``stats_ms``)::
 
     reclaim -> collect feedback -> observe -> apply drains -> upload -> submit orders
-            -> upload page tables -> begin the next feedback frame
+            -> upload page tables -> begin the next feedback frame (dense after a jump)
 """

@@ -10,6 +10,8 @@ frames) is reported.
 
 Buffer layout (shaders/vt.glsl, `VTFeedback`): four uints (count, capacity, stride, phase) then
 `capacity` entries, each the tile id of a page a fragment wanted (engine/runtime/feedback_reduce.py).
+The stride is per frame: a dense frame (`begin_frame(dense=True)`, after a camera cut:
+`feedback_bursts`) records at half of it, four times the entries, where the capacity holds them.
 
 Compaction (`FeedbackCompactor`, where the context has compute shaders and persistent mapping): before
 the copy, two compute dispatches (shaders/vt_feedback_compact.glsl) turn the buffer's entries, up to
@@ -53,6 +55,11 @@ COMPACT_IDS_STEP = 4096  # the work buffer's counters grow in steps of this many
 # The compaction's work buffer may take at most this share of the budget: it saves CPU time, never
 # room, so in a small budget the tile cache keeps those bytes and the CPU reduces the entries.
 COMPACT_BUDGET_SHARE = 1 / 32
+DEPTH = 4  # feedback buffers in a ring: one per frame in flight
+# Buffers sized for dense frames (`feedback_bursts`: four times the entries at half the stride) may take
+# at most this share of the budget; past it they keep the normal size, and a dense frame uses half the
+# stride only where the draws are small enough for the buffers to hold its entries.
+BURST_BUDGET_SHARE = 1 / 16
 _PASS_INDEX_BYTES = (np.int32(0).tobytes(), np.int32(1).tobytes())  # the compaction's two passes
 
 
@@ -60,17 +67,19 @@ class FeedbackCompactor:
     """The GPU half of the feedback reduction: unique page ids with counts, from one feedback buffer.
 
     Owns the compute program and one work buffer: a 4-uint header, the id list and the count list
-    (`list_capacity` each: a feedback buffer's capacity), then one counter per tile id, all zero
-    between dispatches (pass 1 clears every counter pass 0 raised). Render thread only.
+    (`list_capacity` each: the fewer of a feedback buffer's entries and the tile ids in use, rounded
+    up, since the list holds each valid id once), then one counter per tile id, all zero between
+    dispatches (pass 1 clears every counter pass 0 raised). Render thread only.
     """
 
-    def __init__(self, ctx: moderngl.Context, list_capacity: int) -> None:
-        self.ctx, self.list_capacity = ctx, list_capacity
+    def __init__(self, ctx: moderngl.Context, entry_capacity: int) -> None:
+        self.ctx, self.entry_capacity = ctx, entry_capacity
+        self.list_capacity = entry_capacity  # until `track` names the ids in use
         self.program = compute_shader(ctx, shader_file("texstream/vt_feedback_compact.glsl"))
         self.n_ids = 0  # tile ids in use: entries at or past it are invalid
         self._counters = 0  # counters the work buffer holds
         self.work: moderngl.Buffer | None = None
-        self.groups = -(-list_capacity // COMPACT_GROUP)
+        self.groups = -(-entry_capacity // COMPACT_GROUP)  # one invocation per entry of a feedback buffer
         # uniforms keep their values between dispatches: the sizes are written when they change, and
         # the pass index as prepacked bytes (a uniform's value setter packs in Python every call)
         self._pass_index = self.program["pass_index"]
@@ -90,9 +99,17 @@ class FeedbackCompactor:
         """Bytes of the header, id list and count list (what is read back)."""
         return self.hits_at * 4
 
+    def list_for(self, n_ids: int) -> int:
+        """Entries of the id list (and of the count list) while `n_ids` tile ids are in use."""
+        return min(self.entry_capacity, self._counters_for(n_ids))
+
+    @staticmethod
+    def _counters_for(n_ids: int) -> int:
+        return max(1, -(-n_ids // COMPACT_IDS_STEP)) * COMPACT_IDS_STEP
+
     def bytes_for(self, n_ids: int) -> int:
         """GPU bytes of the work buffer for `n_ids` tile ids."""
-        return (self.hits_at + max(1, -(-n_ids // COMPACT_IDS_STEP)) * COMPACT_IDS_STEP) * 4
+        return (HEADER_UINTS + 2 * self.list_for(n_ids) + self._counters_for(n_ids)) * 4
 
     @property
     def nbytes(self) -> int:
@@ -100,12 +117,14 @@ class FeedbackCompactor:
 
     def track(self, n_ids: int) -> None:
         """Count tile ids below `n_ids` from now on (the work buffer grows, zeroed, when it must)."""
-        need = self.bytes_for(n_ids)
-        if self.work is None or need > self.work.size:
+        need, listed = self.bytes_for(n_ids), self.list_for(n_ids)
+        if self.work is None or need > self.work.size or listed != self.list_capacity:
+            # a new list length moves the counters: a fresh zeroed buffer (buffers compacted before
+            # are read with the length they were compacted with, `_Entry.list_capacity`)
             old, self.work = self.work, self.ctx.buffer(bytes(need))
             if old is not None:
                 old.release()
-        self.n_ids = n_ids
+        self.n_ids, self.list_capacity = n_ids, listed
 
     def run(self, feedback: moderngl.Buffer) -> moderngl.Buffer:
         """Queue the two dispatches over `feedback` (drawn into, not yet barriered); returns the work
@@ -141,6 +160,7 @@ class _Entry:
     fence: FenceLike | None = None
 
     compacted: bool = False  # the readback holds a compacted list (`FeedbackCompactor`), not entries
+    list_capacity: int = 0  # the compacted list's length (where its counts start)
 
     def read(self, nbytes: int, offset: int = 0) -> np.ndarray:
         """`nbytes` from byte `offset` (after the fence signalled) as uint32 (a copy)."""
@@ -149,16 +169,25 @@ class _Entry:
         return np.frombuffer(self.buffer.read(size=nbytes, offset=offset), np.uint32)
 
 
+def dense_stride(stride: int) -> int:
+    """The stride of a dense feedback frame: half of `stride` (four times the fragments), at least 1."""
+    return max(1, stride // 2)
+
+
 class FeedbackRing:
     """`depth` feedback SSBOs of `capacity` entries; one is bound for drawing at a time."""
 
     def __init__(
-        self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = 4, *, compact: bool = False
+        self, ctx: moderngl.Context, gl: GLExt, capacity: int, stride: int, depth: int = DEPTH, *, compact: bool = False
     ) -> None:
         if capacity < 1 or stride < 1 or depth < 2:
             raise ValueError(f"bad feedback ring: capacity {capacity!r}, stride {stride!r}, depth {depth!r}")
         self.ctx, self.gl = ctx, gl
         self.capacity, self.stride, self.depth = capacity, stride, depth
+        # the stride of a dense frame (`begin_frame(dense=True)`): half the stride where the capacity
+        # holds its entries for the draws' size (`fitted`), else the stride itself
+        self.dense_stride = stride
+        self._drawn_stride = stride  # the stride this frame's draws record at
         mapped = gl.has_buffer_storage
         compact = compact and FeedbackCompactor.available(ctx, gl)
         self.compactor = FeedbackCompactor(ctx, capacity) if compact else None
@@ -186,7 +215,13 @@ class FeedbackRing:
         """A ring for draws of `size` pixels, its bytes reserved in `budget` as "feedback" (BudgetError:
         nothing made)."""
         divisor = config.feedback_divisor
-        ring = cls(ctx, gl, cls.capacity_for(size, divisor), divisor, compact=config.feedback_compaction)
+        capacity = cls.capacity_for(size, divisor)
+        if config.feedback_burst_frames and budget.budget * BURST_BUDGET_SHARE >= cls.bytes_for(
+            cls.capacity_for(size, dense_stride(divisor))
+        ):
+            capacity = cls.capacity_for(size, dense_stride(divisor))  # dense frames at this size fit
+        ring = cls(ctx, gl, capacity, divisor, compact=config.feedback_compaction)
+        ring.dense_stride = ring.densest_stride(size)
         try:
             budget.reserve("feedback", ring.nbytes)
         except BaseException:
@@ -272,6 +307,7 @@ class FeedbackRing:
         """This ring, or a bigger one when draws of `viewport` would overflow it (kept if the budget
         cannot hold a bigger one: the entries that do not fit are counted as dropped)."""
         if not viewport or FeedbackRing.capacity_for(viewport[2:], config.feedback_divisor) <= self.capacity:
+            self.dense_stride = self.densest_stride(viewport[2:]) if viewport else self.stride
             return self
         try:
             return self.resized((viewport[2], viewport[3]), budget, config)
@@ -282,6 +318,17 @@ class FeedbackRing:
     def capacity_for(size: tuple[int, int], stride: int) -> int:
         """Entries for draws of `size` pixels: up to 4 samples (textures) per stride x stride cell."""
         return 4 * (-(-size[0] // stride)) * (-(-size[1] // stride))
+
+    def densest_stride(self, size: tuple[int, int]) -> int:
+        """The stride of a dense frame drawn at `size` pixels: half the stride if the buffers hold
+        its entries, else the stride."""
+        dense = dense_stride(self.stride)
+        return dense if FeedbackRing.capacity_for(size, dense) <= self.capacity else self.stride
+
+    @staticmethod
+    def bytes_for(capacity: int) -> int:
+        """GPU bytes of a ring of `DEPTH` buffers of `capacity` entries."""
+        return (HEADER_UINTS + capacity) * 4 * DEPTH
 
     @property
     def nbytes_each(self) -> int:
@@ -304,6 +351,7 @@ class FeedbackRing:
             if cur.compacted:
                 assert self.compactor is not None and cur.readback is not None
                 work = self.compactor.run(cur.buffer)
+                cur.list_capacity = self.compactor.list_capacity
                 self.gl.copy_buffer(work.glo, cur.readback.glo, self.compactor.list_bytes)
             else:
                 self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
@@ -312,20 +360,24 @@ class FeedbackRing:
             cur.fence = self.gl.fence()
             self._current = None
 
-    def begin_frame(self, frame: int) -> None:
-        """Bind a fresh buffer for this frame's draws (closing the previous one if still open)."""
+    def begin_frame(self, frame: int, *, dense: bool = False) -> int:
+        """Bind a fresh buffer for this frame's draws (closing the previous one if still open); they
+        record one fragment in every `dense_stride` (`dense`) or `stride` square. Returns that stride."""
         self.end_frame()
         free = next((e for e in self._entries if e.frame < 0), None)
         capacity = self.capacity
         if free is None:
             self.skipped_frames += 1
             free, capacity = self._spare(), 0
-        phase = (frame * 7) % (self.stride * self.stride)  # visits every fragment of a cell
-        free.buffer.write(np.array([0, capacity, self.stride, phase], np.uint32))
+        stride = self.dense_stride if dense else self.stride
+        phase = (frame * 7) % (stride * stride)  # visits every fragment of a cell (7 is prime to 2^k)
+        free.buffer.write(np.array([0, capacity, stride, phase], np.uint32))
+        self._drawn_stride = stride
         if capacity:
             free.frame = frame
             self._current = free
         free.buffer.bind_to_storage_buffer(FEEDBACK_BINDING)
+        return stride
 
     def _spare(self) -> _Entry:
         # Every buffer still waits on the GPU: this frame records nothing (capacity 0) into a tiny
@@ -340,7 +392,7 @@ class FeedbackRing:
         if self._current is None:
             return False
         ids = np.asarray(ids, np.uint32)[: self.capacity]
-        head = np.array([ids.size, self.capacity, self.stride, 0], np.uint32)
+        head = np.array([ids.size, self.capacity, self._drawn_stride, 0], np.uint32)
         self._current.buffer.write(head.tobytes() + ids.tobytes())
         return True
 
@@ -371,7 +423,7 @@ class FeedbackRing:
                 n = min(count, self.capacity)
                 unique = min(unique, n)  # the shader lists at most one id per entry read
                 ids = e.read(4 * unique, HEADER_UINTS * 4)
-                counts = e.read(4 * unique, (HEADER_UINTS + self.compactor.list_capacity) * 4)
+                counts = e.read(4 * unique, (HEADER_UINTS + e.list_capacity) * 4)
                 out.append(CompactFeedback(ids, counts, n, invalid))
             else:
                 count = int(e.read(4)[0])

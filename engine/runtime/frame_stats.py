@@ -108,6 +108,7 @@ class FrameStats:
     stalls: int = 0
     failed: int = 0
     feedback_age: int = -1
+    feedback_stride: int = 0  # the coming draws record one fragment per stride x stride pixels (dense: halved)
     latency_frames: np.ndarray = field(default_factory=_empty)
     read_batches: int = 0
     read_seconds: float = 0.0  # summed wall time of the drained read batches on their I/O threads

@@ -30,6 +30,7 @@ from .budget_advice import open_error
 from .budget_verbs import BudgetVerbs
 from .compiled_loops import decider_loops
 from .feedback import FeedbackRing
+from .feedback_bursts import FeedbackBursts
 from .frame_stats import FrameStats, IOStatus, PhaseClock
 from .io_workers import ReadHook
 from .origin import Origin
@@ -111,6 +112,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         self._uploader_parts |= {"budget": self.budget, "read_hook": read_hook}
         vw, vh = ctx.viewport[2:] if ctx.viewport else (0, 0)
         self._feedback = FeedbackRing.reserved(ctx, self.gl, self.budget, (max(1920, vw), max(1080, vh)), config)
+        self._bursts = FeedbackBursts(config.feedback_burst_frames)  # dense feedback after a camera cut
         self.last = FrameStats()
         self.freeze_feedback = False  # True: feedback is read (buffers recycle) but ignored
         self._closed_network = NetworkCounters()  # network totals of closed remote textures
@@ -345,12 +347,21 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         st.page_table_ms = clock.lap()
         st.missing_pages, st.queued = core.missing_pages(wanted), core.scheduler.queued_count
         st.stats_ms = clock.lap()
-        self._feedback.begin_frame(st.frame)
+        dense = self._bursts.step(core.sampled.ids if raw and not self.freeze_feedback else None)
+        st.feedback_stride = self._feedback.begin_frame(st.frame, dense=dense)
         st.feedback_ms += clock.lap()
         st.update_ms, st.update_cpu_ms = clock.total(), (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st
         return st
+
+    def camera_cut(self) -> None:
+        """Say that the next `update()`'s frame shows a new view (a camera cut, a teleport): its draws
+        and the next `StreamerConfig.feedback_burst_frames` - 1 record dense feedback at once, instead
+        of from the update that reads the first feedback showing the jump, one or more frames later.
+        Call it before that update(); nothing happens with bursts off."""
+        self._check_open()
+        self._bursts.cut()
 
     def throttle(self, depth: int = 2) -> FrameThrottle:
         """A `FrameThrottle` for a headless loop: call its ``frame_done()`` after each frame's draws

@@ -171,3 +171,42 @@ def test_compaction_adds_no_frame_between_a_draw_and_its_request(
             assert frames[0][3] is (compaction and FeedbackCompactor.available(gl_context, s.gl))
     assert seen[True] == seen[False]
     assert seen[True][0][0] == 1 and seen[True][0][1] == 1 and seen[True][0][2] >= 1  # wanted, requested at once
+
+
+def test_the_list_is_as_long_as_the_ids_in_use_and_a_buffer_compacted_before_it_grows_reads_right(
+    gl_context: moderngl.Context,
+) -> None:
+    """Buffers sized for many entries (dense frames) need no longer a list than the ids in use: the
+    work buffer follows the ids, and a buffer compacted before a texture opened (the list longer
+    from then on) is still read with its own list's layout."""
+    gl = GLExt(gl_context)
+    if not FeedbackCompactor.available(gl_context, gl):
+        pytest.skip("no compute shaders or persistent mapping on this context")
+    budget = BudgetManager(BudgetConfig(budget_mb=64))
+    r = FeedbackRing(gl_context, gl, capacity=20000, stride=8, depth=3, compact=True)
+    try:
+        budget.reserve("feedback", r.nbytes)
+        r.track_ids(3000, budget)
+        c = r.compactor
+        assert c is not None and c.list_capacity == 4096 < r.capacity
+        assert budget.reserved("feedback-compaction") == c.bytes_for(3000) < (4 + 2 * 20000 + 4096) * 4
+        rng = np.random.default_rng(3)
+        entries = rng.integers(0, 3000, 20000).astype(np.uint32)  # every entry slot, most ids once or more
+        r.begin_frame(1)
+        assert r.inject(entries)
+        r.end_frame()
+        r.track_ids(9000, budget)  # a texture opens before the buffer is read: a longer list
+        assert c.list_capacity == 12288
+        gl_context.finish()
+        (got,) = r.collect(2)
+        assert isinstance(got, CompactFeedback)
+        ids, counts, _ = histogram_counts(entries, 3000)
+        order = np.argsort(got.ids)
+        assert got.ids[order].tolist() == ids.tolist() and got.counts[order].tolist() == counts.tolist()
+        wide = rng.integers(0, 9000, 20000).astype(np.uint32)  # and with the new layout
+        got = compacted(gl_context, r, 3, wide)
+        ids, counts, _ = histogram_counts(wide, 9000)
+        order = np.argsort(got.ids)
+        assert got.ids[order].tolist() == ids.tolist() and got.counts[order].tolist() == counts.tolist()
+    finally:
+        r.release(budget)

@@ -440,7 +440,7 @@ def test_no_slot_overwritten_while_a_frame_in_flight_samples_it(
         with Streamer(gl_context, cfg) as s:
             # the default feedback ring is sized for 1920x1080 (126 MiB at divisor 1): size it for 192^2
             s.set_feedback_size(size)
-            s.set_budget(3.4)  # about 100 cache slots: the two views do not fit together
+            s.set_budget(3.3)  # about 100 cache slots: the two views do not fit together
             vt = s.open(packs.big)
             gpu = FenceWatch(s, monkeypatch, first_poll_unsignalled=fences == "second-poll")
             check_path(s, upload_path)
