@@ -113,7 +113,7 @@ def converge_cuts(
     """Each view until converged (nothing wanted missing, nothing in flight); tiles/s and times."""
     from ..runtime.streamer import Streamer
     from ..scene.camera import View
-    from .bench_stream import THROTTLE, pan_config, percentile
+    from .bench_pan import THROTTLE, pan_config, percentile
     from .render import PlaneRenderer
 
     cfg = pan_config(pack)
