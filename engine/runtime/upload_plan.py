@@ -114,10 +114,13 @@ def choose_upload_path(
     """The path that runs: HOST_RING when asked, or without buffer storage (both device paths read a
     persistent-mapped ring on the GPU); DEVICE_BUFFER when asked; STAGING_TEXTURE when asked and
     `staging_texture` (the context runs its compute pass: `GLExt.has_staging_texture`), else
-    DEVICE_BUFFER. AUTO takes a device path only where it wins: the driver reports dedicated video
-    memory (on shared memory, llvmpipe included, the copy is one more pass over the same memory) and
-    the share holds at least `DEVICE_MIN_SLOTS` tiles; then STAGING_TEXTURE where it runs (the
-    fastest on the NVIDIA H200: about 1.7x the device buffer), else DEVICE_BUFFER."""
+    DEVICE_BUFFER. AUTO takes the device buffer only where it wins: the driver reports dedicated
+    video memory (on shared memory, llvmpipe included, the copy is one more pass over the same
+    memory) and the share holds at least `DEVICE_MIN_SLOTS` tiles. AUTO never takes STAGING_TEXTURE:
+    on the NVIDIA H200 it moves 1.3-1.7x the device buffer's tiles a second when the GPU's copies
+    are the limit (`bench stream` (a)), but its copy calls cost the render thread more, and a drawn
+    pan streamed 6-9 % fewer tiles a second through it than through the device buffer ((b),
+    docs/BENCHMARKS.md); ask for it where the GPU's upload rate is what binds."""
     if requested is UploadPath.HOST_RING or not buffer_storage:
         return UploadPath.HOST_RING
     if requested in (UploadPath.DEVICE_BUFFER, UploadPath.STAGING_TEXTURE):
@@ -128,7 +131,7 @@ def choose_upload_path(
         )
     if not video_memory or device_slots < DEVICE_MIN_SLOTS:
         return UploadPath.HOST_RING
-    return UploadPath.STAGING_TEXTURE if staging_texture else UploadPath.DEVICE_BUFFER
+    return UploadPath.DEVICE_BUFFER
 
 
 def copy_spans(ring_first: np.ndarray, device_first: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -751,7 +751,7 @@ class NoVideoMemoryLeft(VideoMemory):
     [
         (GLExt, UploadPath.AUTO, UploadPath.HOST_RING),
         (GLExt, UploadPath.DEVICE_BUFFER, UploadPath.DEVICE_BUFFER),
-        (VideoMemory, UploadPath.AUTO, UploadPath.STAGING_TEXTURE),
+        (VideoMemory, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
         (NoComputeShaders, UploadPath.AUTO, UploadPath.DEVICE_BUFFER),
         (GLExt, UploadPath.STAGING_TEXTURE, UploadPath.STAGING_TEXTURE),
         (NoComputeShaders, UploadPath.STAGING_TEXTURE, UploadPath.DEVICE_BUFFER),
