@@ -335,6 +335,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
             self._feedback.record_cost(raw, feedback_cpu + time.thread_time() - f0)
         if up is not None:
             core.apply(uploaded=uploaded)
+            st.upload_ms += clock.lap()  # the uploads' bookkeeping, counted with them as before
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
                 st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames
