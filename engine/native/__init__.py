@@ -362,27 +362,7 @@ def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_missing_chains`` (the request scheduler's missing chains of a frame's wanted pages, weighed
     and summed), or None as for `expand_pages`: `requests.RequestScheduler` then walks them with
     numpy, to the same tiles and weights."""
-    args = (
-        _i64,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _i64,
-        _ptr,
-        _ptr,
-        _i64,
-        _i64,
-        _i64,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-    )
+    args = (_i64, *(_ptr,) * 6, _i64, _ptr, _ptr, *(_i64,) * 3, *(_ptr,) * 6)
     return _compiled_loop("ts_missing_chains", args, "numpy walks the missing chains", path=path, keep_gil=True)
 
 
@@ -390,28 +370,7 @@ def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
 def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_prefetch_pages`` (the scheduler's prefetch candidates: neighbours and children of a frame's
     wanted pages, weighed), or None as for `expand_pages`: the scheduler then finds them with numpy."""
-    args = (
-        _i64,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _i64,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-        _i64,
-        _i64,
-        _i64,
-        _ptr,
-        _ptr,
-        _ptr,
-        _ptr,
-    )
+    args = (_i64, *(_ptr,) * 7, _i64, *(_ptr,) * 4, *(_i64,) * 3, *(_ptr,) * 4)
     return _compiled_loop("ts_prefetch_pages", args, "numpy finds the prefetch candidates", path=path, keep_gil=True)
 
 
