@@ -126,9 +126,10 @@ class FeedbackCompactor:
                 old.release()
         self.n_ids, self.list_capacity = n_ids, listed
 
-    def run(self, feedback: moderngl.Buffer) -> moderngl.Buffer:
-        """Queue the two dispatches over `feedback` (drawn into, not yet barriered); returns the work
-        buffer, whose first `list_bytes` hold the list once the GPU has run them."""
+    def run(self, feedback: moderngl.Buffer, entries: int | None = None) -> moderngl.Buffer:
+        """Queue the two dispatches over the first `entries` (default: all) of `feedback` (drawn into,
+        not yet barriered); returns the work buffer, whose first `list_bytes` hold the list once the
+        GPU has run them."""
         assert self.work is not None, "track() sizes the work buffer first"
         work, prog = self.work, self.program
         work.write(bytes(HEADER_UINTS * 4))  # counters are zero already; the header restarts
@@ -141,7 +142,7 @@ class FeedbackCompactor:
         for pass_bytes in _PASS_INDEX_BYTES:
             self.ctx.memory_barrier(GL_SHADER_STORAGE_BARRIER_BIT)  # the draws' (then pass 0's) writes
             self._pass_index.write(pass_bytes)
-            prog.run(self.groups)
+            prog.run(self.groups if entries is None else max(1, -(-entries // COMPACT_GROUP)))
         self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)  # pass 1's writes, for the copy
         return work
 
@@ -159,6 +160,7 @@ class _Entry:
     frame: int = -1  # frame whose draw wrote it; -1: free
     fence: FenceLike | None = None
 
+    capacity: int = 0  # entries this frame's draws may append (its stride's need, `frame_capacity`)
     compacted: bool = False  # the readback holds a compacted list (`FeedbackCompactor`), not entries
     list_capacity: int = 0  # the compacted list's length (where its counts start)
 
@@ -187,6 +189,8 @@ class FeedbackRing:
         # the stride of a dense frame (`begin_frame(dense=True)`): half the stride where the capacity
         # holds its entries for the draws' size (`fitted`), else the stride itself
         self.dense_stride = stride
+        self.sized_for = (1 << 30, 1 << 30)  # the draw size the ring is made for (`reserved`): no bound here
+        self.viewport_size: tuple[int, int] | None = None  # the latest viewport (`fitted`)
         self._drawn_stride = stride  # the stride this frame's draws record at
         mapped = gl.has_buffer_storage
         compact = compact and FeedbackCompactor.available(ctx, gl)
@@ -222,6 +226,7 @@ class FeedbackRing:
             capacity = cls.capacity_for(size, dense_stride(divisor))  # dense frames at this size fit
         ring = cls(ctx, gl, capacity, divisor, compact=config.feedback_compaction)
         ring.dense_stride = ring.densest_stride(size)
+        ring.sized_for = (int(size[0]), int(size[1]))
         try:
             budget.reserve("feedback", ring.nbytes)
         except BaseException:
@@ -308,6 +313,7 @@ class FeedbackRing:
         cannot hold a bigger one: the entries that do not fit are counted as dropped)."""
         if not viewport or FeedbackRing.capacity_for(viewport[2:], config.feedback_divisor) <= self.capacity:
             self.dense_stride = self.densest_stride(viewport[2:]) if viewport else self.stride
+            self.viewport_size = viewport[2:] if viewport else None
             return self
         try:
             return self.resized((viewport[2], viewport[3]), budget, config)
@@ -324,6 +330,16 @@ class FeedbackRing:
         its entries, else the stride."""
         dense = dense_stride(self.stride)
         return dense if FeedbackRing.capacity_for(size, dense) <= self.capacity else self.stride
+
+    def frame_capacity(self, stride: int) -> int:
+        """Entries a frame drawn at `stride` may append: what that stride needs at the larger of the
+        ring's size and the viewport (`fitted`), at most the capacity. A ring sized for dense frames
+        lets its normal frames use a quarter of it, so the compaction and the copy of those frames
+        cover only that (on the render thread as on the GPU, they cost by the entries covered)."""
+        w, h = self.sized_for
+        if self.viewport_size is not None:
+            w, h = max(w, self.viewport_size[0]), max(h, self.viewport_size[1])
+        return min(self.capacity, FeedbackRing.capacity_for((w, h), stride))
 
     @staticmethod
     def bytes_for(capacity: int) -> int:
@@ -350,13 +366,13 @@ class FeedbackRing:
             cur.compacted = self.compacting and cur.readback is not None
             if cur.compacted:
                 assert self.compactor is not None and cur.readback is not None
-                work = self.compactor.run(cur.buffer)
+                work = self.compactor.run(cur.buffer, cur.capacity)
                 cur.list_capacity = self.compactor.list_capacity
                 self.gl.copy_buffer(work.glo, cur.readback.glo, self.compactor.list_bytes)
             else:
                 self.ctx.memory_barrier(GL_BUFFER_UPDATE_BARRIER_BIT)
                 if cur.readback is not None:
-                    self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, self.nbytes_each)
+                    self.gl.copy_buffer(cur.buffer.glo, cur.readback.glo, (HEADER_UINTS + cur.capacity) * 4)
             cur.fence = self.gl.fence()
             self._current = None
 
@@ -365,11 +381,12 @@ class FeedbackRing:
         record one fragment in every `dense_stride` (`dense`) or `stride` square. Returns that stride."""
         self.end_frame()
         free = next((e for e in self._entries if e.frame < 0), None)
-        capacity = self.capacity
+        stride = self.dense_stride if dense else self.stride
+        capacity = self.frame_capacity(stride)
         if free is None:
             self.skipped_frames += 1
             free, capacity = self._spare(), 0
-        stride = self.dense_stride if dense else self.stride
+        free.capacity = capacity
         phase = (frame * 7) % (stride * stride)  # visits every fragment of a cell (7 is prime to 2^k)
         free.buffer.write(np.array([0, capacity, stride, phase], np.uint32))
         self._drawn_stride = stride
@@ -391,8 +408,9 @@ class FeedbackRing:
         tests that drive the streamer without drawing). False when this frame records nothing."""
         if self._current is None:
             return False
-        ids = np.asarray(ids, np.uint32)[: self.capacity]
-        head = np.array([ids.size, self.capacity, self._drawn_stride, 0], np.uint32)
+        cap = self._current.capacity
+        ids = np.asarray(ids, np.uint32)[:cap]
+        head = np.array([ids.size, cap, self._drawn_stride, 0], np.uint32)
         self._current.buffer.write(head.tobytes() + ids.tobytes())
         return True
 
@@ -401,7 +419,7 @@ class FeedbackRing:
         if self._current is None:
             return np.zeros(0, np.uint32)
         n = int(np.frombuffer(self._current.buffer.read(size=4), np.uint32)[0])
-        n = min(n, self.capacity)
+        n = min(n, self._current.capacity)
         if n == 0:
             return np.zeros(0, np.uint32)
         return np.frombuffer(self._current.buffer.read(size=4 * n, offset=HEADER_UINTS * 4), np.uint32).copy()
@@ -420,14 +438,14 @@ class FeedbackRing:
             if e.compacted:
                 assert self.compactor is not None
                 unique, invalid, count = (int(v) for v in e.read(12))
-                n = min(count, self.capacity)
+                n = min(count, e.capacity)
                 unique = min(unique, n)  # the shader lists at most one id per entry read
                 ids = e.read(4 * unique, HEADER_UINTS * 4)
                 counts = e.read(4 * unique, (HEADER_UINTS + e.list_capacity) * 4)
                 out.append(CompactFeedback(ids, counts, n, invalid))
             else:
                 count = int(e.read(4)[0])
-                n = min(count, self.capacity)
+                n = min(count, e.capacity)
                 out.append(e.read((HEADER_UINTS + n) * 4)[HEADER_UINTS:])
             self.dropped += count - n
             self.age = frame - e.frame

@@ -17,6 +17,7 @@ from texstream.gl.gl_ext import GLExt
 from texstream.runtime.budget import BudgetManager
 from texstream.runtime.feedback import BURST_BUDGET_SHARE, FeedbackRing
 from texstream.runtime.feedback_bursts import JUMP_MIN_PAGES, BurstState, FeedbackBursts, new_share
+from texstream.runtime.feedback_reduce import CompactFeedback
 from texstream.runtime.streamer import Streamer
 from texstream.scene.camera import View
 
@@ -151,6 +152,54 @@ def test_buffers_are_sized_for_dense_frames_only_within_their_budget_share(gl_co
         assert off.densest_stride((960, 540)) == 4
     finally:
         off.release(budget)
+
+
+def test_a_ring_sized_for_dense_frames_lets_its_normal_frames_take_only_their_share(
+    gl_context: moderngl.Context,
+) -> None:
+    """A normal frame of a ring sized for dense frames may append what its own stride needs (a
+    quarter): its compaction and readback cover only that; a dense frame may fill the ring, and a
+    wider viewport raises a normal frame's share with it."""
+    gl = GLExt(gl_context)
+    size = (1920, 1080)
+    sparse, dense = FeedbackRing.capacity_for(size, 8), FeedbackRing.capacity_for(size, 4)
+    budget = BudgetManager(BudgetConfig(budget_mb=192))
+    ring = FeedbackRing.reserved(gl_context, gl, budget, size, StreamerConfig())
+    try:
+        assert ring.capacity == dense
+        assert ring.frame_capacity(8) == sparse and ring.frame_capacity(4) == dense
+        ring.begin_frame(1)
+        assert ring.inject(np.arange(sparse + 100, dtype=np.uint32))
+        assert ring.read_current().size == sparse  # a normal frame keeps its share
+        ring.end_frame()
+        gl_context.finish()
+        (got,) = ring.collect(2)
+        assert np.asarray(got).size == sparse  # raw entries (no ids tracked: no compaction), the frame's share
+        ring.begin_frame(2, dense=True)
+        assert ring.inject(np.arange(sparse + 100, dtype=np.uint32))
+        assert ring.read_current().size == sparse + 100  # a dense frame may fill the ring
+        assert ring.fitted((0, 0, 2400, 1200), budget, StreamerConfig()) is ring  # still fits at 8
+        assert ring.frame_capacity(8) == FeedbackRing.capacity_for((2400, 1200), 8) > sparse
+    finally:
+        ring.release(budget)
+    # compacted on the GPU: a normal frame's dispatch covers its share, and counts every entry in it
+    ring = FeedbackRing.reserved(gl_context, gl, budget, size, StreamerConfig())
+    try:
+        ring.track_ids(5000, budget)
+        if not ring.compacting:
+            pytest.skip("no feedback compaction on this context")
+        ids = np.random.default_rng(3).integers(0, 5000, sparse).astype(np.uint32)
+        ring.begin_frame(1)
+        assert ring.inject(ids)
+        ring.end_frame()
+        gl_context.finish()
+        (got,) = ring.collect(2)
+        assert isinstance(got, CompactFeedback) and got.samples == sparse and int(got.counts.sum()) == sparse
+        order = np.argsort(got.ids)
+        want_ids, want_counts = np.unique(ids, return_counts=True)
+        assert np.array_equal(got.ids[order], want_ids) and np.array_equal(got.counts[order], want_counts)
+    finally:
+        ring.release(budget)
 
 
 def test_an_announced_cut_makes_the_next_frame_dense_and_its_jump_starts_nothing_more() -> None:
