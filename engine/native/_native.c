@@ -223,6 +223,13 @@ void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const in
           (intptr_t)size[i]);
 }
 
+/* Mark `id` in `bits` and widen [*lo, *hi] to it: the companion of ts_take_marked. */
+static inline void ts_mark(uint64_t *bits, int64_t id, int64_t *lo, int64_t *hi) {
+    bits[id >> 6] |= (uint64_t)1 << (id & 63);
+    *lo = id < *lo ? id : *lo;
+    *hi = id > *hi ? id : *hi;
+}
+
 /* The ids marked in `bits` between `lo` and `hi` (both inclusive; none when hi < 0), ascending, with
  * their counts in `scratch`, written to out_ids / out_counts; clears both marks and counts. Returns
  * how many were written. (ts_expand_pages and ts_histogram_pages collect through it.) */
@@ -272,9 +279,7 @@ int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, co
                 continue;
             }
             scratch[page] += c;
-            bits[page >> 6] |= (uint64_t)1 << (page & 63);
-            lo = page < lo ? page : lo;
-            hi = page > hi ? page : hi;
+            ts_mark(bits, page, &lo, &hi);
         }
     }
     const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
@@ -296,11 +301,8 @@ int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int
             dropped++;
             continue;
         }
-        if (scratch[v]++ == 0) {
-            bits[v >> 6] |= (uint64_t)1 << (v & 63);
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
+        if (scratch[v]++ == 0)
+            ts_mark(bits, v, &lo, &hi);
     }
     const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
     *outside = dropped;
@@ -376,9 +378,7 @@ int64_t ts_missing_chains(int64_t n, const int64_t *ids, const int64_t *counts, 
                 break;
             }
             scratch[cur] += w;
-            bits[cur >> 6] |= (uint64_t)1 << (cur & 63);
-            lo = cur < lo ? cur : lo;
-            hi = cur > hi ? cur : hi;
+            ts_mark(bits, cur, &lo, &hi);
         }
     }
     const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);
@@ -445,9 +445,7 @@ int64_t ts_prefetch_pages(int64_t n, const int64_t *ids, const int64_t *counts, 
                 continue;
             }
             scratch[page] += c;
-            bits[page >> 6] |= (uint64_t)1 << (page & 63);
-            lo = page < lo ? page : lo;
-            hi = page > hi ? page : hi;
+            ts_mark(bits, page, &lo, &hi);
         }
     }
     const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_weights);

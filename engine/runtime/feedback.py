@@ -219,11 +219,9 @@ class FeedbackRing:
         """A ring for draws of `size` pixels, its bytes reserved in `budget` as "feedback" (BudgetError:
         nothing made)."""
         divisor = config.feedback_divisor
-        capacity = cls.capacity_for(size, divisor)
-        if config.feedback_burst_frames and budget.budget * BURST_BUDGET_SHARE >= cls.bytes_for(
-            cls.capacity_for(size, dense_stride(divisor))
-        ):
-            capacity = cls.capacity_for(size, dense_stride(divisor))  # dense frames at this size fit
+        capacity, dense = cls.capacity_for(size, divisor), cls.capacity_for(size, dense_stride(divisor))
+        if config.feedback_burst_frames and budget.budget * BURST_BUDGET_SHARE >= cls.bytes_for(dense):
+            capacity = dense  # dense frames at this size fit
         ring = cls(ctx, gl, capacity, divisor, compact=config.feedback_compaction)
         ring.dense_stride = ring.densest_stride(size)
         ring.sized_for = (int(size[0]), int(size[1]))
