@@ -23,24 +23,67 @@ from texstream.pack import AddressMode, Supercompression, TexelFormat
 
 from .conftest import ASSETS, load_photo
 
-# case -> SHA-256 of the pack file, as baked by the pipeline of release 0.1.0 (commit a56db91).
-DIGESTS = {
-    "array-bc1-zstd-jobs1": "c20092fac3ff43fe8838b775c3d3c3ed3b570eb40ba10519825f8d28b966ee55",
-    "array-bc1-zstd-jobs2": "24475f0e23adf237f8e1d3f41ca60c26c57f5e17fe1d8b2cbce35db63eb24b80",
-    "array-bc7-alpha-wrap-jobs2": "f9a6d3b4c23fe92bcd90cad89b1ee25e6a3c4c998c4e5197236c2f16084834d5",
-    "procedural-bc5-lz4-wrap-jobs2": "fa624884aa910ba682b758fe98d7f28b439d0633d2f38e1b6248c6b22077e1ef",
-    "procedural-bc4-none-jobs1": "8a73aec60917930ad01e6e0f6d6271ac7572ba63543be39cfb97c72de0042539",
-    "png-streamed-bc1-zstd-jobs2": "6d86076b20135c500ffa8e337d1e0a595311ffe92bf98e8cf306235629835dbd",
-    "tiff-bc1-zstd-jobs2": "32dd6cd949c2e1bdab01217ec9bfe60d593c05d6eb6d94711797e799dade6dac",
-    "png-default-level3-jobs2": "905c6cc55a16d2ec51c5fac90dbcf0d469a20709de023d7f714f76dbab943521",
+# case -> SHA-256 of the pack file, as baked by the pipeline of release 0.1.0 (commit a56db91): the
+# digest recorded then, and the same bake on an Intel Xeon (2026-12-02). Two, because the ispc encoders
+# use the x86 approximate reciprocal (rcpps), whose exact results the instruction set leaves to each
+# processor: the same code and packages wrote other (equally valid) blocks there. A change to the
+# pipeline alters both.
+DIGESTS: dict[str, tuple[str, str]] = {
+    "array-bc1-zstd-jobs1": (
+        "c20092fac3ff43fe8838b775c3d3c3ed3b570eb40ba10519825f8d28b966ee55",
+        "5222a3c9f785c30590ac5ebe68675c87f5ddd091009fff751e741eedfa65b035",
+    ),
+    "array-bc1-zstd-jobs2": (
+        "24475f0e23adf237f8e1d3f41ca60c26c57f5e17fe1d8b2cbce35db63eb24b80",
+        "6e54d0a120b40ada5f46673fd046733812f6a21c03a09bb78ebf15ede4aa30b6",
+    ),
+    "array-bc7-alpha-wrap-jobs2": (
+        "f9a6d3b4c23fe92bcd90cad89b1ee25e6a3c4c998c4e5197236c2f16084834d5",
+        "34651eecb61460b336fd926481489647de6db8b4fee620a682cd13eed9b98b49",
+    ),
+    "procedural-bc5-lz4-wrap-jobs2": (
+        "fa624884aa910ba682b758fe98d7f28b439d0633d2f38e1b6248c6b22077e1ef",
+        "00dc204b11880369173d6e66bb159c00e1956193d26d3db917511f122bff8bfc",
+    ),
+    "procedural-bc4-none-jobs1": (
+        "8a73aec60917930ad01e6e0f6d6271ac7572ba63543be39cfb97c72de0042539",
+        "0e51bfd2f8eda7dff15a9b4f10ab416ecebce97aab62e5d821d11c4a77be393c",
+    ),
+    "png-streamed-bc1-zstd-jobs2": (
+        "6d86076b20135c500ffa8e337d1e0a595311ffe92bf98e8cf306235629835dbd",
+        "9577cf0b53326e85c80258a5e99e5e10b00057c3a1b6c1036d803e103c056db3",
+    ),
+    "tiff-bc1-zstd-jobs2": (
+        "32dd6cd949c2e1bdab01217ec9bfe60d593c05d6eb6d94711797e799dade6dac",
+        "661be4096e4c24da56782552c2ddb31c89fdaa60cdf132bd2b2f2d854778323b",
+    ),
+    "png-default-level3-jobs2": (
+        "905c6cc55a16d2ec51c5fac90dbcf0d469a20709de023d7f714f76dbab943521",
+        "aa552012a9adabc3bdce960eebab0af23e328e3b542fde52e964ce7e09403cc3",
+    ),
     # Every default setting since zstd level 2 became the default (level 3's bytes are the case above).
-    "png-default-jobs2": "fa49c6f85ee94c9ce2f16f80e40e9d4b9100c2baf4905c7befbabf62b19146ca",
+    "png-default-jobs2": (
+        "fa49c6f85ee94c9ce2f16f80e40e9d4b9100c2baf4905c7befbabf62b19146ca",
+        "470e7bbf965a4002d1ecf296149ecfddc3181062e19cd7ec8d5e74026677df51",
+    ),
     # Opaque BC7 at each level, as baked before the balanced level came (commit 7a38e8a); balanced's own
     # bytes as it first baked them.
-    "array-bc7-fast-jobs1": "4f284fa21c3e5ee5a3b725e2c74c0ef42aecc44979246fd6e76cbd8337c3963d",
-    "array-bc7-normal-jobs1": "be9491264824fcdd2c3b06d3c625a70c389a3f5044b53e367dc9e5795f68019c",
-    "array-bc7-slow-jobs1": "7a3914d5a82480bd67f853bea24e69f93dc3c5fe431f043e1a71393a98b7801a",
-    "array-bc7-balanced-jobs1": "0bb8a388c0e6218db8b315f2e09ce1de4b30b695c8a9c4ba5f9fb4707033383e",
+    "array-bc7-fast-jobs1": (
+        "4f284fa21c3e5ee5a3b725e2c74c0ef42aecc44979246fd6e76cbd8337c3963d",
+        "81e17511464317f9996428bd2f843c32844677fa3f4c2390544a36e58d8510c5",
+    ),
+    "array-bc7-normal-jobs1": (
+        "be9491264824fcdd2c3b06d3c625a70c389a3f5044b53e367dc9e5795f68019c",
+        "62869f9719cd1f46a8c54ce991e1e9a875740825c278af2a6d6c5206eb99b29c",
+    ),
+    "array-bc7-slow-jobs1": (
+        "7a3914d5a82480bd67f853bea24e69f93dc3c5fe431f043e1a71393a98b7801a",
+        "2cae9752fc6474ad2f7fd5ab81a5b844db1fae57d70f81ad7227dc1d6ff3f0f5",
+    ),
+    "array-bc7-balanced-jobs1": (
+        "0bb8a388c0e6218db8b315f2e09ce1de4b30b695c8a9c4ba5f9fb4707033383e",
+        "2b2f20e6c906b2d7dca74704feef5e9964efe7b307ba1c256a89adc2fc5a2279",
+    ),
 }
 
 
@@ -111,7 +154,7 @@ def test_pack_bytes_match_the_recorded_digest(tmp_path: Path, monkeypatch: pytes
         bake_file(source, out, cfg)
     else:
         bake(source, out, cfg)
-    assert _digest(out) == DIGESTS[name]
+    assert _digest(out) in DIGESTS[name]
 
 
 def test_a_small_default_bake_runs_in_process_and_writes_the_workers_pack(tmp_path: Path) -> None:
