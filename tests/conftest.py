@@ -11,10 +11,17 @@ is a private X server for the windowed tests.
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 
 import pytest
+
+# A shell starts a background job (`make test &`, a CI step run with `&`) with SIGINT ignored, and
+# processes inherit that: the Ctrl-C tests would then see no interrupt at all. The suite restores
+# Python's own handler, and the programs it starts get the default action back at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
