@@ -23,8 +23,9 @@ from texstream.pack import AddressMode, Supercompression, TexelFormat
 
 from .conftest import ASSETS, load_photo
 
-# case -> SHA-256 of the pack file, as baked by the pipeline of release 0.1.0 (commit a56db91): the
-# digest recorded then, and the same bake on an Intel Xeon (2026-12-02). Two, because the ispc encoders
+# case -> SHA-256 of the pack file: the digest recorded with the pipeline of release 0.1.0 (commit
+# a56db91), and the one this case writes on an Intel Xeon (2026-12-02; the code of 426e601 writes the
+# same bytes there, and the blocks pass the same quality tests). Two, because the ispc encoders
 # use the x86 approximate reciprocal (rcpps), whose exact results the instruction set leaves to each
 # processor: the same code and packages wrote other (equally valid) blocks there. A change to the
 # pipeline alters both.
