@@ -24,14 +24,15 @@ pytestmark = pytest.mark.gl
 
 DT = 1 / 60
 VIEWS = [View(0.5, 0.5, 2.0), View(0.3, 0.6, 1.0), View(0.5, 0.5, 0.5)]
+SETTLE_FRAMES = 600
 
 
-def run(telemetry: Telemetry, renderer: PlaneRenderer, vt, frames: int) -> list[dict]:  # noqa: ANN001
+def run(telemetry: Telemetry, renderer: PlaneRenderer, vt, frames: int, view: View | None = None) -> list[dict]:  # noqa: ANN001
     out = []
     for i in range(frames):
         out.append(telemetry.update())
         telemetry.gpu_begin()
-        renderer.draw(vt, VIEWS[i * len(VIEWS) // frames])
+        renderer.draw(vt, view or VIEWS[i * len(VIEWS) // frames])
         telemetry.gpu_end()
     return out
 
@@ -47,15 +48,19 @@ def test_frames_fit_the_schema_and_stream_to_jsonl(
         lines = path.read_text().splitlines()  # flushed every frame: readable while open
         assert len(lines) == 6
         frames += run(tel, renderer, vt, 12)
+        # The loads are asynchronous: on a busy machine the last view may still miss pages after
+        # its four frames, so it keeps drawing (bounded) until nothing is missing.
+        while frames[-1].missing_pages and len(frames) < SETTLE_FRAMES:
+            frames += run(tel, renderer, vt, 1, view=VIEWS[-1])
     for f in frames:
         validate_frame(f)
     lines = path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == [f.as_dict() for f in frames]
-    assert [f.frame for f in frames] == list(range(1, 19))
+    assert [f.frame for f in frames] == list(range(1, len(frames) + 1))
     assert sum(f.uploads for f in frames) > 0, "the run streamed tiles"
     assert any(f.missing_pages for f in frames) and frames[-1].missing_pages == 0
     last = frames[-1]
-    assert last.time_s == pytest.approx(18 * DT) and last.dt_s == pytest.approx(DT)
+    assert last.time_s == pytest.approx(len(frames) * DT) and last.dt_s == pytest.approx(DT)
     assert last.headroom_bytes == last.budget_bytes - last.vram_bytes >= 0
     assert sum(last.vram_breakdown.values()) == last.vram_bytes
     assert last.total_uploads == sum(f.uploads for f in frames)
