@@ -181,17 +181,17 @@ class _DeciderCase:
 
     def frame(self, frame_no: int, corner: tuple[float, float]) -> None:
         core, movers, sc = self.core, self.movers, self.sc
-        feedback = [
+        feedback = [  # uint32 entries, as the draws write them
             np.concatenate(
                 [core.space.ids(t, *view_pages(sc, corner, frame_no, self.headers[t])) for t in self.writers]
-            )
+            ).astype(np.uint32)
         ]
         self.entries.append(int(feedback[0].size))
         frame = core.begin_frame()
+        up = movers.uploaded(frame, self.headers[0].tile_raw_size)  # the simulated uploader: not timed
         t0 = time.thread_time()
         core.observe(feedback)
         t1 = time.thread_time()
-        up = movers.uploaded(frame, self.headers[0].tile_raw_size)
         core.apply(drained=Drained(LoadRecords.empty(), [], len(up.loads)))
         core.apply(uploaded=up)
         core.tables.take_dirty()  # the ranges update() uploads

@@ -35,13 +35,13 @@ __all__ = [
     "checksum_tiles",
     "ProceduralFunctions",
     "encode_f32",
-    "expand_pages",
+    "feedback_pages",
     "hdr_functions",
-    "histogram_pages",
     "load",
     "load_library",
     "merge_requests",
     "missing_chains",
+    "move_slots",
     "prefetch_pages",
     "procedural_functions",
     "queue_keys",
@@ -49,6 +49,7 @@ __all__ = [
     "reduce_rgba8",
     "reduce_twice_rgba8",
     "sample_slots",
+    "touch_slots",
     "victim_keys",
 ]
 
@@ -333,26 +334,20 @@ def checksum_tiles() -> Callable[[memoryview, int, int], np.ndarray] | None:
 
 
 @functools.cache
-def expand_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_expand_pages`` (texture sets: a frame's lead pages onto their followers' pages, see
-    _native.c) from the helper at `path` (None: the installed one), or None when it is not built or
-    predates it: `texture_sets.SetTable.expand` then does it with numpy, to the same pages."""
-    args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
-    return _compiled_loop("ts_expand_pages", args, "numpy expands texture sets", path=path, keep_gil=True)
-
-
-@functools.cache
-def histogram_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_histogram_pages`` (raw feedback entries to distinct page ids and counts), or None as for
-    `expand_pages`: the feedback reduction then counts with numpy, to the same pages."""
-    args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr)
-    return _compiled_loop("ts_histogram_pages", args, "numpy counts the feedback", path=path, keep_gil=True)
+def feedback_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_feedback_pages`` (a frame's feedback entries to its wanted pages: counted, checked against
+    the open textures' tiles and expanded onto texture sets' followers in one call, see _native.c)
+    from the helper at `path` (None: the installed one), or None when it is not built or predates it:
+    `feedback_reduce.FeedbackReducer` and `texture_sets.SetTable` then do it with numpy, to the same
+    pages."""
+    args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_feedback_pages", args, "numpy reduces the feedback", path=path, keep_gil=True)
 
 
 @functools.cache
 def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_sample_slots`` (the cache slots a frame's pages and their parents sample, by pool), or None
-    as for `expand_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
+    as for `feedback_pages`: `touch.SampledSlots` then finds them with numpy, the same slots."""
     args = (_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr)
     return _compiled_loop("ts_sample_slots", args, "numpy finds the slots to touch", path=path, keep_gil=True)
 
@@ -360,7 +355,7 @@ def sample_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
 @functools.cache
 def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_missing_chains`` (the request scheduler's missing chains of a frame's wanted pages, weighed
-    and summed), or None as for `expand_pages`: `requests.RequestScheduler` then walks them with
+    and summed), or None as for `feedback_pages`: `requests.RequestScheduler` then walks them with
     numpy, to the same tiles and weights."""
     args = (_i64, *(_ptr,) * 6, _i64, _ptr, _ptr, *(_i64,) * 3, *(_ptr,) * 6)
     return _compiled_loop("ts_missing_chains", args, "numpy walks the missing chains", path=path, keep_gil=True)
@@ -369,7 +364,7 @@ def missing_chains(path: str | None = None) -> ctypes._CFuncPtr | None:
 @functools.cache
 def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_prefetch_pages`` (the scheduler's prefetch candidates: neighbours and children of a frame's
-    wanted pages, weighed), or None as for `expand_pages`: the scheduler then finds them with numpy."""
+    wanted pages, weighed), or None as for `feedback_pages`: the scheduler then finds them with numpy."""
     args = (_i64, *(_ptr,) * 7, _i64, *(_ptr,) * 4, *(_i64,) * 3, *(_ptr,) * 4)
     return _compiled_loop("ts_prefetch_pages", args, "numpy finds the prefetch candidates", path=path, keep_gil=True)
 
@@ -377,7 +372,7 @@ def prefetch_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
 @functools.cache
 def merge_requests(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_merge_requests`` (the scheduler queueing a frame's asked-for tiles), or None as for
-    `expand_pages`: the scheduler then queues them with numpy, to the same state."""
+    `feedback_pages`: the scheduler then queues them with numpy, to the same state."""
     args = (_i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
     return _compiled_loop("ts_merge_requests", args, "numpy queues the requests", path=path, keep_gil=True)
 
@@ -385,15 +380,31 @@ def merge_requests(path: str | None = None) -> ctypes._CFuncPtr | None:
 @functools.cache
 def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_queue_keys`` (the scheduler's queue cleaned and keyed for the frame's order), or None as
-    for `expand_pages`: the scheduler then does it with numpy, to the same queue and keys."""
+    for `feedback_pages`: the scheduler then does it with numpy, to the same queue and keys."""
     args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
     return _compiled_loop("ts_queue_keys", args, "numpy orders the queue", path=path, keep_gil=True)
 
 
 @functools.cache
+def move_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_move_slots`` (cache slots from one state to another, used at a frame, all or nothing), or
+    None as for `feedback_pages`: the ledger then does it with numpy."""
+    args = (_i64, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64)
+    return _compiled_loop("ts_move_slots", args, "numpy marks slots resident", path=path, keep_gil=True)
+
+
+@functools.cache
+def touch_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_touch_slots`` (a use of cache slots at a frame), or None as for `feedback_pages`: the ledger
+    then records it with numpy."""
+    args = (_i64, _ptr, _i64, _ptr, _i64)
+    return _compiled_loop("ts_touch_slots", args, "numpy records slot uses", path=path, keep_gil=True)
+
+
+@functools.cache
 def victim_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_victim_keys`` (a cache pool's least-recently-used victims, in one pass over the slots),
-    or None as for `expand_pages`: the ledger then picks them with numpy."""
+    or None as for `feedback_pages`: the ledger then picks them with numpy."""
     args = (_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _i64, _ptr)
     return _compiled_loop("ts_victim_keys", args, "numpy picks the victims", path=path, keep_gil=True)
 

@@ -232,7 +232,7 @@ static inline void ts_mark(uint64_t *bits, int64_t id, int64_t *lo, int64_t *hi)
 
 /* The ids marked in `bits` between `lo` and `hi` (both inclusive; none when hi < 0), ascending, with
  * their counts in `scratch`, written to out_ids / out_counts; clears both marks and counts. Returns
- * how many were written. (ts_expand_pages and ts_histogram_pages collect through it.) */
+ * how many were written. (ts_feedback_pages collects through it.) */
 static int64_t ts_take_marked(uint64_t *bits, int64_t *scratch, int64_t lo, int64_t hi, int64_t *out_ids,
                               int64_t *out_counts) {
     int64_t m = 0;
@@ -251,27 +251,86 @@ static int64_t ts_take_marked(uint64_t *bits, int64_t *scratch, int64_t lo, int6
     return m;
 }
 
-/* (Texture sets, render thread) The wanted pages of a frame plus the pages the sets' followers want
- * for them, as sorted unique ids with summed coverage: for every wanted lead page ids[i] (with
- * coverage counts[i]) the page itself and each non-negative entry of row ids[i] of `follow`
- * (capacity x k, the table texture_sets.SetTable builds). Coverage is summed in `scratch`
- * (capacity int64s) and presence marked in `bits` (capacity / 64 rounded up words); both must be
- * zero on entry and are zero again on return, so one pair serves every frame. Ids at or above
- * `capacity` (or negative) are refused: returns -1 and leaves the outputs undefined (the scratch is
- * still cleared). Otherwise returns the number of pages written to out_ids / out_counts, which hold
- * n * (k + 1) entries. Linear in n * (k + 1) plus the words between the smallest and largest id. */
-int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, const int32_t *follow, int64_t k,
-                        int64_t capacity, int64_t *scratch, uint64_t *bits, int64_t *out_ids, int64_t *out_counts) {
-    int64_t lo = capacity, hi = -1, bad = 0;
+/* Of the pages ids[0..m), how many each group holds (see ts_feedback_pages) into group_pages, when
+ * it is not NULL; returns m. */
+static int64_t ts_count_groups(int64_t m, const int64_t *ids, const int16_t *tex, const int64_t *group_of,
+                               int64_t n_tex, int64_t n_groups, int64_t *group_pages) {
+    if (group_pages == NULL)
+        return m;
+    for (int64_t g = 0; g < n_groups; g++)
+        group_pages[g] = 0;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t t = tex[ids[i]];
+        if (t < 0 || t >= n_tex)
+            continue;
+        const int64_t g = group_of[t];
+        if (g >= 0 && g < n_groups)
+            group_pages[g]++;
+    }
+    return m;
+}
+
+/* (Render thread) A frame's feedback to its wanted pages in one call: the entries counted per id,
+ * each id checked to name a tile, and the texture sets' expansion after it. Entries values[0..n) are
+ * tile ids in any order, each weighing weights[i] (a GPU-compacted buffer's counts) or 1 when `weights` is NULL (raw
+ * entries). Entries at or above n_ids add their weight to stats[0] and are dropped; distinct ids whose
+ * level[id] < 0 (header entries, a closed texture's ids) add their summed weight to stats[1] and are
+ * dropped. Every remaining page then also adds its coverage to the non-negative entries of its row of
+ * `follow` (capacity x k, texture_sets.SetTable's; k = 0: no sets). Writes the sorted distinct pages
+ * with summed coverage to out_ids / out_counts (room for min(n, n_ids) * (k + 1) entries) and returns
+ * how many; -1 when n_ids > capacity or a follow entry is at or above capacity (outputs undefined).
+ * When `group_pages` is not NULL it receives, per group (a cache pool: group_of[t] for texture t of
+ * n_tex; entries outside 0..n_groups-1 count nowhere), how many of the written pages are its.
+ * `level` and `tex` hold `capacity` entries (the tile space's per-id arrays).
+ * `scratch` (capacity int64s) and `bits` (capacity / 64 rounded up words) are zero on entry and zero
+ * again on return, refused or not. Linear in n plus the distinct pages times k + 1 plus the words
+ * between the smallest and the largest id. */
+int64_t ts_feedback_pages(int64_t n, const uint32_t *values, const uint32_t *weights, int64_t n_ids,
+                          const int8_t *level, const int16_t *tex, const int32_t *follow, int64_t k, int64_t capacity,
+                          const int64_t *group_of, int64_t n_tex, int64_t n_groups, int64_t *group_pages,
+                          int64_t *scratch, uint64_t *bits, int64_t *out_ids, int64_t *out_counts, int64_t *stats) {
+    if (n_ids > capacity || n_ids < 0 || k < 0)
+        return -1;
+    int64_t lo = n_ids, hi = -1, outside = 0, invalid = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t id = ids[i], c = counts[i];
-        if (id < 0 || id >= capacity) {
-            bad = 1;
+        const int64_t v = values[i];
+        const int64_t w = weights ? (int64_t)weights[i] : 1;
+        if (v >= n_ids) {
+            outside += w;
             continue;
         }
+        if (weights) {
+            scratch[v] += w;
+            ts_mark(bits, v, &lo, &hi);
+        } else if (scratch[v]++ == 0) {
+            ts_mark(bits, v, &lo, &hi);
+        }
+    }
+    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t id = out_ids[i];
+        if (level[id] < 0) {
+            invalid += out_counts[i];
+            continue;
+        }
+        out_ids[kept] = id;
+        out_counts[kept] = out_counts[i];
+        kept++;
+    }
+    stats[0] = outside;
+    stats[1] = invalid;
+    if (k == 0 || kept == 0)
+        return ts_count_groups(kept, out_ids, tex, group_of, n_tex, n_groups, group_pages);
+    lo = capacity;
+    hi = -1;
+    for (int64_t i = 0; i < kept; i++) {
+        const int64_t id = out_ids[i], c = out_counts[i];
         const int32_t *row = follow + id * k;
-        for (int64_t j = -1; j < k; j++) { /* the page itself, then its followers */
-            const int64_t page = j < 0 ? id : row[j];
+        scratch[id] += c;
+        ts_mark(bits, id, &lo, &hi);
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t page = row[j];
             if (page < 0)
                 continue;
             if (page >= capacity) {
@@ -282,31 +341,8 @@ int64_t ts_expand_pages(int64_t n, const int64_t *ids, const int64_t *counts, co
             ts_mark(bits, page, &lo, &hi);
         }
     }
-    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
-    return bad ? -1 : m;
-}
-
-/* (Render thread) Raw feedback entries values[0..n) (tile ids, any order, repeats) reduced to the
- * sorted distinct ids below `n_ids` with how often each occurs; entries at or above n_ids are
- * counted in *outside and dropped. Counts go through `scratch` (n_ids int64s) and presence through
- * `bits` (n_ids / 64 rounded up words): both zero on entry and zero again on return. out_ids and
- * out_counts hold min(n, n_ids) entries. Returns the number of ids written. Linear in n plus the
- * words between the smallest and the largest id seen. */
-int64_t ts_histogram_pages(int64_t n, const uint32_t *values, int64_t n_ids, int64_t *scratch, uint64_t *bits,
-                           int64_t *out_ids, int64_t *out_counts, int64_t *outside) {
-    int64_t lo = n_ids, hi = -1, dropped = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t v = values[i];
-        if (v >= n_ids) {
-            dropped++;
-            continue;
-        }
-        if (scratch[v]++ == 0)
-            ts_mark(bits, v, &lo, &hi);
-    }
-    const int64_t m = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
-    *outside = dropped;
-    return m;
+    const int64_t total = ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
+    return bad ? -1 : ts_count_groups(total, out_ids, tex, group_of, n_tex, n_groups, group_pages);
 }
 
 /* (Request scheduler, render thread) The missing chains of a frame's wanted pages ids[0..n) (with
@@ -579,6 +615,40 @@ static void ts_sift_down(int64_t *heap, int64_t size, int64_t at) {
         at = child;
     }
     heap[at] = key;
+}
+
+/* (Cache ledger, render thread) Slots slots[0..n) of a pool of `capacity` slots go from state
+ * `from` to state `to` and count as used at `frame` (last_used raised to it): slots.py's numpy
+ * `SlotLedger.mark_resident` is the twin. All or nothing: a slot outside [0, capacity) or not in
+ * state `from` refuses the call before anything is written, returning -(1 + its index); else 0. */
+int64_t ts_move_slots(int64_t n, const int64_t *slots, int64_t capacity, uint8_t *state, int64_t *last_used,
+                      int64_t frame, int64_t from, int64_t to) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = slots[i];
+        if (s < 0 || s >= capacity || state[s] != from)
+            return -(1 + i);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = slots[i];
+        state[s] = (uint8_t)to;
+        last_used[s] = last_used[s] > frame ? last_used[s] : frame;
+    }
+    return 0;
+}
+
+/* (Cache ledger, render thread) A use at `frame` of every slot of slots[0..n) in [0, capacity)
+ * (others, -1 included, are skipped): slots.py's numpy `SlotLedger.touch` is the twin. Returns how
+ * many slots were touched. */
+int64_t ts_touch_slots(int64_t n, const int64_t *slots, int64_t capacity, int64_t *last_used, int64_t frame) {
+    int64_t touched = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = slots[i];
+        if (s < 0 || s >= capacity)
+            continue;
+        last_used[s] = frame;
+        touched++;
+    }
+    return touched;
 }
 
 /* (Cache ledger, render thread) A pool's `count` victims (slots.py's numpy `_pick_victims` is the

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from .. import native
+from .ledger_loops import LedgerLoops
 from .requests import SCORE_LIMIT, SchedulerLoops
 from .tiles import MAX_LEVELS, MAX_TEXTURES
 from .touch import DeciderLoops
@@ -43,33 +44,56 @@ class Addresses:
 def decider_loops(path: str | None = None) -> DeciderLoops | None:
     """The compiled loops of the helper at `path` (None: the installed one), or None when it is not
     built or predates them (the core then uses numpy, to the same results)."""
-    expand, sample, histogram = native.expand_pages(path), native.sample_slots(path), native.histogram_pages(path)
+    reduce_loop, sample = native.feedback_pages(path), native.sample_slots(path)
     scheduler, victims = _scheduler_loops(path), native.victim_keys(path)
-    if expand is None or sample is None or histogram is None or scheduler is None or victims is None:
+    move, touch = native.move_slots(path), native.touch_slots(path)
+    if None in (reduce_loop, sample, scheduler, victims, move, touch):
         return None
     addresses = Addresses()
     at = addresses.of
 
-    def expand_pages(
-        ids: np.ndarray,
-        counts: np.ndarray,
+    def feedback_pages(
+        values: np.ndarray,
+        weights: np.ndarray | None,
+        n_ids: int,
+        level: np.ndarray,
+        tex: np.ndarray,
         follow: np.ndarray,
+        pool_of: np.ndarray | None,
+        pool_pages: np.ndarray | None,
         scratch: np.ndarray,
         bits: np.ndarray,
         out_ids: np.ndarray,
         out_counts: np.ndarray,
+        stats: np.ndarray,
     ) -> int:
-        capacity, k = follow.shape
+        rows, k = follow.shape
+        capacity = level.size
         if not (
-            scratch.size >= capacity
+            values.dtype == np.uint32
+            and values.flags.c_contiguous
+            and (weights is None or (weights.dtype == np.uint32 and weights.flags.c_contiguous))
+            and (weights is None or weights.size >= values.size)
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and tex.size == capacity
+            and follow.dtype == np.int32
+            and follow.flags.c_contiguous
+            and 0 <= n_ids <= capacity
+            and (k == 0 or rows >= n_ids)
+            and (pool_of is None) == (pool_pages is None)
+            and (pool_of is None or (pool_of.dtype == pool_pages.dtype == np.int64))  # type: ignore[union-attr]
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
             and bits.size * 64 >= capacity
-            and min(out_ids.size, out_counts.size) >= ids.size * (k + 1)
-            and counts.size >= ids.size
+            and min(out_ids.size, out_counts.size) >= min(values.size, n_ids) * (k + 1)
+            and stats.size >= 2
         ):
-            raise ValueError("expand_pages: a buffer is too small for the pages")
-        return expand(
-            ids.size, ids.ctypes.data, counts.ctypes.data, at(follow), k, capacity, at(scratch), at(bits),
-            at(out_ids), at(out_counts),
+            raise ValueError("feedback_pages: a table or buffer is too small or of the wrong type")
+        groups = (None, 0, 0, None) if pool_of is None else (at(pool_of), pool_of.size, pool_pages.size, at(pool_pages))  # type: ignore[union-attr]
+        return reduce_loop(
+            values.size, values.ctypes.data, None if weights is None else weights.ctypes.data, n_ids, at(level),
+            at(tex), at(follow), k, capacity, *groups, at(scratch), at(bits), at(out_ids), at(out_counts), at(stats),
         )  # fmt: skip
 
     def sample_slots(
@@ -94,29 +118,6 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             ids.size, ids.ctypes.data, at(parent), at(own), at(tex), parent.size, at(pool_of), MAX_TEXTURES,
             n_pools, MAX_LEVELS, at(out), stride, at(out_count),
         )  # fmt: skip
-
-    def histogram_pages(
-        values: np.ndarray,
-        n_ids: int,
-        scratch: np.ndarray,
-        bits: np.ndarray,
-        out_ids: np.ndarray,
-        out_counts: np.ndarray,
-        outside: np.ndarray,
-    ) -> int:
-        if not (
-            values.dtype == np.uint32
-            and values.flags.c_contiguous
-            and scratch.dtype == np.int64
-            and scratch.size >= n_ids
-            and bits.size * 64 >= n_ids
-            and min(out_ids.size, out_counts.size) >= min(values.size, n_ids)
-            and outside.size >= 1
-        ):
-            raise ValueError("histogram_pages: a buffer is too small or of the wrong type for the entries")
-        return histogram(
-            values.size, values.ctypes.data, n_ids, at(scratch), at(bits), at(out_ids), at(out_counts), at(outside)
-        )
 
     def victim_keys(
         state: np.ndarray,
@@ -150,12 +151,26 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             frames_in_flight, idle_clip, slot_bits, count, at(out_keys),
         )  # fmt: skip
 
+    def move_slots(slots: np.ndarray, state: np.ndarray, last_used: np.ndarray, frame: int, old: int, new: int) -> int:
+        if not (
+            slots.dtype == last_used.dtype == np.int64
+            and slots.flags.c_contiguous
+            and state.dtype == np.uint8
+            and state.size == last_used.size
+        ):
+            raise ValueError("move_slots: a ledger array or the slots are of the wrong type")
+        return move(slots.size, slots.ctypes.data, state.size, at(state), at(last_used), frame, old, new)
+
+    def touch_slots(slots: np.ndarray, last_used: np.ndarray, frame: int) -> int:
+        if not (slots.dtype == last_used.dtype == np.int64 and slots.flags.c_contiguous):
+            raise ValueError("touch_slots: the slots or the ledger's uses are of the wrong type")
+        return touch(slots.size, slots.ctypes.data, last_used.size, at(last_used), frame)
+
     return DeciderLoops(
-        expand_pages=expand_pages,
+        feedback_pages=feedback_pages,
         sample_slots=sample_slots,
-        histogram_pages=histogram_pages,
         scheduler=scheduler,
-        victim_keys=victim_keys,
+        ledger=LedgerLoops(victim_keys=victim_keys, move_slots=move_slots, touch_slots=touch_slots),
     )
 
 

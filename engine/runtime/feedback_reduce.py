@@ -30,7 +30,7 @@ __all__ = [
     "CompactionChoice",
     "FeedbackReducer",
     "FeedbackResult",
-    "HistogramLoop",
+    "FeedbackLoop",
     "Wanted",
     "histogram_counts",
     "same_feedback",
@@ -44,10 +44,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Wanted:
-    """Unique tile ids wanted this frame (ascending) with their coverage counts (int64 arrays)."""
+    """Unique tile ids wanted this frame (ascending) with their coverage counts (int64 arrays), and,
+    when the reduction counted them on the way (`FeedbackReducer.wanted_pages`), how many of the pages
+    each cache pool holds (else None: count them from the ids)."""
 
     ids: np.ndarray
     counts: np.ndarray
+    pool_pages: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> Wanted:
@@ -266,8 +269,24 @@ def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[n
     ]
 
 
-# (values, n_ids, scratch, bits, out_ids, out_counts, outside) -> ids written: ``ts_histogram_pages``
-HistogramLoop = Callable[[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]
+# (values, weights, n_ids, level, follow, scratch, bits, out_ids, out_counts, stats) -> pages written,
+# or -1: ``ts_feedback_pages``
+FeedbackLoop = Callable[
+    [
+        np.ndarray,
+        np.ndarray | None,
+        int,
+        np.ndarray,
+        np.ndarray,
+        np.ndarray,
+        np.ndarray,
+        np.ndarray,
+        np.ndarray,
+        np.ndarray,
+    ],
+    int,
+]
+NO_FOLLOWERS = np.full((0, 0), -1, np.int32)  # a follower table of no sets
 
 
 class FeedbackReducer:
@@ -277,33 +296,77 @@ class FeedbackReducer:
     ----------
     space
         The tile id space.
-    histogram_loop
-        The compiled count of raw uint32 entries (`touch.DeciderLoops.histogram_pages`: one pass
-        over the entries, where numpy's histogram takes several), or None: numpy, the same pages.
+    feedback_loop
+        The compiled reduction (`touch.DeciderLoops.feedback_pages`: one pass over the entries that
+        counts them, drops ids of no tile and expands texture sets, where numpy takes a dozen calls),
+        or None: numpy, the same pages.
     """
 
-    def __init__(self, space: TileSpace, *, histogram_loop: HistogramLoop | None = None) -> None:
+    def __init__(self, space: TileSpace, *, feedback_loop: FeedbackLoop | None = None) -> None:
         self.space = space
-        self._histogram = histogram_loop
+        self._loop = feedback_loop
         self._scratch = np.zeros(0, np.int64)  # the loop's counts and presence bits, left zeroed by it
         self._bits = np.zeros(0, np.uint64)
         self._out_ids = np.zeros(0, np.int64)  # what it writes, copied out
         self._out_counts = np.zeros(0, np.int64)
-        self._outside = np.zeros(1, np.int64)
+        self._stats = np.zeros(2, np.int64)  # entries past the id space, entries naming no tile
 
-    def _histogram_compiled(self, ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """`histogram_counts` of uint32 entries in one call of the compiled loop."""
-        values = np.ascontiguousarray(ids.ravel())
-        if self._scratch.size < n_ids:
-            self._scratch = np.zeros(max(n_ids, 2 * self._scratch.size), np.int64)
-            self._bits = np.zeros(-(-self._scratch.size // 64), np.uint64)
-        room = min(values.size, n_ids)
+    def _pages_compiled(
+        self,
+        values: np.ndarray,
+        weights: np.ndarray | None,
+        follow: np.ndarray,
+        pool_of: np.ndarray | None = None,
+        n_pools: int = 0,
+    ) -> tuple[Wanted, int]:
+        """The distinct tiles `values` name (uint32; each weighing `weights`, or 1) with their
+        coverage, expanded onto `follow`'s pages, in one call of the compiled loop, with the pages
+        per pool when `pool_of` (per texture id) is given; and how many entries (by weight) were
+        dropped for naming no tile."""
+        assert self._loop is not None
+        values = np.ascontiguousarray(values.ravel())
+        k = follow.shape[1]
+        capacity = self.space.capacity
+        if self._scratch.size < capacity:
+            self._scratch = np.zeros(capacity, np.int64)
+            self._bits = np.zeros(-(-capacity // 64), np.uint64)
+        n_ids = self.space.used
+        room = min(values.size, n_ids) * (k + 1)
         if self._out_ids.size < room:
             self._out_ids = np.empty(max(room, 2 * self._out_ids.size, 4096), np.int64)
             self._out_counts = np.empty_like(self._out_ids)
-        out_ids, out_counts = self._out_ids, self._out_counts
-        n = self._histogram(values, n_ids, self._scratch, self._bits, out_ids, out_counts, self._outside)  # type: ignore[misc]
-        return out_ids[:n].copy(), out_counts[:n].copy(), int(self._outside[0])
+        space = self.space
+        pool_pages = None if pool_of is None else np.zeros(n_pools, np.int64)
+        n = self._loop(
+            values, weights, n_ids, space.level, space.tex, follow, pool_of, pool_pages, self._scratch, self._bits,
+            self._out_ids, self._out_counts, self._stats,
+        )  # fmt: skip
+        if n < 0:  # the follower table names a page past the id space: never as SetTable builds it
+            raise ValueError("feedback: a texture set's follower table names a page outside the tile id space")
+        invalid = int(self._stats[0] + self._stats[1])
+        return Wanted(self._out_ids[:n].copy(), self._out_counts[:n].copy(), pool_pages), invalid
+
+    def wanted_pages(
+        self,
+        batches: Sequence[np.ndarray | CompactFeedback],
+        follow: np.ndarray,
+        expand: Callable[[Wanted], Wanted],
+        pool_of: np.ndarray,
+        n_pools: int,
+    ) -> Wanted:
+        """A frame's wanted pages: `reduce_batches(batches).wanted` expanded by `expand` (the texture
+        sets' `SetTable.expand`, whose table is `follow`). One buffer (the usual frame) goes through one
+        call of the compiled loop when there is one, which also counts the pages of each of `n_pools`
+        pools (`pool_of`: per texture id, int64) into `Wanted.pool_pages`; the same pages either way."""
+        if self._loop is not None and len(batches) == 1:
+            b = batches[0]
+            if isinstance(b, CompactFeedback):
+                ids, counts = np.asarray(b.ids), np.asarray(b.counts)
+                if ids.dtype == counts.dtype == np.uint32 and ids.size <= counts.size:
+                    return self._pages_compiled(ids, counts[: ids.size], follow, pool_of, n_pools)[0]
+            elif np.asarray(b).dtype == np.uint32:
+                return self._pages_compiled(np.asarray(b), None, follow, pool_of, n_pools)[0]
+        return expand(self.reduce_batches(batches).wanted)
 
     def reduce(self, raw: np.ndarray, bias: float = 0.0) -> FeedbackResult:
         """Unique wanted pages with coverage counts, coarsened by floor(bias) levels.
@@ -322,19 +385,21 @@ class FeedbackReducer:
             raise ValueError(f"mip bias must be a finite number >= 0, got {bias!r}")
         total = int(ids.size)
         n_ids = self.space.used
-        outside = 0
-        if total and self._histogram is not None and ids.dtype == np.uint32:
-            uniq, counts, outside = self._histogram_compiled(ids, n_ids)
-        elif total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
-            uniq, counts, outside = histogram_counts(ids, n_ids)
+        if total and self._loop is not None and ids.dtype == np.uint32:
+            wanted, invalid = self._pages_compiled(ids, None, NO_FOLLOWERS)
+            uniq, counts = wanted.ids, wanted.counts
         else:
-            uniq, counts = unique_counts(ids)
-        uniq = uniq.astype(np.int64)
-        valid = self.space.is_tile(uniq)
-        invalid = outside + int(counts[~valid].sum())
+            outside = 0
+            if total and n_ids <= HISTOGRAM_IDS_PER_ENTRY * total:
+                uniq, counts, outside = histogram_counts(ids, n_ids)
+            else:
+                uniq, counts = unique_counts(ids)
+            uniq = uniq.astype(np.int64)
+            valid = self.space.is_tile(uniq)
+            invalid = outside + int(counts[~valid].sum())
+            uniq, counts = uniq[valid], counts[valid]
         if invalid:
             log.debug("feedback: %d of %d entries name no tile and were dropped", invalid, total)
-        uniq, counts = uniq[valid], counts[valid]
         b = math.floor(bias)
         if b and uniq.size:
             uniq, counts = unique_sums(self.space.ancestors(uniq, b), counts)

@@ -163,10 +163,10 @@ class Residency:
         self.frame = 0
         self.space = TileSpace()
         self.tables = PageTables(self.space)
-        self.reducer = FeedbackReducer(self.space, histogram_loop=loops and loops.histogram_pages)
-        self.sets = SetTable(self.space, expand_loop=loops and loops.expand_pages)
+        self.reducer = FeedbackReducer(self.space, feedback_loop=loops and loops.feedback_pages)
+        self.sets = SetTable(self.space)
         self._sampled = SampledSlots(self.space, self.tables, walk_loop=loops and loops.sample_slots)  # `_touch`
-        self._victim_keys = loops and loops.victim_keys  # every ledger's (`attach`)
+        self._ledger_loops = loops and loops.ledger  # every ledger's (`attach`)
         self.priority = Priorities()
         self._loading: Callable[[np.ndarray], np.ndarray] = lambda ids: np.zeros(ids.size, bool)
         self.ring_tile_bytes = 0  # the staging ring's slot size (set_loading)
@@ -217,7 +217,7 @@ class Residency:
         if self.ledgers[pool] is None:
             self.ledgers[pool], self.geometry[pool] = ledger, geometry
         assert self.ledgers[pool] is ledger, "one ledger per pool"
-        ledger.weigh_by(self.priority.values, victim_keys=self._victim_keys)
+        ledger.weigh_by(self.priority.values, loops=self._ledger_loops)
         self.pool_of[tex] = pool
         self.headers[tex] = h
         self.tables.add_texture(tex, self.config.pinned_levels)
@@ -364,7 +364,8 @@ class Residency:
             stamp = (self.space.generation, self.sets.generation)
             last = self._reduced
             if last is None or last[0] != stamp or not same_feedback(last[1], feedback):
-                self.sampled = self.sets.expand(self.reducer.reduce_batches(feedback).wanted)
+                sets, reducer = self.sets, self.reducer
+                self.sampled = reducer.wanted_pages(feedback, sets.follow, sets.expand, self.pool_of, MAX_POOLS)
                 snapshot = snapshot_feedback(feedback)  # None: too large to keep, reduced every time
                 self._reduced = None if snapshot is None else (stamp, snapshot, self.sampled)
             else:  # the same feedback as last time, against the same ids and sets: the same pages
@@ -554,11 +555,12 @@ class Residency:
 
         bm, cfg = self.budget, self.config.budget
         if bm.bias == 0:
-            caps = [self.stream_capacity(p) for p, ledger in enumerate(self.ledgers) if ledger is not None]
-            if 2 * len(wanted) < cfg.low_water * min(caps, default=0):
-                return  # all pages plus parents cannot fill even the smallest pool (no per-pool count needed)
-            pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
-            if all(2 * pages[p] < cfg.low_water * self.stream_capacity(p) for p in pages.nonzero()[0].tolist()):
+            if (pages := wanted.pool_pages) is None:  # counted by the feedback reduction, else here
+                caps = [self.stream_capacity(p) for p, ledger in enumerate(self.ledgers) if ledger is not None]
+                if 2 * len(wanted) < cfg.low_water * min(caps, default=0):
+                    return  # all pages plus parents cannot fill even the smallest pool (no per-pool count)
+                pages = np.bincount(self.pool_of[self.space.tex[wanted.ids].astype(np.int64)], minlength=MAX_POOLS)
+            if all(2 * n < cfg.low_water * self.stream_capacity(p) for p, n in enumerate(pages.tolist()) if n):
                 return  # no pool's pages plus parents can fill it: no pressure to measure
         need, cap = worst(wanted)
         b = bm.bias_levels

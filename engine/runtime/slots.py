@@ -46,13 +46,13 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import BudgetError
 from .int_sets import sorted_unique
+from .ledger_loops import LedgerLoops
 
 __all__ = [
     "MAX_POOLS",
@@ -63,7 +63,6 @@ __all__ = [
     "ShrinkPlan",
     "SlotGeometry",
     "SlotLedger",
-    "VictimLoop",
     "slot_runs",
 ]
 
@@ -85,10 +84,6 @@ class CacheSlotState(enum.IntEnum):
 _FREE = int(CacheSlotState.FREE)
 _LOADING = int(CacheSlotState.LOADING)
 _RESIDENT = int(CacheSlotState.RESIDENT)
-
-# (state, pinned, last_used, tex, level, priority or None, frame, frames_in_flight, idle_clip, slot_bits,
-# count, out_keys) -> victims, or -1: ``ts_victim_keys``, `SlotLedger._pick_victims`'s twin
-VictimLoop = Callable[..., int]
 
 #: One run of consecutive cache slots: the first slot, its layer, and how many slots follow.
 RUN_DTYPE = np.dtype([("first_slot", np.int64), ("first_layer", np.int64), ("count", np.int64)])
@@ -279,7 +274,7 @@ class SlotLedger:
         self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
         self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
-        self._victim_keys: VictimLoop | None = None  # the compiled victims pass (`weigh_by`)
+        self._loops: LedgerLoops | None = None  # the compiled passes (`weigh_by`)
         self._keys = np.zeros(0, np.int64)  # its output: the victims' keys
         self.grow(capacity)
 
@@ -370,11 +365,11 @@ class SlotLedger:
         e = np.zeros(0, np.int64)
         return Allocation(e, tiles, victims, last, self.layers)
 
-    def weigh_by(self, priority: np.ndarray | None, *, victim_keys: VictimLoop | None = None) -> None:
+    def weigh_by(self, priority: np.ndarray | None, *, loops: LedgerLoops | None = None) -> None:
         """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns
-        and may change; every entry > 0; None: unweighed). `victim_keys`: the compiled pass that picks
-        the victims (`touch.DeciderLoops.victim_keys`), or None: numpy, the same victims."""
-        self._priority, self._victim_keys = priority, victim_keys
+        and may change; every entry > 0; None: unweighed). `loops`: the compiled passes (victims among
+        them; `touch.DeciderLoops.ledger`), or None: numpy, the same victims and state."""
+        self._priority, self._loops = priority, loops
 
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
         """The `count` best victims, best first: longest idle (in 1/16 frames, divided by the texture's
@@ -382,11 +377,11 @@ class SlotLedger:
         so the choice is deterministic. The slot in the low bits of the key makes every key distinct:
         numpy's partition runs an order of magnitude slower on the few distinct values the frames of
         an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
-        if self._victim_keys is not None:  # one pass over the slots keeping the best keys
+        if self._loops is not None:  # one pass over the slots keeping the best keys
             if self._keys.size < count:
                 self._keys = np.empty(max(count, 1024), np.int64)
             args = (self.state, self.pinned, self.last_used, self.tex, self.level, self._priority, frame)
-            n = self._victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, count, self._keys)
+            n = self._loops.victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, count, self._keys)
             if n < 0:
                 raise ValueError(f"{self.name}: a resident slot names a texture outside the priority table")
             return self._keys[:n] & ((1 << _SLOT_BITS) - 1)
@@ -422,7 +417,11 @@ class SlotLedger:
 
     def mark_resident(self, slots: np.ndarray | int, frame: int) -> None:
         """LOADING -> RESIDENT (its upload was issued); counts as a use at `frame`."""
-        s = self._slots(slots, (_LOADING,), "mark resident")
+        if self._loops is not None and isinstance(slots, np.ndarray) and slots.dtype == np.int64:
+            s = np.ascontiguousarray(slots.ravel())
+            if self._loops.move_slots(s, self.state, self.last_used, frame, _LOADING, _RESIDENT) == 0:
+                return
+        s = self._slots(slots, (_LOADING,), "mark resident")  # (refused by the loop: raises, naming the slot)
         self.state[s] = _RESIDENT
         self.last_used[s] = np.maximum(self.last_used[s], frame)
 
@@ -443,6 +442,9 @@ class SlotLedger:
     def touch(self, slots: np.ndarray, frame: int) -> None:
         """Record a use at `frame` of every listed slot (-1 entries ignored; a free slot's use is
         overwritten when it is allocated)."""
+        if self._loops is not None and isinstance(slots, np.ndarray) and slots.dtype == np.int64:
+            self._loops.touch_slots(np.ascontiguousarray(slots.ravel()), self.last_used, frame)
+            return
         s = np.asarray(slots, np.int64).ravel()
         s = s[(s >= 0) & (s < self.capacity)]
         self.last_used[s] = frame

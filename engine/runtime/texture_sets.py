@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -45,13 +44,9 @@ from ..pack.format import PackHeader
 from .feedback_reduce import Wanted, unique_sums
 from .tiles import MAX_TEXTURES, TileSpace
 
-# (ids, counts, follow, scratch, bits, out_ids, out_counts) -> pages written, or -1: ``ts_expand_pages``
-ExpandLoop = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]
-
 __all__ = [
     "MAX_PRIORITY",
     "MIN_PRIORITY",
-    "ExpandLoop",
     "Priorities",
     "SetTable",
     "bias_levels",
@@ -142,26 +137,17 @@ class SetTable:
     A texture may belong to several sets (a pack shared by two materials); pairs naming the same
     follower twice only merge coverage. The mapping is computed when sets change into a follower
     table over the tile ids (for each lead tile, the member pages it stands for), so `expand` is
-    one gather over all sets at once.
+    one gather over all sets at once; with the compiled helper the feedback reduction expands the
+    pages itself from `follow` (`feedback_reduce.FeedbackReducer.wanted_pages`), in the same call.
 
     Parameters
     ----------
     space
         The tile id space (levels, grids and first ids of every texture).
-    expand_loop
-        The compiled expansion (`compiled_loops.decider_loops`), or None: numpy, the same pages and
-        counts.
     """
 
-    def __init__(self, space: TileSpace, *, expand_loop: ExpandLoop | None = None) -> None:
+    def __init__(self, space: TileSpace) -> None:
         self.space = space
-        # The compiled expansion (one call instead of a dozen numpy ones a frame) and its scratch, which
-        # it leaves zeroed; None: numpy, to the same pages.
-        self._compiled = expand_loop
-        self._scratch = np.zeros(0, np.int64)
-        self._bits = np.zeros(0, np.uint64)
-        self._out_ids = np.zeros(0, np.int64)  # the pages and counts it writes, copied out
-        self._out_counts = np.zeros(0, np.int64)
         self._sets: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._next = 0
         self.width = np.zeros(MAX_TEXTURES, np.int64)
@@ -250,8 +236,6 @@ class SetTable:
         pages and a sort of the result, O(wanted pages x followers); nothing else is read."""
         if self.follow.shape[1] == 0 or not len(wanted):
             return wanted
-        if self._compiled is not None:
-            return self._expand_compiled(wanted)
         # Column by column: each column lists member pages in the order of the lead pages (ascending
         # within one lead; columns in member id order), so the concatenation is sorted already when the
         # lead's ids come first, else a few sorted runs that a stable (merging) sort joins fast. Rows
@@ -280,26 +264,6 @@ class SetTable:
         np.not_equal(step, 0, out=first[1:])
         starts = np.flatnonzero(first)
         return Wanted(ids[starts], np.add.reduceat(counts, starts))
-
-    def _expand_compiled(self, wanted: Wanted) -> Wanted:
-        """`expand` in one call of the compiled loop: sums coverage into a dense scratch over the
-        tile ids and reads it back in id order (sorted and unique without a sort)."""
-        follow = self.follow
-        capacity, k = follow.shape
-        if self._scratch.size != capacity:
-            self._scratch = np.zeros(capacity, np.int64)
-            self._bits = np.zeros(-(-capacity // 64), np.uint64)
-        ids = np.ascontiguousarray(wanted.ids, np.int64)
-        counts = np.ascontiguousarray(wanted.counts, np.int64)
-        if self._out_ids.size < ids.size * (k + 1):
-            self._out_ids = np.empty(max(4096, 2 * ids.size * (k + 1)), np.int64)
-            self._out_counts = np.empty_like(self._out_ids)
-        n = self._compiled(ids, counts, follow, self._scratch, self._bits, self._out_ids, self._out_counts)
-        if n < 0:  # a wanted id outside the table: never from the reducer, which drops ids of no tile
-            raise ValueError("expand: a wanted page id is outside the tile id space")
-        if n == ids.size and np.array_equal(self._out_counts[:n], counts):
-            return wanted  # no wanted page leads a set (the output holds every input page)
-        return Wanted(self._out_ids[:n].copy(), self._out_counts[:n].copy())
 
     def _map(self, lead_ids: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Member pages under lead pages `lead_ids` (one follower texture id per entry), each with the

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .feedback_reduce import HistogramLoop
+from .feedback_reduce import FeedbackLoop
+from .ledger_loops import LedgerLoops
 from .page_table import PageTables
 from .requests import SchedulerLoops
-from .slots import VictimLoop
-from .texture_sets import ExpandLoop
 from .tiles import TileSpace
 
 __all__ = ["DeciderLoops", "SampledSlots", "WalkLoop"]
@@ -32,11 +31,10 @@ class DeciderLoops:
     """The residency core's compiled loops, handed in by whoever builds it (`compiled_loops.
     decider_loops`): the core itself loads no compiled code, so it runs and is tested anywhere."""
 
-    expand_pages: ExpandLoop  # texture sets: lead pages onto followers' (`texture_sets.SetTable`)
+    feedback_pages: FeedbackLoop  # feedback to wanted pages, sets expanded (`feedback_reduce.FeedbackReducer`)
     sample_slots: WalkLoop  # the slots pages and their parents sample (`SampledSlots`)
-    histogram_pages: HistogramLoop  # raw feedback entries counted (`feedback_reduce.FeedbackReducer`)
     scheduler: SchedulerLoops  # the request scheduler's demand, prefetch and queueing (`requests`)
-    victim_keys: VictimLoop  # a cache pool's least-recently-used victims (`slots.SlotLedger.weigh_by`)
+    ledger: LedgerLoops  # a cache pool's victims, arrivals and uses (`slots.SlotLedger.weigh_by`)
 
 
 class SampledSlots:

@@ -14,8 +14,9 @@ Radiance picture input (hdr), then each of its cuts and byte flips, is decoded f
 buffer by `ts_hdr_scanlines` and `ts_rgbe_to_float`; the procedural generators' loops (procedural:
 no corpus) make terrain, normal map and lattice blocks of odd sizes into exact-size arrays, and are
 handed lattices one sample short, which they must refuse without touching memory; the render
-thread's decider loops (deciders: no corpus) expand texture sets, find the slots pages sample and
-walk the scheduler's missing chains on random and hostile tables. Each answer is
+thread's decider loops (deciders: no corpus) reduce feedback and expand texture sets, find the slots
+pages sample, mark and touch ledger slots and walk the scheduler's missing chains on random and
+hostile tables. Each answer is
 compared with the pure-Python twin's (the contract in _native.c: same status codes, same texels).
 Any sanitizer report aborts the process (-fno-sanitize-recover, halt_on_error), so the replay's exit
 status says it all. Python's own allocator is switched to malloc (PYTHONMALLOC) so buffers the helper
@@ -315,22 +316,23 @@ def _replay_procedural(lib: Path) -> int:
 
 
 def _replay_deciders(lib: Path) -> int:
-    """The render thread's loops (texture sets' page expansion, the slots a frame's pages sample, the
-    count of raw feedback entries, the scheduler's missing chains, prefetch candidates, queueing and
-    order, a cache pool's eviction candidates) on random tables against numpy's, from exact-size
-    buffers, then on hostile tables: ids past the table, follower entries past it, a parent table
-    with a cycle (the walk is bounded), entries past every id, chains past MAX_LEVELS, a texture
-    past the priority table."""
+    """The render thread's loops (the feedback reduction with texture sets' page expansion and pool
+    counts, raw and compacted, the slots a frame's pages sample, the scheduler's missing chains,
+    prefetch candidates, queueing and order, a cache pool's eviction candidates) on random tables
+    against numpy's, from exact-size buffers, then on hostile tables: ids past the table, follower
+    entries past it, a parent table with a cycle (the walk is bounded), entries past every id, chains
+    past MAX_LEVELS, a texture past the priority table."""
     import numpy as np
 
     from texstream.native import (
-        expand_pages,
-        histogram_pages,
+        feedback_pages,
         merge_requests,
         missing_chains,
+        move_slots,
         prefetch_pages,
         queue_keys,
         sample_slots,
+        touch_slots,
         victim_keys,
     )
     from texstream.pack.format import PackHeader
@@ -340,10 +342,11 @@ def _replay_deciders(lib: Path) -> int:
     from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
     from texstream.runtime.touch import SampledSlots
 
-    expand, sample, histogram = expand_pages(str(lib)), sample_slots(str(lib)), histogram_pages(str(lib))
+    reduce, sample = feedback_pages(str(lib)), sample_slots(str(lib))
     chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
     keys, victims = queue_keys(str(lib)), victim_keys(str(lib))
-    if None in (expand, sample, histogram, chains, prefetch, merge, keys, victims):
+    move, touch = move_slots(str(lib)), touch_slots(str(lib))
+    if None in (reduce, sample, chains, prefetch, merge, keys, victims, move, touch):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
     checks = 0
@@ -364,19 +367,31 @@ def _replay_deciders(lib: Path) -> int:
             ids = np.append(ids, capacity + 3)
             counts = np.append(counts, 1)
             follow[int(ids[0])] = capacity + 1
+        pool_of = np.full(MAX_TEXTURES, -1, np.int64)
+        pool_of[:4] = [0, 1, 0, 1]
+        values, weights = ids.astype(np.uint32), counts.astype(np.uint32)
         scratch, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
-        out_ids, out_counts = np.empty(ids.size * (k + 1), np.int64), np.empty(ids.size * (k + 1), np.int64)
-        n = expand(
-            ids.size, ids.ctypes.data, counts.ctypes.data, follow.ctypes.data, k, capacity, scratch.ctypes.data,
-            bits.ctypes.data, out_ids.ctypes.data, out_counts.ctypes.data,
+        room = min(values.size, int(space.used)) * (k + 1)
+        out_ids, out_counts = np.empty(room, np.int64), np.empty(room, np.int64)
+        pool_pages, stats = np.empty(2, np.int64), np.empty(2, np.int64)
+        n = reduce(
+            values.size, values.ctypes.data, weights.ctypes.data, space.used, space.level.ctypes.data,
+            space.tex.ctypes.data, follow.ctypes.data, k, capacity, pool_of.ctypes.data, MAX_TEXTURES, 2,
+            pool_pages.ctypes.data, scratch.ctypes.data, bits.ctypes.data, out_ids.ctypes.data, out_counts.ctypes.data,
+            stats.ctypes.data,
         )  # fmt: skip
         if case == 7:
             if n != -1 or scratch.any() or bits.any():
-                raise AssertionError(f"ts_expand_pages on hostile ids: {n}, scratch left dirty: {scratch.any()}")
+                raise AssertionError(f"ts_feedback_pages on hostile ids: {n}, scratch left dirty: {scratch.any()}")
         else:
             want = sets.expand(Wanted(ids, counts))
-            if not (np.array_equal(out_ids[:n], want.ids) and np.array_equal(out_counts[:n], want.counts)):
-                raise AssertionError(f"ts_expand_pages case {case}: compiled pages != numpy's")
+            per_pool = np.bincount(pool_of[space.tex[want.ids].astype(np.int64)], minlength=2)
+            if not (
+                np.array_equal(out_ids[:n], want.ids)
+                and np.array_equal(out_counts[:n], want.counts)
+                and np.array_equal(pool_pages, per_pool)
+            ):
+                raise AssertionError(f"ts_feedback_pages case {case}: compiled pages != numpy's")
         tables = PageTables(space)
         resident = rng.choice(space.used, size=space.used // 3, replace=False)
         tables.own[resident] = rng.integers(0, 500, resident.size)
@@ -385,8 +400,6 @@ def _replay_deciders(lib: Path) -> int:
             a, b = (int(x) for x in np.flatnonzero(tables.own[: space.used] < 0)[:2])
             parent[a], parent[b] = b, a
             ids = np.array([a, b, capacity - 1], np.int64)
-        pool_of = np.full(MAX_TEXTURES, -1, np.int64)
-        pool_of[:4] = [0, 1, 0, 1]
         stride = 2 * ids.size
         out, out_count = np.empty(2 * stride, np.int64), np.empty(2, np.int64)
         got = sample(
@@ -404,26 +417,57 @@ def _replay_deciders(lib: Path) -> int:
         values = rng.integers(0, capacity + 40, int(rng.integers(1, 3000))).astype(np.uint32)
         values[::7] = np.uint32(0xFFFFFFFF)
         n_ids = int(space.used)
-        scratch_counts, bits = np.zeros(n_ids, np.int64), np.zeros(-(-n_ids // 64), np.uint64)
+        scratch_counts, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
         room = min(values.size, n_ids)
-        hist_ids, hist_counts, outside = np.empty(room, np.int64), np.empty(room, np.int64), np.zeros(1, np.int64)
-        m = histogram(
-            values.size, values.ctypes.data, n_ids, scratch_counts.ctypes.data, bits.ctypes.data, hist_ids.ctypes.data,
-            hist_counts.ctypes.data, outside.ctypes.data,
+        hist_ids, hist_counts, stats = np.empty(room, np.int64), np.empty(room, np.int64), np.zeros(2, np.int64)
+        m = reduce(
+            values.size, values.ctypes.data, None, n_ids, space.level.ctypes.data, space.tex.ctypes.data, None, 0,
+            capacity, None, 0, 0, None, scratch_counts.ctypes.data, bits.ctypes.data, hist_ids.ctypes.data,
+            hist_counts.ctypes.data, stats.ctypes.data,
         )  # fmt: skip
         inside = values[values < n_ids]
         want_ids, want_counts = np.unique(inside, return_counts=True)
+        tile = space.level[want_ids] >= 0
         if not (
-            np.array_equal(hist_ids[:m], want_ids)
-            and np.array_equal(hist_counts[:m], want_counts)
-            and int(outside[0]) == values.size - inside.size
+            np.array_equal(hist_ids[:m], want_ids[tile])
+            and np.array_equal(hist_counts[:m], want_counts[tile])
+            and int(stats[0]) == values.size - inside.size
+            and int(stats[1]) == int(want_counts[~tile].sum())
             and not scratch_counts.any()
             and not bits.any()
         ):
-            raise AssertionError(f"ts_histogram_pages case {case}: compiled counts != numpy's")
+            raise AssertionError(f"ts_feedback_pages case {case} (raw entries): compiled counts != numpy's")
+        checks += _replay_ledger_moves(move, touch, rng, hostile=case == 7)
         checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
         checks += _replay_victims(victims, rng, hostile=case == 7)
     return checks
+
+
+def _replay_ledger_moves(move, touch, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_move_slots`` and ``ts_touch_slots`` on exact-size ledger arrays against numpy; hostile: a
+    slot past the pool among the moved ones (refused, nothing written) and uses past it (skipped)."""
+    import numpy as np
+
+    capacity, frame = int(rng.integers(1, 300)), int(rng.integers(0, 1000))
+    state = rng.integers(0, 3, capacity).astype(np.uint8)
+    last_used = rng.integers(0, 2000, capacity).astype(np.int64)
+    slots = np.flatnonzero(state == 1).astype(np.int64)
+    if hostile:
+        slots = np.append(slots, capacity + 5)
+    want_state, want_used = state.copy(), last_used.copy()
+    if not hostile:
+        want_state[slots] = 2
+        want_used[slots] = np.maximum(want_used[slots], frame)
+    got = move(slots.size, slots.ctypes.data, capacity, state.ctypes.data, last_used.ctypes.data, frame, 1, 2)
+    if (got < 0) != hostile or not (np.array_equal(state, want_state) and np.array_equal(last_used, want_used)):
+        raise AssertionError(f"ts_move_slots (hostile={hostile}): {got}, state or uses differ from numpy's")
+    uses = rng.integers(-3, capacity + (9 if hostile else 0), int(rng.integers(0, 400))).astype(np.int64)
+    inside = uses[(uses >= 0) & (uses < capacity)]
+    want_used[inside] = frame + 1
+    n = touch(uses.size, uses.ctypes.data, capacity, last_used.ctypes.data, frame + 1)
+    if n != inside.size or not np.array_equal(last_used, want_used):
+        raise AssertionError(f"ts_touch_slots (hostile={hostile}): {n} touched, uses differ from numpy's")
+    return 2
 
 
 def _replay_victims(victims, rng, *, hostile: bool) -> int:  # noqa: ANN001

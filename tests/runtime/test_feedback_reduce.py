@@ -354,7 +354,7 @@ def test_the_compiled_count_of_raw_entries_equals_numpys(seed: int) -> None:
     space.unregister(1)
     loops = decider_loops()
     assert loops is not None
-    compiled, plain = FeedbackReducer(space, histogram_loop=loops.histogram_pages), FeedbackReducer(space)
+    compiled, plain = FeedbackReducer(space, feedback_loop=loops.feedback_pages), FeedbackReducer(space)
     for frame in range(3):
         raw = rng.integers(0, space.used + 50, int(rng.integers(1, 5000))).astype(np.uint32)
         raw[:: 97 + frame] = np.uint32(0xFFFFFFFF)

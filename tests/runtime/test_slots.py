@@ -810,7 +810,7 @@ def test_victims_among_many_equal_uses_are_the_reference_choice(weighted: bool, 
     priority = np.ones(256)
     if weighted:
         priority[:3] = (1.0, 2.0, 0.5)
-    ledger.weigh_by(priority if weighted else None, victim_keys=loops.victim_keys if compiled and loops else None)
+    ledger.weigh_by(priority if weighted else None, loops=loops.ledger if compiled and loops else None)
     frame, count = 40, 700
     last_used, pinned = ledger.last_used.copy(), ledger.pinned.copy()
 
@@ -861,9 +861,10 @@ def test_free_slots_go_out_lowest_writable_first_whatever_order_they_came_back(s
 @pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> None:
-    """Two ledgers, one picking victims with numpy and one with the compiled pass, through the same
-    random loads, uses, pins, releases and keep-free evictions: the same slots, tiles and evictions
-    every step (weighed by priority in odd seeds)."""
+    """Two ledgers, one on numpy and one on the compiled passes (victims, arrivals, uses), through the
+    same random loads, uses (some past the pool, some -1), pins, releases and keep-free evictions: the
+    same slots, tiles and evictions every step (weighed by priority in odd seeds); an arrival into a
+    slot that is not loading is refused by both alike, with nothing written."""
     loops = decider_loops()
     assert loops is not None
     rng = np.random.default_rng(seed)
@@ -872,11 +873,11 @@ def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> Non
         priority[:3] = (1.0, 3.0, 0.25)
     twins = [SlotLedger(NAME, 96, 2, 4) for _ in range(2)]
     twins[0].weigh_by(priority if seed % 2 else None)
-    twins[1].weigh_by(priority if seed % 2 else None, victim_keys=loops.victim_keys)
+    twins[1].weigh_by(priority if seed % 2 else None, loops=loops.ledger)
     for frame in range(60):
         op, k = int(rng.integers(0, 6)), int(rng.integers(1, 40))
         tiles, tex, levels = np.arange(frame * 40, frame * 40 + k), rng.integers(0, 3, k), rng.integers(0, 5, k)
-        touched, keep = rng.integers(0, 96, 30), int(rng.integers(0, 60))
+        touched, keep = rng.integers(-1, 100, 30), int(rng.integers(0, 60))
         out = []
         for ledger in twins:
             if op <= 2:
@@ -897,6 +898,14 @@ def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> Non
         for name in ("state", "tile", "last_used", "pinned", "writable_at"):
             np.testing.assert_array_equal(getattr(twins[0], name), getattr(twins[1], name), err_msg=name)
         twins[1].check()
+    for ledger in twins:
+        loading = np.flatnonzero(ledger.state == CacheSlotState.LOADING)
+        not_loading = np.flatnonzero(ledger.state != CacheSlotState.LOADING)[:1]
+        before = ledger.state.copy(), ledger.last_used.copy()
+        with pytest.raises(ValueError, match=f"cannot mark resident slot {int(not_loading[0])} in state"):
+            ledger.mark_resident(np.concatenate([loading, not_loading]), 10_000)
+        np.testing.assert_array_equal(ledger.state, before[0])
+        np.testing.assert_array_equal(ledger.last_used, before[1])
 
 
 @pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
@@ -919,7 +928,7 @@ def test_the_compiled_victims_are_the_smallest_documented_keys(weighted: bool, c
     priority[:4] = rng.uniform(0.1, 7.0, 4) if weighted else 1.0
     out = np.empty(count, np.int64)
     clip, bits = 1 << 28, 28
-    got = loops.victim_keys(
+    got = loops.ledger.victim_keys(
         state, pinned, last_used, tex, level, priority if weighted else None, frame, fif, clip, bits, count, out
     )
     want = np.flatnonzero((state == CacheSlotState.RESIDENT) & ~pinned & (last_used <= frame - fif))
@@ -927,4 +936,4 @@ def test_the_compiled_victims_are_the_smallest_documented_keys(weighted: bool, c
     key = (np.minimum(np.floor(idle * 16), clip).astype(np.int64) * -64 + level[want]) << bits | want
     np.testing.assert_array_equal(out[:got], np.sort(key)[:count])
     with pytest.raises(ValueError, match="too small"):
-        loops.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, count + 1, out)
+        loops.ledger.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, count + 1, out)

@@ -10,7 +10,7 @@ import pytest
 
 from texstream.pack.format import PackHeader
 from texstream.runtime.compiled_loops import decider_loops
-from texstream.runtime.feedback_reduce import Wanted
+from texstream.runtime.feedback_reduce import CompactFeedback, FeedbackReducer, Wanted
 from texstream.runtime.slots import SlotLedger
 from texstream.runtime.texture_sets import (
     MAX_PRIORITY,
@@ -21,7 +21,7 @@ from texstream.runtime.texture_sets import (
     choose_lead,
     coarsen_by,
 )
-from texstream.runtime.tiles import TileSpace
+from texstream.runtime.tiles import MAX_TEXTURES, TileSpace
 
 from .test_residency import HEADER, Sim
 
@@ -102,10 +102,12 @@ def test_textures_outside_sets_and_sets_without_wanted_lead_pages_are_left_alone
 
 @pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
 @pytest.mark.parametrize("seed", range(6))
-def test_the_compiled_expansion_equals_numpys_for_any_sets_and_pages(seed: int) -> None:
+def test_the_compiled_feedback_expansion_equals_numpys_for_any_sets_and_pages(seed: int) -> None:
     """Random sets over members of every shape the table maps (equal, half, finer tiles, another aspect),
-    a texture in two sets, random wanted pages of leads and others: both paths give the same pages and
-    coverage, and the compiled one leaves its scratch clean for the next frame."""
+    a texture in two sets, random feedback of leads and others (raw entries with repeats and ids of no
+    tile, and the same compacted with counts): the compiled reduction, which expands the sets in the same
+    call and counts each pool's pages, gives numpy's pages and coverage, frame after frame (its scratch
+    is left clean), and refuses a follower table that names a page past the id space."""
     rng = np.random.default_rng(seed)
     shapes = (BIG, HALF, FINE_TILES, WIDE)
     headers = [shapes[int(i)] for i in rng.integers(0, len(shapes), 7)]
@@ -114,19 +116,28 @@ def test_the_compiled_expansion_equals_numpys_for_any_sets_and_pages(seed: int) 
         space.register(t, h)
     loops = decider_loops()
     assert loops is not None
-    compiled, plain = SetTable(space, expand_loop=loops.expand_pages), SetTable(space)
+    compiled, plain = FeedbackReducer(space, feedback_loop=loops.feedback_pages), FeedbackReducer(space)
+    sets = SetTable(space)
     for members in ([0, 1, 2], [3, 4], [5, 1, 6]):
-        for sets in (compiled, plain):
-            sets.add(members[0], members, {t: headers[t] for t in members})
-    ids = np.unique(rng.choice(space.used, size=int(rng.integers(1, 200)), replace=False)).astype(np.int64)
-    ids = ids[space.is_tile(ids)]
-    w = Wanted(ids, rng.integers(1, 50, ids.size).astype(np.int64))
+        sets.add(members[0], members, {t: headers[t] for t in members})
+    pool_of = np.full(MAX_TEXTURES, -1, np.int64)
+    pool_of[: len(headers)] = rng.integers(0, 3, len(headers))
     for _ in range(2):  # twice: the first call must not leave coverage behind in the scratch
-        a, b = compiled.expand(w), plain.expand(w)
-        np.testing.assert_array_equal(a.ids, b.ids)
-        np.testing.assert_array_equal(a.counts, b.counts)
+        raw = rng.integers(0, space.used + 40, int(rng.integers(1, 3000))).astype(np.uint32)
+        ids, counts = np.unique(raw, return_counts=True)
+        for batch in (raw, CompactFeedback(ids, counts.astype(np.uint32), int(raw.size), 0)):
+            a = compiled.wanted_pages([batch], sets.follow, sets.expand, pool_of, 4)
+            b = plain.wanted_pages([batch], sets.follow, sets.expand, pool_of, 4)
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.counts, b.counts)
+            assert b.pool_pages is None and a.pool_pages is not None
+            per_pool = pool_of[space.tex[b.ids].astype(np.int64)]
+            np.testing.assert_array_equal(a.pool_pages, np.bincount(per_pool[per_pool >= 0], minlength=4))
+    bad = sets.follow.copy()
+    bad[space.ranges[0].first_tile, 0] = space.capacity + 5
+    lead_page = np.array([space.ranges[0].first_tile], np.uint32)
     with pytest.raises(ValueError, match="outside"):
-        compiled.expand(Wanted(np.array([space.capacity + 5], np.int64), np.ones(1, np.int64)))
+        compiled.wanted_pages([lead_page], bad, sets.expand, pool_of, 4)
 
 
 def test_the_lead_is_the_member_with_the_finest_texels() -> None:
