@@ -389,7 +389,7 @@ def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
 def move_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
     """``ts_move_slots`` (cache slots from one state to another, used at a frame, all or nothing), or
     None as for `feedback_pages`: the ledger then does it with numpy."""
-    args = (_i64, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64)
+    args = (_i64, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64)
     return _compiled_loop("ts_move_slots", args, "numpy marks slots resident", path=path, keep_gil=True)
 
 

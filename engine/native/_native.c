@@ -619,17 +619,23 @@ static void ts_sift_down(int64_t *heap, int64_t size, int64_t at) {
 
 /* (Cache ledger, render thread) Slots slots[0..n) of a pool of `capacity` slots go from state
  * `from` to state `to` and count as used at `frame` (last_used raised to it): slots.py's numpy
- * `SlotLedger.mark_resident` is the twin. All or nothing: a slot outside [0, capacity) or not in
- * state `from` refuses the call before anything is written, returning -(1 + its index); else 0. */
-int64_t ts_move_slots(int64_t n, const int64_t *slots, int64_t capacity, uint8_t *state, int64_t *last_used,
-                      int64_t frame, int64_t from, int64_t to) {
+ * `SlotLedger.mark_resident` is the twin. When `pools` is not NULL only the entries whose pools[i]
+ * equals `pool` are this pool's (a frame's loads of every pool, split without a pass of their own).
+ * All or nothing: a slot of this pool outside [0, capacity) or not in state `from` refuses the call
+ * before anything is written, returning -(1 + its index); else 0. */
+int64_t ts_move_slots(int64_t n, const int64_t *slots, const int64_t *pools, int64_t pool, int64_t capacity,
+                      uint8_t *state, int64_t *last_used, int64_t frame, int64_t from, int64_t to) {
     for (int64_t i = 0; i < n; i++) {
         const int64_t s = slots[i];
+        if (pools && pools[i] != pool)
+            continue;
         if (s < 0 || s >= capacity || state[s] != from)
             return -(1 + i);
     }
     for (int64_t i = 0; i < n; i++) {
         const int64_t s = slots[i];
+        if (pools && pools[i] != pool)
+            continue;
         state[s] = (uint8_t)to;
         last_used[s] = last_used[s] > frame ? last_used[s] : frame;
     }

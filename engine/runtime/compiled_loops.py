@@ -151,15 +151,26 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             frames_in_flight, idle_clip, slot_bits, count, at(out_keys),
         )  # fmt: skip
 
-    def move_slots(slots: np.ndarray, state: np.ndarray, last_used: np.ndarray, frame: int, old: int, new: int) -> int:
+    def move_slots(
+        slots: np.ndarray,
+        pools: np.ndarray | None,
+        pool: int,
+        state: np.ndarray,
+        last_used: np.ndarray,
+        frame: int,
+        old: int,
+        new: int,
+    ) -> int:
         if not (
             slots.dtype == last_used.dtype == np.int64
             and slots.flags.c_contiguous
+            and (pools is None or (pools.dtype == np.int64 and pools.flags.c_contiguous and pools.size >= slots.size))
             and state.dtype == np.uint8
             and state.size == last_used.size
         ):
             raise ValueError("move_slots: a ledger array or the slots are of the wrong type")
-        return move(slots.size, slots.ctypes.data, state.size, at(state), at(last_used), frame, old, new)
+        by_pool = None if pools is None else pools.ctypes.data
+        return move(slots.size, slots.ctypes.data, by_pool, pool, state.size, at(state), at(last_used), frame, old, new)
 
     def touch_slots(slots: np.ndarray, last_used: np.ndarray, frame: int) -> int:
         if not (slots.dtype == last_used.dtype == np.int64 and slots.flags.c_contiguous):

@@ -13,9 +13,9 @@ __all__ = ["LedgerLoops", "MoveLoop", "TouchLoop", "VictimLoop"]
 # (state, pinned, last_used, tex, level, priority or None, frame, frames_in_flight, idle_clip, slot_bits,
 # count, out_keys) -> victims, or -1: ``ts_victim_keys``, `SlotLedger._pick_victims`'s twin
 VictimLoop = Callable[..., int]
-# (slots, state, last_used, frame, from_state, to_state) -> 0, or < 0 when refused (nothing written):
-# ``ts_move_slots``, `SlotLedger.mark_resident`'s twin
-MoveLoop = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+# (slots, pools or None, pool, state, last_used, frame, from_state, to_state) -> 0, or < 0 when refused
+# (nothing written): ``ts_move_slots``, `SlotLedger.mark_resident`'s twin
+MoveLoop = Callable[[np.ndarray, np.ndarray | None, int, np.ndarray, np.ndarray, int, int, int], int]
 # (slots, last_used, frame) -> slots touched: ``ts_touch_slots``, `SlotLedger.touch`'s twin
 TouchLoop = Callable[[np.ndarray, np.ndarray, int], int]
 

@@ -409,10 +409,9 @@ class Residency:
             log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
         if uploaded is not None and len(uploaded.loads):
             loads = uploaded.loads
-            pools = distinct(loads.pool)
-            for p in pools:
-                m = loads.cache_slot if len(pools) == 1 else loads.cache_slot[loads.pool == p]
-                self.ledgers[p].mark_resident(m, self.frame)  # type: ignore[union-attr]
+            for p, ledger in enumerate(self.ledgers):  # each takes its own pool's loads, no split needed
+                if ledger is not None:
+                    ledger.mark_resident(loads.cache_slot, self.frame, pools=loads.pool, pool=p)
             self.tables.set_resident(loads.tiles, loads.cache_slot)
             self.scheduler.mark_resident(loads.tiles)
             self._latencies.extend(uploaded.latency_frames.tolist())

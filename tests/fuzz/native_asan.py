@@ -454,11 +454,17 @@ def _replay_ledger_moves(move, touch, rng, *, hostile: bool) -> int:  # noqa: AN
     slots = np.flatnonzero(state == 1).astype(np.int64)
     if hostile:
         slots = np.append(slots, capacity + 5)
+    pools = rng.integers(0, 2, slots.size).astype(np.int64)  # the other pool's entries are skipped
+    pools[-1:] = 0  # (the hostile slot is this pool's)
     want_state, want_used = state.copy(), last_used.copy()
     if not hostile:
-        want_state[slots] = 2
-        want_used[slots] = np.maximum(want_used[slots], frame)
-    got = move(slots.size, slots.ctypes.data, capacity, state.ctypes.data, last_used.ctypes.data, frame, 1, 2)
+        mine = slots[pools == 0]
+        want_state[mine] = 2
+        want_used[mine] = np.maximum(want_used[mine], frame)
+    got = move(
+        slots.size, slots.ctypes.data, pools.ctypes.data, 0, capacity, state.ctypes.data, last_used.ctypes.data,
+        frame, 1, 2,
+    )  # fmt: skip
     if (got < 0) != hostile or not (np.array_equal(state, want_state) and np.array_equal(last_used, want_used)):
         raise AssertionError(f"ts_move_slots (hostile={hostile}): {got}, state or uses differ from numpy's")
     uses = rng.integers(-3, capacity + (9 if hostile else 0), int(rng.integers(0, 400))).astype(np.int64)

@@ -882,7 +882,8 @@ def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> Non
         for ledger in twins:
             if op <= 2:
                 a = ledger.allocate(frame, tiles, tex, levels)
-                ledger.mark_resident(a.slots[a.slots >= 0], frame)
+                pools = np.where(a.slots >= 0, 3, 5)  # the loads of every pool: this one is 3
+                ledger.mark_resident(a.slots, frame, pools=pools, pool=3)
                 out.append((a.slots, a.evicted_tiles, a.evicted_last_used))
             elif op == 3:
                 ledger.touch(touched, frame)
