@@ -21,6 +21,7 @@ before (KeyboardInterrupt for Ctrl-C; for SIGTERM the command line's handler, or
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -165,6 +166,7 @@ class _ErrorReports:
         except OSError:
             return
         self._socket, self.address = sock, address
+        atexit.register(sock.close)  # it lives as long as the process: closed at exit, not left to finalizers
 
     def line_of(self, pid: int | None) -> str | None:
         while self._socket is not None:
