@@ -41,7 +41,7 @@ __all__ = [
     "load_library",
     "merge_requests",
     "missing_chains",
-    "move_slots",
+    "move_pools",
     "prefetch_pages",
     "procedural_functions",
     "queue_keys",
@@ -49,7 +49,7 @@ __all__ = [
     "reduce_rgba8",
     "reduce_twice_rgba8",
     "sample_slots",
-    "touch_slots",
+    "touch_pools",
     "victim_keys",
 ]
 
@@ -386,19 +386,19 @@ def queue_keys(path: str | None = None) -> ctypes._CFuncPtr | None:
 
 
 @functools.cache
-def move_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_move_slots`` (cache slots from one state to another, used at a frame, all or nothing), or
-    None as for `feedback_pages`: the ledger then does it with numpy."""
-    args = (_i64, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64)
-    return _compiled_loop("ts_move_slots", args, "numpy marks slots resident", path=path, keep_gil=True)
+def move_pools(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_move_pools`` (a frame's arrivals into the cache slots of every pool, all or nothing), or
+    None as for `feedback_pages`: the ledgers then mark them with numpy."""
+    args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64)
+    return _compiled_loop("ts_move_pools", args, "numpy marks slots resident", path=path, keep_gil=True)
 
 
 @functools.cache
-def touch_slots(path: str | None = None) -> ctypes._CFuncPtr | None:
-    """``ts_touch_slots`` (a use of cache slots at a frame), or None as for `feedback_pages`: the ledger
-    then records it with numpy."""
-    args = (_i64, _ptr, _i64, _ptr, _i64)
-    return _compiled_loop("ts_touch_slots", args, "numpy records slot uses", path=path, keep_gil=True)
+def touch_pools(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_touch_pools`` (a use of the sampled cache slots of every pool), or None as for
+    `feedback_pages`: the ledgers then record it with numpy."""
+    args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64)
+    return _compiled_loop("ts_touch_pools", args, "numpy records slot uses", path=path, keep_gil=True)
 
 
 @functools.cache

@@ -617,42 +617,51 @@ static void ts_sift_down(int64_t *heap, int64_t size, int64_t at) {
     heap[at] = key;
 }
 
-/* (Cache ledger, render thread) Slots slots[0..n) of a pool of `capacity` slots go from state
- * `from` to state `to` and count as used at `frame` (last_used raised to it): slots.py's numpy
- * `SlotLedger.mark_resident` is the twin. When `pools` is not NULL only the entries whose pools[i]
- * equals `pool` are this pool's (a frame's loads of every pool, split without a pass of their own).
- * All or nothing: a slot of this pool outside [0, capacity) or not in state `from` refuses the call
- * before anything is written, returning -(1 + its index); else 0. */
-int64_t ts_move_slots(int64_t n, const int64_t *slots, const int64_t *pools, int64_t pool, int64_t capacity,
-                      uint8_t *state, int64_t *last_used, int64_t frame, int64_t from, int64_t to) {
+/* (Cache ledgers, render thread) A frame's arrivals into every pool at once: slot slots[i] of pool
+ * pools[i] goes from state `from` to state `to` and counts as used at `frame` (last_used raised to
+ * it); slots.py's numpy `SlotLedger.mark_resident`, pool by pool, is the twin. Pool p's ledger arrays
+ * are at state_at[p] (uint8) and used_at[p] (int64), capacity[p] slots (0: no pool), p < n_pools. All
+ * or nothing: an entry naming no pool, a slot outside its pool or not in state `from` refuses the
+ * call before anything is written, returning -(1 + its index); else 0. */
+int64_t ts_move_pools(int64_t n, const int64_t *slots, const int64_t *pools, int64_t n_pools, const int64_t *state_at,
+                      const int64_t *used_at, const int64_t *capacity, int64_t frame, int64_t from, int64_t to) {
     for (int64_t i = 0; i < n; i++) {
-        const int64_t s = slots[i];
-        if (pools && pools[i] != pool)
-            continue;
-        if (s < 0 || s >= capacity || state[s] != from)
+        const int64_t p = pools[i], s = slots[i];
+        if (p < 0 || p >= n_pools || s < 0 || s >= capacity[p])
+            return -(1 + i);
+        if (((const uint8_t *)(uintptr_t)state_at[p])[s] != from)
             return -(1 + i);
     }
     for (int64_t i = 0; i < n; i++) {
-        const int64_t s = slots[i];
-        if (pools && pools[i] != pool)
-            continue;
+        const int64_t p = pools[i], s = slots[i];
+        uint8_t *state = (uint8_t *)(uintptr_t)state_at[p];
+        int64_t *last_used = (int64_t *)(uintptr_t)used_at[p];
         state[s] = (uint8_t)to;
         last_used[s] = last_used[s] > frame ? last_used[s] : frame;
     }
     return 0;
 }
 
-/* (Cache ledger, render thread) A use at `frame` of every slot of slots[0..n) in [0, capacity)
- * (others, -1 included, are skipped): slots.py's numpy `SlotLedger.touch` is the twin. Returns how
- * many slots were touched. */
-int64_t ts_touch_slots(int64_t n, const int64_t *slots, int64_t capacity, int64_t *last_used, int64_t frame) {
+/* (Cache ledgers, render thread) A use at `frame` of the slots ts_sample_slots found, in every pool
+ * at once: pool p's are slots[p * stride .. p * stride + counts[p]) (counts above stride are
+ * clipped), its ledger's last_used at used_at[p] with capacity[p] slots (0: no pool, skipped); slots
+ * outside their pool (-1 included) are skipped. slots.py's numpy `SlotLedger.touch`, pool by pool, is
+ * the twin. Returns how many slots were touched. */
+int64_t ts_touch_pools(int64_t n_pools, const int64_t *slots, int64_t stride, const int64_t *counts,
+                       const int64_t *used_at, const int64_t *capacity, int64_t frame) {
     int64_t touched = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t s = slots[i];
-        if (s < 0 || s >= capacity)
+    for (int64_t p = 0; p < n_pools; p++) {
+        if (capacity[p] <= 0)
             continue;
-        last_used[s] = frame;
-        touched++;
+        int64_t *last_used = (int64_t *)(uintptr_t)used_at[p];
+        const int64_t m = counts[p] < stride ? counts[p] : stride;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t s = slots[p * stride + i];
+            if (s < 0 || s >= capacity[p])
+                continue;
+            last_used[s] = frame;
+            touched++;
+        }
     }
     return touched;
 }

@@ -46,7 +46,7 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     built or predates them (the core then uses numpy, to the same results)."""
     reduce_loop, sample = native.feedback_pages(path), native.sample_slots(path)
     scheduler, victims = _scheduler_loops(path), native.victim_keys(path)
-    move, touch = native.move_slots(path), native.touch_slots(path)
+    move, touch = native.move_pools(path), native.touch_pools(path)
     if None in (reduce_loop, sample, scheduler, victims, move, touch):
         return None
     addresses = Addresses()
@@ -151,37 +151,43 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
             frames_in_flight, idle_clip, slot_bits, count, at(out_keys),
         )  # fmt: skip
 
-    def move_slots(
-        slots: np.ndarray,
-        pools: np.ndarray | None,
-        pool: int,
-        state: np.ndarray,
-        last_used: np.ndarray,
-        frame: int,
-        old: int,
-        new: int,
-    ) -> int:
+    def move_pools(slots: np.ndarray, pools: np.ndarray, table: np.ndarray, frame: int, old: int, new: int) -> int:
+        n_pools = table.shape[1]
         if not (
-            slots.dtype == last_used.dtype == np.int64
+            slots.dtype == pools.dtype == table.dtype == np.int64
             and slots.flags.c_contiguous
-            and (pools is None or (pools.dtype == np.int64 and pools.flags.c_contiguous and pools.size >= slots.size))
-            and state.dtype == np.uint8
-            and state.size == last_used.size
+            and pools.flags.c_contiguous
+            and pools.size >= slots.size
+            and table.shape[0] == 3
+            and table.flags.c_contiguous
         ):
-            raise ValueError("move_slots: a ledger array or the slots are of the wrong type")
-        by_pool = None if pools is None else pools.ctypes.data
-        return move(slots.size, slots.ctypes.data, by_pool, pool, state.size, at(state), at(last_used), frame, old, new)
+            raise ValueError("move_pools: the loads or the ledgers' table are of the wrong type")
+        rows = at(table)
+        return move(
+            slots.size, slots.ctypes.data, pools.ctypes.data, n_pools, rows, rows + 8 * n_pools, rows + 16 * n_pools,
+            frame, old, new,
+        )  # fmt: skip
 
-    def touch_slots(slots: np.ndarray, last_used: np.ndarray, frame: int) -> int:
-        if not (slots.dtype == last_used.dtype == np.int64 and slots.flags.c_contiguous):
-            raise ValueError("touch_slots: the slots or the ledger's uses are of the wrong type")
-        return touch(slots.size, slots.ctypes.data, last_used.size, at(last_used), frame)
+    def touch_pools(slots: np.ndarray, counts: np.ndarray, table: np.ndarray, frame: int) -> int:
+        n_pools = table.shape[1]
+        if not (
+            slots.dtype == counts.dtype == table.dtype == np.int64
+            and slots.ndim == 2
+            and slots.flags.c_contiguous
+            and slots.shape[0] >= n_pools
+            and counts.size >= n_pools
+            and table.shape[0] == 3
+            and table.flags.c_contiguous
+        ):
+            raise ValueError("touch_pools: the slots or the ledgers' table are of the wrong type")
+        rows = at(table)
+        return touch(n_pools, at(slots), slots.shape[1], at(counts), rows + 8 * n_pools, rows + 16 * n_pools, frame)
 
     return DeciderLoops(
         feedback_pages=feedback_pages,
         sample_slots=sample_slots,
         scheduler=scheduler,
-        ledger=LedgerLoops(victim_keys=victim_keys, move_slots=move_slots, touch_slots=touch_slots),
+        ledger=LedgerLoops(victim_keys=victim_keys, move_pools=move_pools, touch_pools=touch_pools),
     )
 
 

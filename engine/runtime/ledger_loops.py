@@ -13,18 +13,20 @@ __all__ = ["LedgerLoops", "MoveLoop", "TouchLoop", "VictimLoop"]
 # (state, pinned, last_used, tex, level, priority or None, frame, frames_in_flight, idle_clip, slot_bits,
 # count, out_keys) -> victims, or -1: ``ts_victim_keys``, `SlotLedger._pick_victims`'s twin
 VictimLoop = Callable[..., int]
-# (slots, pools or None, pool, state, last_used, frame, from_state, to_state) -> 0, or < 0 when refused
-# (nothing written): ``ts_move_slots``, `SlotLedger.mark_resident`'s twin
-MoveLoop = Callable[[np.ndarray, np.ndarray | None, int, np.ndarray, np.ndarray, int, int, int], int]
-# (slots, last_used, frame) -> slots touched: ``ts_touch_slots``, `SlotLedger.touch`'s twin
-TouchLoop = Callable[[np.ndarray, np.ndarray, int], int]
+# (slots, pools, table, frame, from_state, to_state) -> 0, or < 0 when refused (nothing written), table
+# (3 x pools: state addresses, last_used addresses, capacities): ``ts_move_pools``, per pool
+# `SlotLedger.mark_resident`'s twin
+MoveLoop = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+# (slots: pools x stride, counts, table, frame) -> slots touched: ``ts_touch_pools``, per pool
+# `SlotLedger.touch`'s twin
+TouchLoop = Callable[[np.ndarray, np.ndarray, np.ndarray, int], int]
 
 
 @dataclass(frozen=True, kw_only=True)
 class LedgerLoops:
-    """A ledger's compiled passes (`touch.DeciderLoops.ledger`): each replaces a dozen numpy calls a
-    frame with one call, to the same state."""
+    """The ledgers' compiled passes (`touch.DeciderLoops.ledger`): each replaces a dozen numpy calls a
+    frame (per pool) with one call, to the same state."""
 
-    victim_keys: VictimLoop  # the least-recently-used victims (`SlotLedger._pick_victims`)
-    move_slots: MoveLoop  # LOADING -> RESIDENT, used at the frame (`SlotLedger.mark_resident`)
-    touch_slots: TouchLoop  # slots used at the frame (`SlotLedger.touch`)
+    victim_keys: VictimLoop  # a ledger's least-recently-used victims (`SlotLedger._pick_victims`)
+    move_pools: MoveLoop  # a frame's arrivals in every pool (`slots.PoolLedgers.mark_resident`)
+    touch_pools: TouchLoop  # a frame's sampled slots in every pool (`slots.PoolLedgers.touch`)

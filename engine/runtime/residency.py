@@ -40,6 +40,7 @@ from .budget_advice import layers_bytes, minimum_budget, pinned_tiles
 from .feedback_reduce import CompactFeedback, FeedbackReducer, Wanted, same_feedback, snapshot_feedback, unique_counts
 from .int_sets import distinct
 from .page_table import PageTables, TexturePages
+from .pool_ledgers import PoolLedgers
 from .pool_sizing import PoolDemand, plan_capacities
 from .records import Drained, LoadRecords, Uploaded
 from .requests import RequestScheduler
@@ -175,6 +176,7 @@ class Residency:
             loops=loops and loops.scheduler,
         )  # fmt: skip
         self.ledgers: list[SlotLedger | None] = [None] * MAX_POOLS
+        self._pool_ledgers = PoolLedgers(self.ledgers, loops and loops.ledger)  # a frame's arrivals and uses
         self.geometry: list[SlotGeometry | None] = [None] * MAX_POOLS
         self.pool_of = np.full(MAX_TEXTURES, -1, np.int64)  # pool index of each texture id
         self.level_pins = [0] * MAX_POOLS  # per pool: slots pinned for textures' coarsest levels
@@ -409,9 +411,7 @@ class Residency:
             log.warning("%d tile loads failed, first: %s", len(failed), drained.reasons[0])
         if uploaded is not None and len(uploaded.loads):
             loads = uploaded.loads
-            for p, ledger in enumerate(self.ledgers):  # each takes its own pool's loads, no split needed
-                if ledger is not None:
-                    ledger.mark_resident(loads.cache_slot, self.frame, pools=loads.pool, pool=p)
+            self._pool_ledgers.mark_resident(loads.cache_slot, loads.pool, self.frame)
             self.tables.set_resident(loads.tiles, loads.cache_slot)
             self.scheduler.mark_resident(loads.tiles)
             self._latencies.extend(uploaded.latency_frames.tolist())
@@ -518,8 +518,8 @@ class Residency:
         """Record a use of every slot `wanted` samples, and its parent's (trilinear reads both)."""
         if len(wanted) and self.headers:
             pools = [p for p, ledger in enumerate(self.ledgers) if ledger is not None]
-            for p, slots in self._sampled.by_pool(wanted.ids, self.pool_of, pools):
-                self.ledgers[p].touch(slots, self.frame)  # type: ignore[union-attr]
+            found = self._sampled.grouped(wanted.ids, self.pool_of, pools)
+            self._pool_ledgers.touch(found.slots, found.counts, self.frame)
 
     def stream_capacity(self, pool: int) -> int:
         """Slots a pool has for streamed tiles (those pinned for the coarsest levels do not count;

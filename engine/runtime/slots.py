@@ -415,19 +415,10 @@ class SlotLedger:
             raise ValueError(f"{self.name}: cannot {what} slot {bad} in state {now}")
         return s
 
-    def mark_resident(
-        self, slots: np.ndarray | int, frame: int, *, pools: np.ndarray | None = None, pool: int = -1
-    ) -> None:
-        """LOADING -> RESIDENT (its upload was issued); counts as a use at `frame`. With `pools`, only
-        the entries whose pools[i] is `pool` are this ledger's (a frame's loads of every pool)."""
-        if self._loops is not None and isinstance(slots, np.ndarray) and slots.dtype == np.int64:
-            s = np.ascontiguousarray(slots.ravel())
-            p = None if pools is None else np.ascontiguousarray(pools, np.int64).ravel()
-            if self._loops.move_slots(s, p, pool, self.state, self.last_used, frame, _LOADING, _RESIDENT) == 0:
-                return
-        if pools is not None:
-            slots = np.asarray(slots, np.int64).ravel()[np.asarray(pools).ravel() == pool]
-        s = self._slots(slots, (_LOADING,), "mark resident")  # (refused by the loop: raises, naming the slot)
+    def mark_resident(self, slots: np.ndarray | int, frame: int) -> None:
+        """LOADING -> RESIDENT (its upload was issued); counts as a use at `frame` (a frame's arrivals
+        in every pool at once: `PoolLedgers.mark_resident`)."""
+        s = self._slots(slots, (_LOADING,), "mark resident")
         self.state[s] = _RESIDENT
         self.last_used[s] = np.maximum(self.last_used[s], frame)
 
@@ -448,9 +439,6 @@ class SlotLedger:
     def touch(self, slots: np.ndarray, frame: int) -> None:
         """Record a use at `frame` of every listed slot (-1 entries ignored; a free slot's use is
         overwritten when it is allocated)."""
-        if self._loops is not None and isinstance(slots, np.ndarray) and slots.dtype == np.int64:
-            self._loops.touch_slots(np.ascontiguousarray(slots.ravel()), self.last_used, frame)
-            return
         s = np.asarray(slots, np.int64).ravel()
         s = s[(s >= 0) & (s < self.capacity)]
         self.last_used[s] = frame

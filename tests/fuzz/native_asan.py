@@ -328,11 +328,11 @@ def _replay_deciders(lib: Path) -> int:
         feedback_pages,
         merge_requests,
         missing_chains,
-        move_slots,
+        move_pools,
         prefetch_pages,
         queue_keys,
         sample_slots,
-        touch_slots,
+        touch_pools,
         victim_keys,
     )
     from texstream.pack.format import PackHeader
@@ -345,7 +345,7 @@ def _replay_deciders(lib: Path) -> int:
     reduce, sample = feedback_pages(str(lib)), sample_slots(str(lib))
     chains, prefetch, merge = missing_chains(str(lib)), prefetch_pages(str(lib)), merge_requests(str(lib))
     keys, victims = queue_keys(str(lib)), victim_keys(str(lib))
-    move, touch = move_slots(str(lib)), touch_slots(str(lib))
+    move, touch = move_pools(str(lib)), touch_pools(str(lib))
     if None in (reduce, sample, chains, prefetch, merge, keys, victims, move, touch):
         raise AssertionError(f"{lib} has no texture-set or touch loops")
     rng = np.random.default_rng(7)
@@ -444,35 +444,49 @@ def _replay_deciders(lib: Path) -> int:
 
 
 def _replay_ledger_moves(move, touch, rng, *, hostile: bool) -> int:  # noqa: ANN001
-    """``ts_move_slots`` and ``ts_touch_slots`` on exact-size ledger arrays against numpy; hostile: a
-    slot past the pool among the moved ones (refused, nothing written) and uses past it (skipped)."""
+    """``ts_move_pools`` and ``ts_touch_pools`` on three pools' exact-size ledger arrays (the middle
+    one absent) against numpy; hostile: a slot past its pool and an entry naming the absent pool among
+    the arrivals (refused, nothing written), uses past a pool and counts past the row (skipped)."""
     import numpy as np
 
-    capacity, frame = int(rng.integers(1, 300)), int(rng.integers(0, 1000))
-    state = rng.integers(0, 3, capacity).astype(np.uint8)
-    last_used = rng.integers(0, 2000, capacity).astype(np.int64)
-    slots = np.flatnonzero(state == 1).astype(np.int64)
+    caps = [int(rng.integers(1, 300)), 0, int(rng.integers(1, 300))]
+    frame = int(rng.integers(0, 1000))
+    states = [rng.integers(0, 3, c).astype(np.uint8) for c in caps]
+    uses = [rng.integers(0, 2000, c).astype(np.int64) for c in caps]
+    table = np.array(
+        [
+            [a.ctypes.data if c else 0 for a, c in zip(states, caps, strict=True)],
+            [a.ctypes.data if c else 0 for a, c in zip(uses, caps, strict=True)],
+            caps,
+        ],
+        np.int64,
+    )
+    slots = np.concatenate([np.flatnonzero(states[p] == 1) for p in (0, 2)]).astype(np.int64)
+    pools = np.concatenate([np.full(int((states[p] == 1).sum()), p) for p in (0, 2)]).astype(np.int64)
     if hostile:
-        slots = np.append(slots, capacity + 5)
-    pools = rng.integers(0, 2, slots.size).astype(np.int64)  # the other pool's entries are skipped
-    pools[-1:] = 0  # (the hostile slot is this pool's)
-    want_state, want_used = state.copy(), last_used.copy()
+        slots, pools = np.append(slots, [caps[0] + 5, 0]), np.append(pools, [0, 1])
+    want_states, want_uses = [a.copy() for a in states], [a.copy() for a in uses]
     if not hostile:
-        mine = slots[pools == 0]
-        want_state[mine] = 2
-        want_used[mine] = np.maximum(want_used[mine], frame)
-    got = move(
-        slots.size, slots.ctypes.data, pools.ctypes.data, 0, capacity, state.ctypes.data, last_used.ctypes.data,
-        frame, 1, 2,
-    )  # fmt: skip
-    if (got < 0) != hostile or not (np.array_equal(state, want_state) and np.array_equal(last_used, want_used)):
-        raise AssertionError(f"ts_move_slots (hostile={hostile}): {got}, state or uses differ from numpy's")
-    uses = rng.integers(-3, capacity + (9 if hostile else 0), int(rng.integers(0, 400))).astype(np.int64)
-    inside = uses[(uses >= 0) & (uses < capacity)]
-    want_used[inside] = frame + 1
-    n = touch(uses.size, uses.ctypes.data, capacity, last_used.ctypes.data, frame + 1)
-    if n != inside.size or not np.array_equal(last_used, want_used):
-        raise AssertionError(f"ts_touch_slots (hostile={hostile}): {n} touched, uses differ from numpy's")
+        for s, p in zip(slots.tolist(), pools.tolist(), strict=True):
+            want_states[p][s] = 2
+            want_uses[p][s] = max(want_uses[p][s], frame)
+    rows = table.ctypes.data
+    got = move(slots.size, slots.ctypes.data, pools.ctypes.data, 3, rows, rows + 24, rows + 48, frame, 1, 2)
+    same = all(np.array_equal(a, b) for a, b in zip(states + uses, want_states + want_uses, strict=True))
+    if (got < 0) != hostile or not same:
+        raise AssertionError(f"ts_move_pools (hostile={hostile}): {got}, state or uses differ from numpy's")
+    width = 40
+    sampled = rng.integers(-3, max(caps) + (9 if hostile else 0), (3, width)).astype(np.int64)
+    counts = rng.integers(0, width + (20 if hostile else 1), 3).astype(np.int64)
+    expected = 0
+    for p in (0, 2):
+        row = sampled[p, : min(int(counts[p]), width)]
+        inside = row[(row >= 0) & (row < caps[p])]
+        want_uses[p][inside] = frame + 1
+        expected += inside.size
+    n = touch(3, sampled.ctypes.data, width, counts.ctypes.data, rows + 24, rows + 48, frame + 1)
+    if n != expected or not all(np.array_equal(a, b) for a, b in zip(uses, want_uses, strict=True)):
+        raise AssertionError(f"ts_touch_pools (hostile={hostile}): {n} touched, uses differ from numpy's")
     return 2
 
 

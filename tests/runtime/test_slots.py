@@ -861,10 +861,10 @@ def test_free_slots_go_out_lowest_writable_first_whatever_order_they_came_back(s
 @pytest.mark.skipif(decider_loops() is None, reason="the compiled helper is not built")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> None:
-    """Two ledgers, one on numpy and one on the compiled passes (victims, arrivals, uses), through the
-    same random loads, uses (some past the pool, some -1), pins, releases and keep-free evictions: the
-    same slots, tiles and evictions every step (weighed by priority in odd seeds); an arrival into a
-    slot that is not loading is refused by both alike, with nothing written."""
+    """Two ledgers, one picking victims with numpy and one with the compiled pass, through the same
+    random loads, uses (some past the pool, some -1), pins, releases and keep-free evictions: the same
+    slots, tiles and evictions every step (weighed by priority in odd seeds); an arrival into a slot
+    that is not loading is refused by both alike, with nothing written."""
     loops = decider_loops()
     assert loops is not None
     rng = np.random.default_rng(seed)
@@ -882,8 +882,7 @@ def test_the_compiled_candidates_pass_evicts_what_numpy_evicts(seed: int) -> Non
         for ledger in twins:
             if op <= 2:
                 a = ledger.allocate(frame, tiles, tex, levels)
-                pools = np.where(a.slots >= 0, 3, 5)  # the loads of every pool: this one is 3
-                ledger.mark_resident(a.slots, frame, pools=pools, pool=3)
+                ledger.mark_resident(a.slots[a.slots >= 0], frame)
                 out.append((a.slots, a.evicted_tiles, a.evicted_last_used))
             elif op == 3:
                 ledger.touch(touched, frame)
