@@ -244,6 +244,10 @@ class ShrinkPlan:
 class SlotLedger:
     """Which tile each slot of one cache pool holds, and in which `CacheSlotState`. No GL.
 
+    A frame's arrivals and uses in every pool at once go through `pool_ledgers.PoolLedgers`, the
+    one other writer of `state` and `last_used` (one compiled call for all pools, to the same state
+    as `mark_resident` and `touch` pool by pool).
+
     Parameters
     ----------
     name
