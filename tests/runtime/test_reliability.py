@@ -72,6 +72,17 @@ def frames(s: Streamer, renderer: PlaneRenderer, vt, view: View, n: int) -> np.n
     return last_frame(s, renderer, vt, view, n)
 
 
+def settled_frame(s: Streamer, renderer: PlaneRenderer, vt, view: View, n: int) -> np.ndarray:  # noqa: ANN001
+    """`n` frames of `view`, then more (bounded) until nothing is missing and no load is in flight:
+    the loads are asynchronous, and a busy machine needs more frames. The last frame."""
+    frame = frames(s, renderer, vt, view, n)
+    for _ in range(600):
+        if s.last.missing_pages == 0 and not s.busy:
+            break
+        frame = frames(s, renderer, vt, view, 1)
+    return frame
+
+
 # ---- leaks -----------------------------------------------------------------------------------
 def test_release_leaves_no_gl_object(gl_context: moderngl.Context, packs: dict[str, Path]) -> None:
     gl = GLExt(gl_context)
@@ -175,11 +186,7 @@ def test_an_io_thread_crash_is_one_engine_error_and_release_is_clean(
         for _ in range(60):
             s.update()
             renderer.draw(vt, View(0.5, 0.5, 1.0))
-    frame = frames(s, renderer, vt, View(0.5, 0.5, 1.0), 24)  # the loop goes on; the batch is retried
-    for _ in range(600):  # bounded: the loads are asynchronous, and a busy machine needs more frames
-        if s.last.missing_pages == 0 and not s.busy:
-            break
-        frame = frames(s, renderer, vt, View(0.5, 0.5, 1.0), 1)
+    frame = settled_frame(s, renderer, vt, View(0.5, 0.5, 1.0), 24)  # the loop goes on; the batch is retried
     assert psnr(frame, reference(gl_context, packs["colour"], View(0.5, 0.5, 1.0))) >= CONVERGED_DB
     s.release()
     assert gl.live_objects().minus(before) == {}
@@ -321,7 +328,7 @@ def test_closing_a_texture_or_its_reader_mid_stream_corrupts_nothing(
         a.reader.close()  # the user's handle: the streamer reads through its own
         b.close()  # same as s.close(b)
         assert b.closed and b not in s.textures
-        frame = frames(s, renderer, a, view, 30)
+        frame = settled_frame(s, renderer, a, view, 30)
         assert s.stats().corrupt_tiles == 0
     assert psnr(frame, reference(gl_context, packs["colour"], view)) >= CONVERGED_DB
 
