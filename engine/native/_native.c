@@ -272,13 +272,14 @@ static int64_t ts_count_groups(int64_t m, const int64_t *ids, const int16_t *tex
 
 /* (Render thread) A frame's feedback to its wanted pages in one call: the entries counted per id,
  * each id checked to name a tile, and the texture sets' expansion after it. Entries values[0..n) are
- * tile ids in any order, each weighing weights[i] (a GPU-compacted buffer's counts) or 1 when `weights` is NULL (raw
- * entries). Entries at or above n_ids add their weight to stats[0] and are dropped; distinct ids whose
+ * tile ids in any order, each weighing weights[i] (a GPU-compacted buffer's counts) or 1 when
+ * `weights` is NULL (raw entries). Entries at or above n_ids add their weight to stats[0] and are dropped; distinct ids whose
  * level[id] < 0 (header entries, a closed texture's ids) add their summed weight to stats[1] and are
  * dropped. Every remaining page then also adds its coverage to the non-negative entries of its row of
  * `follow` (capacity x k, texture_sets.SetTable's; k = 0: no sets). Writes the sorted distinct pages
  * with summed coverage to out_ids / out_counts (room for min(n, n_ids) * (k + 1) entries) and returns
- * how many; -1 when n_ids > capacity or a follow entry is at or above capacity (outputs undefined).
+ * how many; -1 when n_ids is outside [0, capacity], k < 0 or a follow entry is at or above capacity
+ * (outputs undefined).
  * When `group_pages` is not NULL it receives, per group (a cache pool: group_of[t] for texture t of
  * n_tex; entries outside 0..n_groups-1 count nowhere), how many of the written pages are its.
  * `level` and `tex` hold `capacity` entries (the tile space's per-id arrays).

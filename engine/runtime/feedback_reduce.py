@@ -269,23 +269,9 @@ def snapshot_feedback(batches: Sequence[np.ndarray | CompactFeedback]) -> list[n
     ]
 
 
-# (values, weights, n_ids, level, follow, scratch, bits, out_ids, out_counts, stats) -> pages written,
-# or -1: ``ts_feedback_pages``
-FeedbackLoop = Callable[
-    [
-        np.ndarray,
-        np.ndarray | None,
-        int,
-        np.ndarray,
-        np.ndarray,
-        np.ndarray,
-        np.ndarray,
-        np.ndarray,
-        np.ndarray,
-        np.ndarray,
-    ],
-    int,
-]
+# (values, weights or None, n_ids, level, tex, follow, pool_of or None, pool_pages or None, scratch, bits,
+# out_ids, out_counts, stats) -> pages written, or -1: ``ts_feedback_pages``
+FeedbackLoop = Callable[..., int]
 NO_FOLLOWERS = np.full((0, 0), -1, np.int32)  # a follower table of no sets
 
 
@@ -324,18 +310,18 @@ class FeedbackReducer:
         per pool when `pool_of` (per texture id) is given; and how many entries (by weight) were
         dropped for naming no tile."""
         assert self._loop is not None
+        space = self.space
         values = np.ascontiguousarray(values.ravel())
         k = follow.shape[1]
-        capacity = self.space.capacity
+        capacity = space.capacity
         if self._scratch.size < capacity:
             self._scratch = np.zeros(capacity, np.int64)
             self._bits = np.zeros(-(-capacity // 64), np.uint64)
-        n_ids = self.space.used
+        n_ids = space.used
         room = min(values.size, n_ids) * (k + 1)
         if self._out_ids.size < room:
             self._out_ids = np.empty(max(room, 2 * self._out_ids.size, 4096), np.int64)
             self._out_counts = np.empty_like(self._out_ids)
-        space = self.space
         pool_pages = None if pool_of is None else np.zeros(n_pools, np.int64)
         n = self._loop(
             values, weights, n_ids, space.level, space.tex, follow, pool_of, pool_pages, self._scratch, self._bits,

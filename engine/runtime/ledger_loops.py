@@ -1,5 +1,6 @@
-"""The compiled passes a `slots.SlotLedger` can be handed (`touch.DeciderLoops.ledger`, built in
-`compiled_loops`), as types: the ledger runs on numpy alone without them, to the same state."""
+"""The compiled passes a `slots.SlotLedger` and `pool_ledgers.PoolLedgers` can be handed
+(`touch.DeciderLoops.ledger`, built in `compiled_loops`), as types: both run on numpy alone without
+them, to the same state."""
 
 from __future__ import annotations
 
@@ -28,5 +29,5 @@ class LedgerLoops:
     frame (per pool) with one call, to the same state."""
 
     victim_keys: VictimLoop  # a ledger's least-recently-used victims (`SlotLedger._pick_victims`)
-    move_pools: MoveLoop  # a frame's arrivals in every pool (`slots.PoolLedgers.mark_resident`)
-    touch_pools: TouchLoop  # a frame's sampled slots in every pool (`slots.PoolLedgers.touch`)
+    move_pools: MoveLoop  # a frame's arrivals in every pool (`pool_ledgers.PoolLedgers.mark_resident`)
+    touch_pools: TouchLoop  # a frame's sampled slots in every pool (`pool_ledgers.PoolLedgers.touch`)

@@ -73,7 +73,7 @@ class SampledSlots:
         return [(p, found.slots[p, : int(found.counts[p])]) for p in pools]
 
     def grouped(self, ids: np.ndarray, pool_of: np.ndarray, pools: list[int]) -> PoolSlots:
-        """`by_pool`'s answer as one array (`PoolSlots`: what `slots.PoolLedgers.touch` takes). The
+        """`by_pool`'s answer as one array (`PoolSlots`: what `pool_ledgers.PoolLedgers.touch` takes). The
         same `ids` object against unchanged tables (a still view) gets the last answer again without
         a walk."""
         key = (ids, self.tables.version, tuple(pools))
