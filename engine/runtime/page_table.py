@@ -18,8 +18,9 @@ Entries (uint32, the same bits on the CPU and in the GPU buffer the shader reads
 The entries live in one array over the whole tile id space, uploaded into ONE shader storage buffer
 shared by every texture (binding ``VT_PAGES_BINDING``). The ``HEADER`` entries at the start of each
 texture's id range hold each level's first tile id, so the shader finds page (level, x, y) at
-``pages[pages[base + level] + y * tiles_x + x]``. Changed entries are uploaded as a few merged id
-ranges per frame (`take_dirty`).
+``pages[pages[base + level] + y * tiles_x + x]``. Changed entries are uploaded as a few id ranges
+per frame (`take_dirty`): changes are tracked in blocks of ``DIRTY_BLOCK`` entries, so marking a batch
+is one store per id and taking the ranges one pass over the blocks, with no sort of the ids.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ SLOT_MASK = (1 << LEVEL_SHIFT) - 1
 MAX_SLOT = SLOT_MASK - 1
 NO_LEVEL = 255  # resident level of a page with nothing resident (CPU answers)
 NO_SLOT = -1
-MERGE_GAP = 512  # dirty id ranges closer than this many entries upload as one range
+DIRTY_SHIFT = 9
+DIRTY_BLOCK = 1 << DIRTY_SHIFT  # entries tracked dirty together (2 KiB): a range goes out whole
 ENTRY_BYTES = 4
 
 
@@ -61,8 +63,7 @@ class PageTables:
         self.entry = np.full(space.capacity, ENTRY_NONE, np.uint32)  # what the page samples (GPU bits)
         self.first_pinned = np.zeros(MAX_TEXTURES, np.int64)  # first pinned level per texture
         self.resident_count = np.zeros(MAX_TEXTURES, np.int64)
-        self._dirty_lo: list[np.ndarray] = []
-        self._dirty_hi: list[np.ndarray] = []
+        self._dirty = np.zeros(self._blocks(space.capacity), bool)  # per DIRTY_BLOCK entries: changed
         self.version = 0  # advances with every change of an entry (answers derived from them can be kept)
         space.add_listener(self._grow)
 
@@ -70,6 +71,13 @@ class PageTables:
         extra = capacity - self.own.size
         self.own = np.concatenate([self.own, np.full(extra, NO_SLOT, np.int32)])
         self.entry = np.concatenate([self.entry, np.full(extra, ENTRY_NONE, np.uint32)])
+        grown = self._blocks(capacity) - self._dirty.size
+        if grown > 0:
+            self._dirty = np.concatenate([self._dirty, np.zeros(grown, bool)])
+
+    @staticmethod
+    def _blocks(capacity: int) -> int:
+        return -(-capacity // DIRTY_BLOCK)
 
     # ---- textures ------------------------------------------------------------------------------
     def add_texture(self, tex: int, pinned_levels: int) -> None:
@@ -83,14 +91,14 @@ class PageTables:
         self.entry[rng.start : rng.start + levels] = self.space.level_first[tex, :levels].astype(np.uint32)
         self.first_pinned[tex] = max(0, levels - pinned_levels)
         self.resident_count[tex] = 0
-        self._mark(np.array([rng.start]), np.array([rng.stop]))
+        self._mark_range(rng.start, rng.stop)
 
     def remove_texture(self, tex: int) -> None:
         rng = self.space.ranges[tex]
         self.own[rng.start : rng.stop] = NO_SLOT
         self.entry[rng.start : rng.stop] = ENTRY_NONE
         self.resident_count[tex] = 0
-        self._mark(np.array([rng.start]), np.array([rng.stop]))
+        self._mark_range(rng.start, rng.stop)
 
     # ---- lookups (vectorized) ------------------------------------------------------------------
     def nearest_resident(self, ids: np.ndarray) -> np.ndarray:
@@ -141,7 +149,7 @@ class PageTables:
         np.add.at(self.resident_count, self.space.tex[ids[new]].astype(np.int64), 1)
         self.own[ids] = slots
         self.entry[ids] = (self.space.level[ids].astype(np.uint32) << np.uint32(LEVEL_SHIFT)) | slots.astype(np.uint32)
-        self._mark(ids, ids + 1)
+        self._mark_ids(ids)
 
     def set_absent(self, ids: np.ndarray) -> None:
         """Tiles `ids` left their slots (evictions): their pages fall back to the nearest resident
@@ -162,7 +170,7 @@ class PageTables:
         np.subtract.at(self.resident_count, tex, 1)
         self.own[ids] = NO_SLOT
         self.entry[ids] = ENTRY_NONE
-        self._mark(ids, ids + 1)
+        self._mark_ids(ids)
 
     def move_slots(self, textures: list[int], old_slots: np.ndarray, new_slots: np.ndarray) -> None:
         """Rename slots after a pool resize, in the tables of the pool's `textures`."""
@@ -183,7 +191,7 @@ class PageTables:
             e = self.entry[sl]
             e[hit] = (e[hit] & ~np.uint32(SLOT_MASK)) | own[hit].astype(np.uint32)
             if hit.size:
-                self._mark(rng.first_tile + hit, rng.first_tile + hit + 1)
+                self._mark_ids(rng.first_tile + hit)
 
     def _check_tiles(self, ids: np.ndarray) -> None:
         ok = self.space.is_tile(ids)
@@ -195,31 +203,36 @@ class PageTables:
         return f"(texture {t}, level {lv}, {x}, {y})"
 
     # ---- dirty ranges --------------------------------------------------------------------------
-    def _mark(self, lo: np.ndarray, hi: np.ndarray) -> None:
+    def _mark_ids(self, ids: np.ndarray) -> None:
+        """Entries `ids` (int64, in the space) changed."""
         self.version += 1
-        self._dirty_lo.append(np.asarray(lo, np.int64))
-        self._dirty_hi.append(np.asarray(hi, np.int64))
+        self._dirty[ids >> DIRTY_SHIFT] = True
+
+    def _mark_range(self, lo: int, hi: int) -> None:
+        """Entries lo..hi-1 changed."""
+        self.version += 1
+        if hi > lo:
+            self._dirty[lo >> DIRTY_SHIFT : ((hi - 1) >> DIRTY_SHIFT) + 1] = True
 
     def take_dirty(self) -> list[tuple[int, int]]:
-        """Merged id ranges ``[lo, hi)`` changed since the last call (upload these entries)."""
-        if not self._dirty_lo:
+        """Id ranges ``[lo, hi)`` covering every entry changed since the last call (upload these
+        entries), ascending and disjoint: whole blocks of `DIRTY_BLOCK` entries, consecutive blocks
+        as one range, clipped to the ids in use."""
+        blocks = np.flatnonzero(self._dirty)
+        if blocks.size == 0:
             return []
-        lo = np.concatenate(self._dirty_lo)
-        hi = np.concatenate(self._dirty_hi)
-        self._dirty_lo.clear()
-        self._dirty_hi.clear()
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], hi[order]
-        reach = np.maximum.accumulate(hi)
-        split = (lo[1:] > reach[:-1] + MERGE_GAP).nonzero()[0] + 1
-        starts = np.concatenate([[0], split])
-        ends = np.concatenate([split, [lo.size]]) - 1
-        return list(zip(lo[starts].tolist(), reach[ends].tolist(), strict=True))
+        self._dirty[blocks] = False
+        runs: list[list[int]] = []
+        for b in blocks.tolist():  # a frame's arrivals touch few blocks
+            if runs and runs[-1][1] == b:
+                runs[-1][1] = b + 1
+            else:
+                runs.append([b, b + 1])
+        used = self.space.used
+        return [(lo << DIRTY_SHIFT, min(hi << DIRTY_SHIFT, used)) for lo, hi in runs if lo << DIRTY_SHIFT < used]
 
     def mark_all_dirty(self) -> None:
-        used = self.space.used
-        if used:
-            self._mark(np.array([0]), np.array([used]))
+        self._mark_range(0, self.space.used)
 
     # ---- checks --------------------------------------------------------------------------------
     def validate(self, tex: int) -> None:

@@ -15,6 +15,7 @@ from texstream.pack.format import PackHeader
 from texstream.runtime.budget import BudgetManager
 from texstream.runtime.page_buffer import PageTableBuffer
 from texstream.runtime.page_table import (
+    DIRTY_BLOCK,
     ENTRY_NONE,
     NO_LEVEL,
     NO_SLOT,
@@ -507,32 +508,48 @@ def test_a_large_texture_matches_the_reference() -> None:
 # ---- dirty ranges -----------------------------------------------------------------------------------------------
 
 
+def block_of(i: int, used: int) -> tuple[int, int]:
+    """The dirty range one changed entry `i` goes out in: its whole block, clipped to the ids in use."""
+    lo = i // DIRTY_BLOCK * DIRTY_BLOCK
+    return lo, min(lo + DIRTY_BLOCK, used)
+
+
 def test_dirty_ranges_after_single_changes() -> None:
-    w = World({0: (BIG, 1), 1: (MID, 1)})
-    assert w.tables.take_dirty() == [(0, w.space.used)]
+    w = World({0: (hdr(8192, 8192), 1), 1: (MID, 1)})  # 128x128 tiles at level 0: several blocks
+    used = w.space.used
+    assert w.tables.take_dirty() == [(0, used)]
     w.arrive([(0, 0, 5, 5)], [3])  # one page
     i = w.id((0, 0, 5, 5))
-    assert w.tables.take_dirty() == [(i, i + 1)]
+    assert w.tables.take_dirty() == [block_of(i, used)]
     assert w.tables.take_dirty() == []
     j = w.id((0, 2, 3, 2))
     w.arrive([(0, 2, 3, 2)], [4])  # entries name only their own tile: one entry changes
-    assert w.tables.take_dirty() == [(j, j + 1)]
+    assert w.tables.take_dirty() == [block_of(j, used)]
     w.evict([(0, 2, 3, 2)])
-    assert w.tables.take_dirty() == [(j, j + 1)]
+    assert w.tables.take_dirty() == [block_of(j, used)]
     since = w.tables.entry.copy()
     w.arrive([(0, 4, 0, 0), (0, 0, 6, 6), (1, 0, 0, 0)], [1, 2, 3])
     w.evict([(0, 0, 5, 5)])
     take_and_check(w, since)
     w.tables.mark_all_dirty()
-    assert w.tables.take_dirty() == [(0, w.space.used)]
+    assert w.tables.take_dirty() == [(0, used)]
 
 
-def test_far_apart_changes_are_separate_ranges() -> None:
-    w = World({0: (hdr(4096, 4096), 1), 1: (MID, 1)})
+def test_far_apart_changes_are_separate_ranges_and_neighbouring_blocks_one() -> None:
+    w = World({0: (hdr(8192, 8192), 1), 1: (MID, 1)})
+    used = w.space.used
     w.tables.take_dirty()
-    a, b, c = (0, 0, 0, 0), (0, 0, 63, 63), (1, 0, 0, 0)
+    a, b, c = (0, 0, 0, 0), (0, 0, 127, 127), (1, 0, 0, 0)
     w.arrive([a, b, c], [1, 2, 3])
-    assert w.tables.take_dirty() == [(w.id(a), w.id(a) + 1), (w.id(b), w.id(b) + 1), (w.id(c), w.id(c) + 1)]
+    blocks = [block_of(w.id(t), used) for t in (a, b, c)]
+    assert blocks[0][1] < blocks[1][0] and blocks[1][1] < blocks[2][0]  # far apart: blocks between
+    assert w.tables.take_dirty() == blocks
+    first, second = w.id((0, 0, 0, 0)), w.id((0, 0, 0, 0)) + DIRTY_BLOCK  # in two neighbouring blocks
+    tiles = [w.space.coords(np.array([k])) for k in (first, second)]
+    w.arrive([tuple(int(v[0]) for v in t) for t in tiles[1:]], [4])
+    w.evict([a])
+    lo = first // DIRTY_BLOCK * DIRTY_BLOCK
+    assert w.tables.take_dirty() == [(lo, lo + 2 * DIRTY_BLOCK)]
 
 
 @settings(max_examples=25, deadline=None)
@@ -732,8 +749,9 @@ def test_nearby_dirty_ranges_go_out_in_one_write_and_far_ones_apart(gl_context) 
         assert buf.upload(w.tables) == 1
         got, entry = read_back(buf, used), w.tables.entry[:used]
         lo, hi = w.id(near[0]), w.id(near[-1]) + 1
+        lo, hi = lo // DIRTY_BLOCK * DIRTY_BLOCK, -(-hi // DIRTY_BLOCK) * DIRTY_BLOCK  # whole dirty blocks
         np.testing.assert_array_equal(got[lo:hi], entry[lo:hi])  # the entries between are written too
-        assert (got[hi:] == SENTINEL).all()
+        assert (got[:lo] == SENTINEL).all() and (got[hi:] == SENTINEL).all()
         fill(buf)
         w.arrive(far, [4])
         w.evict(near[1:2])
