@@ -17,7 +17,9 @@ import enum
 import errno
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,7 +28,20 @@ from ..pack import codec
 from ..pack.format import Supercompression
 from ..remote import RemoteFile
 
-__all__ = ["MAX_GAP", "RUN_BYTES", "ReadBatch", "ReadResult", "ReadStatus", "SourceIndex", "TileSource", "read_batch"]
+if TYPE_CHECKING:
+    from ..pack.reader import PackReader
+
+__all__ = [
+    "MAX_GAP",
+    "RUN_BYTES",
+    "ReadBatch",
+    "ReadResult",
+    "ReadStatus",
+    "SourceIndex",
+    "TileSource",
+    "failure_reasons",
+    "read_batch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -384,3 +399,34 @@ class SourceIndex:
     first_tile: int  # tile id of the pack's first index entry
     batches: int = 0  # batches with the I/O threads
     closing: bool = False
+
+    @classmethod
+    def of(cls, reader: PackReader, first_tile: int) -> SourceIndex:
+        """`reader`'s pack with its own descriptor (or remote handle), so the reader may close
+        whenever its owner likes; `first_tile`: the texture's first tile id."""
+        idx = reader.index
+        stored = idx["stored_size"].astype(np.int64)
+        h = reader.header
+        largest = int(stored.max(initial=0))
+        if reader.remote is not None:
+            tile = TileSource(-1, h.supercompression, h.tile_raw_size, largest, reader.name, reader.remote.share())
+        else:
+            tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, largest, reader.name)
+        offsets, checksums = idx["offset"].astype(np.int64), np.ascontiguousarray(idx["checksum"], np.uint64)
+        return cls(tile, offsets, stored, checksums, first_tile)
+
+
+def failure_reasons(
+    results: list[ReadResult], failed: np.ndarray, coords: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+) -> list[str]:
+    """One line per failed load of `results` (`failed`: a mask over their tiles in order), naming
+    the pack and the tile's (level, x, y) from `coords(tile ids)` (`TileSpace.coords`)."""
+    reasons, at = [], 0
+    for r in results:
+        n = len(r.batch)
+        for k in failed[at : at + n].nonzero()[0].tolist():
+            _, lv, x, y = (int(v[0]) for v in coords(r.batch.tiles[k : k + 1]))
+            why = ReadStatus(int(r.status[k])).describe(int(r.errnum[k]))
+            reasons.append(f"{r.batch.source.name}: tile ({lv}, {x}, {y}) {why}")
+        at += n
+    return reasons

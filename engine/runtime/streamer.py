@@ -341,7 +341,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
                 st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames
             orders = core.orders(up.free_slots, up.cancel_stale)
             st.select_ms, st.reserve_ms = orders.select_ms, clock.lap() - orders.select_ms
-            st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot)
+            st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot, start=False)
             st.evicted, st.evicted_tiles, st.evicted_age = len(orders.evicted), orders.evicted.tiles, orders.evicted.age
             st.in_flight, st.stalls, st.submit_ms = up.in_flight, up.ring.stall_count, clock.lap()
         self._pages.upload(core.tables)
@@ -351,6 +351,9 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         dense = self._bursts.step(core.sampled.ids if raw and not self.freeze_feedback else None)
         st.feedback_stride = self._feedback.begin_frame(st.frame, dense=dense)
         st.feedback_ms += clock.lap()
+        if up is not None:  # the reads start last: their threads' Python runs after this frame's steps
+            up.start_reads()
+            st.submit_ms += clock.lap()
         st.update_ms, st.update_cpu_ms = clock.total(), (time.thread_time() - c0) * 1e3
         assert self.budget.usage <= self.budget.budget, "engine VRAM usage exceeds the budget"
         self.last = st

@@ -13,7 +13,8 @@ slot (structure of arrays), with an explicit `LoadState`::
                            returns (drain)--> FREE (failed: reported when abandoned)
 
 - `submit` (render thread) reserves ring slots for tiles whose cache slots the caller already took,
-  groups them by pack into file-ordered `ReadBatch`es and queues them: one queue item per batch.
+  groups them by pack into file-ordered `ReadBatch`es and queues them: one queue item per batch (the
+  streamer keeps them for `start_reads`, its last step, so the woken threads' Python runs after it).
 - The I/O threads read, decode and verify a batch into its ring slots (`io_workers`).
 - `drain` (render thread) takes the finished batches: READING -> READY, or FREE on failure; a
   CANCELLED load is freed here too (the thread skipped it or its bytes are dropped). A batch read for
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -60,7 +60,7 @@ from ..pack.reader import PackReader
 from ..remote import RemoteStats
 from . import blocking_load, staging_share
 from .budget import BudgetManager
-from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch
+from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch, failure_reasons
 from .device_staging import DeviceStaging
 from .int_sets import distinct
 from .io_workers import IOWorkers, ReadHook
@@ -171,6 +171,7 @@ class Uploader:
         self.sources: dict[int, SourceIndex] = {}
         self._retired: list[SourceIndex] = []  # closed textures whose files wait for their batches
         self._next_batch = 0
+        self._held: list[ReadBatch] = []  # read batches submit(start=False) keeps for start_reads()
         self.io = IOWorkers(
             config.io_threads, self.ring.memory, self.ring.stride, self.state, _CANCELLED, self.native, read_hook
         )
@@ -236,21 +237,7 @@ class Uploader:
     def add_source(self, tex: int, reader: PackReader) -> None:
         """Read texture `tex`'s tiles from `reader`'s pack (the uploader keeps its own descriptor, so
         the reader may close whenever its owner likes)."""
-        idx = reader.index
-        stored = idx["stored_size"].astype(np.int64)
-        h = reader.header
-        largest = int(stored.max(initial=0))
-        if reader.remote is not None:
-            tile = TileSource(-1, h.supercompression, h.tile_raw_size, largest, reader.name, reader.remote.share())
-        else:
-            tile = TileSource(os.dup(reader.fileno()), h.supercompression, h.tile_raw_size, largest, reader.name)
-        self.sources[tex] = SourceIndex(
-            tile,
-            idx["offset"].astype(np.int64),
-            stored,
-            np.ascontiguousarray(idx["checksum"], np.uint64),
-            self.space.ranges[tex].first_tile,
-        )
+        self.sources[tex] = SourceIndex.of(reader, self.space.ranges[tex].first_tile)
 
     def remote_stats(self, tex: int | None = None) -> list[RemoteStats]:
         """Network figures of the open textures read by URL (or of texture `tex` alone)."""
@@ -260,6 +247,7 @@ class Uploader:
     def remove_source(self, tex: int) -> LoadRecords:
         """Forget a texture's loads (cancelled; returned so the caller frees their cache slots) and
         close the uploader's descriptor of its pack once no I/O thread reads it any more."""
+        self.start_reads()  # its kept batches count in src.batches: the threads see them skipped
         cancelled = self.cancel_where(self.tex == tex)
         src = self.sources.pop(tex, None)
         if src is not None:
@@ -298,9 +286,13 @@ class Uploader:
         return self.load_of[ids] >= 0
 
     # ---- submit ---------------------------------------------------------------------------------
-    def submit(self, frame: int, tiles: np.ndarray, pool: np.ndarray, cache_slots: np.ndarray) -> int:
+    def submit(
+        self, frame: int, tiles: np.ndarray, pool: np.ndarray, cache_slots: np.ndarray, *, start: bool = True
+    ) -> int:
         """Start loads of `tiles` into `cache_slots` of pools `pool` (in priority order). The caller
-        checked `free_slots`; returns how many were submitted (all, unless the ring ran dry)."""
+        checked `free_slots`; returns how many were submitted (all, unless the ring ran dry).
+        `start=False` keeps the read batches for `start_reads()`, the streamer's last step: a thread
+        woken now takes the interpreter lock at the render thread's next numpy call that drops it."""
         tiles = np.asarray(tiles, np.int64)
         n = tiles.size
         if n == 0:
@@ -330,7 +322,16 @@ class Uploader:
         bounds = np.diff(tex[order]).nonzero()[0] + 1
         for part in np.split(order, bounds):
             self._queue(tex[part[0]], tiles[part], slots[part])
+        if start:
+            self.start_reads()
         return n
+
+    def start_reads(self) -> int:
+        """Hand the read batches `submit(start=False)` kept to the I/O threads; returns how many."""
+        held, self._held = self._held, []
+        for batch in held:
+            self.io.submit(batch)
+        return len(held)
 
     def move_cache_slots(self, pool: int, moved_from: np.ndarray, moved_to: np.ndarray) -> None:
         """Pool `pool` was resized and renamed its slots (``moved_from[i]`` is now ``moved_to[i]``):
@@ -360,11 +361,12 @@ class Uploader:
             batch = ReadBatch(self._next_batch, src.tile, t[b], s[b], off[b], stored[b], checksums[b])
             self._next_batch += 1
             src.batches += 1
-            self.io.submit(batch)
+            self._held.append(batch)
 
     # ---- drain ----------------------------------------------------------------------------------
     def drain(self) -> Drained:
         """Take every finished read batch, and give up reads that hang (never blocks)."""
+        self.start_reads()  # batches a frame that raised before its last step kept
         results = self.io.drain()
         drained = self._apply_results(results)
         late = self.io.overdue(self.config.read_timeout_s)
@@ -414,17 +416,7 @@ class Uploader:
         failed = ~ok & ~cancelled & (status != _READ_SKIPPED)
         self.state[slots[ok]] = _READY
         failed_rec = self._records(slots[failed])
-        reasons = []
-        at = 0
-        for r in results if failed.any() else ():
-            n = len(r.batch)
-            for k in failed[at : at + n].nonzero()[0].tolist():
-                _, lv, x, y = (int(v[0]) for v in self.space.coords(r.batch.tiles[k : k + 1]))
-                reasons.append(
-                    f"{r.batch.source.name}: tile ({lv}, {x}, {y}) "
-                    f"{ReadStatus(int(r.status[k])).describe(int(r.errnum[k]))}"
-                )
-            at += n
+        reasons = failure_reasons(results, failed, self.space.coords) if failed.any() else []
         self._free(np.concatenate([slots[failed], slots[cancelled]]))
         return Drained(failed_rec, reasons, int(np.count_nonzero(ok)), [r.seconds for r in results])
 
@@ -632,6 +624,7 @@ class Uploader:
         if self._closed:
             return
         self._closed = True
+        self._held.clear()  # never started: every load is dropped with the ring
         stopped = self.io.shutdown(self.config.shutdown_wait_s)
         self.blocking_scratch.close()
         for src in list(self.sources.values()) + self._retired:

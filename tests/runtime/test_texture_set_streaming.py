@@ -133,12 +133,14 @@ def screen(gl_context: moderngl.Context) -> Iterator[Screen]:
 
 def converge(streamer: ts.Streamer, screen: Screen, tset: ts.TextureSet, frames: int = 200) -> list[np.ndarray]:
     """Frames until nothing the feedback wants is missing and no load is in flight; each member's
-    last image."""
+    last image. A frame counts only once its feedback has been read (it wants pages): before that, or
+    while a refitted feedback buffer has nothing yet, nothing is missing because nothing is known."""
     settled = 0
-    for i in range(frames):
+    for _ in range(frames):
         stats = streamer.update()
         images = [screen.draw(tset, k) for k in range(len(MEMBERS))]
-        settled = settled + 1 if i >= 3 and stats.missing_pages == 0 and not streamer.busy else 0
+        known = stats.wanted_pages > 0
+        settled = settled + 1 if known and stats.missing_pages == 0 and not streamer.busy else 0
         if settled == 3:
             break
     return images

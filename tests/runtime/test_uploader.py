@@ -539,6 +539,40 @@ def test_a_tile_cancelled_and_asked_for_again_gets_a_fresh_load(
     rig.assert_uploaded(tile, new_cache)
 
 
+def test_reads_kept_by_submit_start_when_started_or_at_the_next_drain(rigs: Callable[..., Rig], packs: Packs) -> None:
+    rig = rigs([packs.zstd])
+    up = rig.up
+    tiles = rig.space.tile_ids(0)[:40]  # two read batches
+    cache = rig.allocate(1, tiles)
+    assert up.submit(1, tiles, np.zeros(tiles.size, np.int64), cache, start=False) == 40
+    assert up.io.pending == 0 and up.states() == rig.states(reading=40)  # no thread has them yet
+    assert up.start_reads() == 2 and up.start_reads() == 0 and up.io.pending == 2
+    assert rig.drain_all().ready == 40
+    more = rig.space.tile_ids(0)[40:45]
+    more_cache = rig.allocate(2, more)
+    up.submit(2, more, np.zeros(more.size, np.int64), more_cache, start=False)
+    up.drain()  # a frame that raised before starting its reads: the next drain starts them
+    assert up.io.pending == 1 and rig.drain_all().ready == 5
+    rig.upload(3)
+    rig.assert_uploaded(np.concatenate([tiles, more]), np.concatenate([cache, more_cache]))
+
+
+def test_remove_source_starts_the_kept_reads_and_closes_the_descriptor_after_them(
+    rigs: Callable[..., Rig], packs: Packs
+) -> None:
+    rig = rigs([packs.zstd])
+    up = rig.up
+    fd = up.sources[0].tile.fd
+    tiles = rig.space.tile_ids(0)[:40]
+    up.submit(1, tiles, np.zeros(tiles.size, np.int64), rig.allocate(1, tiles), start=False)
+    assert len(up.remove_source(0)) == 40 and up.io.pending == 2
+    os.fstat(fd)  # the started batches may be reading it (they skip every cancelled load)
+    drained = rig.drain_all()
+    assert drained.ready == 0 and not drained.failed and up.free_slots == RING_SLOTS
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
 # ---- sources --------------------------------------------------------------------------------------
 def test_remove_source_keeps_the_descriptor_for_batches_in_flight_and_closes_it_after(
     rigs: Callable[..., Rig], packs: Packs
