@@ -78,7 +78,8 @@ def converge(
         else:
             s.update()
         renderer.draw(vt, VIEW)
-        settled = settled + 1 if s.last.missing_pages == 0 and not s.busy and s.frame > 3 else 0
+        known = s.frame > 3 and s.last.wanted_pages > 0  # its feedback read: nothing is missing before that
+        settled = settled + 1 if known and s.last.missing_pages == 0 and not s.busy else 0
         if settled >= 3:
             return records
         time.sleep(0.002)

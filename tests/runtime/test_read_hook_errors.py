@@ -75,7 +75,8 @@ def test_a_failing_read_hook_is_reported_once_and_counted(gl_context: moderngl.C
             assert "injected read error" in raised[0] and "\n" not in raised[0]
             assert vt.failed_loads >= 4  # every failing batch's tiles are counted as failed loads
             failing.clear()  # the disk is back: the view streams, the episode is over
-            frames_until(s, renderer, vt, lambda: s.frame > 5 and s.last.missing_pages == 0 and not s.busy)
+            fed_and_done = lambda: s.frame > 5 and s.last.wanted_pages > 0 and s.last.missing_pages == 0 and not s.busy  # noqa: E731
+            frames_until(s, renderer, vt, fed_and_done)
             failing.set()  # a new failure is news again: reported once more
             calls["failed"] = 0
             closer = View(0.3, 0.3, 4.0)  # finer tiles than are resident: new reads

@@ -77,7 +77,7 @@ def settled_frame(s: Streamer, renderer: PlaneRenderer, vt, view: View, n: int) 
     the loads are asynchronous, and a busy machine needs more frames. The last frame."""
     frame = frames(s, renderer, vt, view, n)
     for _ in range(600):
-        if s.last.missing_pages == 0 and not s.busy:
+        if s.last.wanted_pages > 0 and s.last.missing_pages == 0 and not s.busy:  # fed, complete, idle
             break
         frame = frames(s, renderer, vt, view, 1)
     return frame
@@ -256,7 +256,8 @@ def test_reads_nobody_wants_any_more_are_cancelled(
         assert s.stats().totals.cancelled > 0
         final = View(0.5, 0.5, 1.0)
         frames = 0
-        while frames < 400 and not (frames > 4 and s.last.missing_pages == 0 and not s.busy):
+        fed = lambda: s.last.wanted_pages > 0  # noqa: E731 (its feedback read: nothing is missing before that)
+        while frames < 400 and not (frames > 4 and fed() and s.last.missing_pages == 0 and not s.busy):
             s.update()
             renderer.draw(vt, final)
             frames += 1
