@@ -8,7 +8,7 @@ def print_stream(r: dict) -> None:
     up, upy, e2e, epy, sb = (
         r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
     )
-    pt, cp, sct = r["upload_per_tile"], r["copy_bandwidth"], r["scene_update_timed"]
+    pt, cp, sct, scp = r["upload_per_tile"], r["copy_bandwidth"], r["scene_update_timed"], r["scene_update_paced"]
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -151,6 +151,13 @@ def print_stream(r: dict) -> None:
             f"p95 {sct['update_ms_p95']:.2f}, p99 {sct['update_ms_p99']:.2f}, max after 1 s "
             f"{sct['update_ms_max_after_1s']:.2f} ms; CPU p50 {sct['update_cpu_ms_p50']:.2f}; "
             f"upload_time_budget_ms={sct['upload_time_budget_ms']:g}",
+        ),
+        (
+            f"    paced at {scp['paced_fps']:g} Hz",
+            f"{scp['update_ms_p50']:.2f} ms p50",
+            f"p95 {scp['update_ms_p95']:.2f}, p99 {scp['update_ms_p99']:.2f}, max after 1 s "
+            f"{scp['update_ms_max_after_1s']:.2f} ms; CPU p50 {scp['update_cpu_ms_p50']:.2f}; each frame on the "
+            "next tick, as a vsynced loop (the CPU idles between frames)",
         ),
         (
             "(d) latency",
