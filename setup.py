@@ -14,7 +14,9 @@ setup(
             optional=True,
             # sqrtf without errno inlines to one instruction and lets the procedural loops vectorize;
             # results are the same (every argument is >= 0).
-            extra_compile_args=["-O2", "-fno-math-errno"],
+            # -pthread: the compiled I/O threads (ts_pool_*) are POSIX threads.
+            extra_compile_args=["-O2", "-fno-math-errno", "-pthread"],
+            extra_link_args=["-pthread"],
         )
     ]
 )

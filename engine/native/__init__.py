@@ -32,6 +32,7 @@ __all__ = [
     "Codecs",
     "HdrFunctions",
     "Native",
+    "PoolFunctions",
     "checksum_tiles",
     "ProceduralFunctions",
     "encode_f32",
@@ -74,6 +75,23 @@ class Codecs(ctypes.Structure):
 
 
 @dataclass(frozen=True)
+class PoolFunctions:
+    """`ts_pool_*` in _native.c: I/O threads with no Python on them (see its comment for the contracts)."""
+
+    create: ctypes._CFuncPtr
+    submit: ctypes._CFuncPtr
+    drain: ctypes._CFuncPtr
+    wait: ctypes._CFuncPtr  # releases the GIL (it blocks)
+    overdue: ctypes._CFuncPtr
+    counts: ctypes._CFuncPtr
+    hold: ctypes._CFuncPtr
+    close: ctypes._CFuncPtr  # releases the GIL (it waits for the threads)
+    release: ctypes._CFuncPtr
+    zstd_create: int  # ZSTD_createDCtx / ZSTD_freeDCtx, for each thread's own context
+    zstd_free: int
+
+
+@dataclass(frozen=True)
 class Native:
     """The compiled loops plus what they need; see _native.c for the contracts."""
 
@@ -87,6 +105,7 @@ class Native:
     create_dctx: ctypes._CFuncPtr
     free_dctx: ctypes._CFuncPtr
     libraries: tuple[ctypes.CDLL, ...]  # kept loaded while the function pointers are in use
+    pool: PoolFunctions | None = None  # None: an older build (the I/O threads run Python around each read)
 
 
 def _module_file(name: str) -> str | None:
@@ -241,12 +260,43 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     create = ctypes.CFUNCTYPE(ctypes.c_void_p)(found["zstd_create"][1])
     free = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(found["zstd_free"][1])
     libs = tuple(lib for lib, _ in found.values())
-    native = Native(path, read_batch, decode_batch, upload_cells, upload_runs, copy_spans, codecs, create, free, libs)
+    pool = _pool_functions(gil_free, gil_held, found["zstd_create"][1], found["zstd_free"][1])
+    native = Native(
+        path, read_batch, decode_batch, upload_cells, upload_runs, copy_spans, codecs, create, free, libs, pool
+    )
     log.debug("texstream's compiled helper: %s", path)
     return native
 
 
 _ptr, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int  # the loops' argument types
+
+
+def _pool_functions(
+    gil_free: ctypes.CDLL, gil_held: ctypes.PyDLL, zstd_create: int, zstd_free: int
+) -> PoolFunctions | None:
+    """The `ts_pool_*` functions, or None when the helper predates them. The calls that return at once
+    keep the GIL (a few microseconds on the render thread); `wait` and `close` block, so they drop it."""
+    try:
+        fns = {name: getattr(gil_held, f"ts_pool_{name}") for name in ("create", "submit", "drain", "overdue")}
+        fns |= {name: getattr(gil_held, f"ts_pool_{name}") for name in ("counts", "hold", "release")}
+        fns |= {name: getattr(gil_free, f"ts_pool_{name}") for name in ("wait", "close")}
+    except AttributeError:
+        return None
+    d = ctypes.c_double
+    signatures = {
+        "create": (_ptr, (_i64, _ptr, _i64, _ptr, ctypes.c_uint8, _i64, ctypes.POINTER(Codecs), _ptr, _ptr)),
+        "submit": (_i64, (_ptr, _i64, _int, _int, _i64, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)),
+        "drain": (_i64, (_ptr, _i64, _ptr, _ptr, _ptr)),
+        "wait": (_i64, (_ptr, d)),
+        "overdue": (_i64, (_ptr, d, _i64, _ptr)),
+        "counts": (None, (_ptr, _ptr)),
+        "hold": (None, (_ptr, _i64)),
+        "close": (_i64, (_ptr, d, _i64, _ptr, _ptr)),
+        "release": (None, (_ptr,)),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fns[name].restype, fns[name].argtypes = restype, argtypes
+    return PoolFunctions(**fns, zstd_create=zstd_create, zstd_free=zstd_free)
 
 
 def _compiled_loop(

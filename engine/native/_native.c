@@ -4,6 +4,8 @@
  *                   coalesced pread of file-contiguous runs, zstd/lz4 decode straight into the
  *                   slot, xxh3-64 check. Called through ctypes.CDLL, so the GIL is released for
  *                   the whole batch (one GIL round trip per batch instead of several per tile).
+ *   ts_pool_*       I/O threads with no Python on them, running ts_read_batch on the batches the
+ *                   render thread submits (one call a batch) and drains (one call a frame).
  *   ts_checksum_tiles (bake workers) the xxh3-64 of each tile of a band's raw tiles, in one call.
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
@@ -165,6 +167,362 @@ int64_t ts_read_batch(int fd, int codec, int64_t n, const int64_t *file_offset, 
         i = j;
     }
     return good;
+}
+
+/* ---- ts_pool: I/O threads with no Python on them ------------------------------------------------
+ *
+ * The render thread hands each read batch over with ts_pool_submit (one call, a few microseconds,
+ * the GIL kept) and collects finished ones with ts_pool_drain; POSIX threads run ts_read_batch on
+ * them and never take the interpreter lock, so nothing they do competes with the render thread's
+ * Python. The caller keeps every array named in a job alive (and the ring mapped) until the job comes
+ * back through ts_pool_drain (or forever, when ts_pool_close leaves a thread stuck in a read).
+ *
+ * A read that hangs cannot be interrupted: ts_pool_overdue gives up jobs read for longer than a
+ * timeout, retires their threads (each exits once its read returns, its job coming back marked
+ * abandoned) and starts replacements. ts_pool_close drops queued jobs and waits a bounded time; a pool
+ * closed with threads still inside a read is freed by the last of them. ts_pool_hold is a test hook:
+ * the next jobs taken wait before their read until released (reads that hang). */
+#include <pthread.h>
+#include <time.h>
+
+typedef void *(*zstd_create_fn)(void);
+typedef size_t (*zstd_free_fn)(void *dctx);
+
+typedef struct ts_job {
+    int64_t id;
+    int fd, codec;
+    int64_t n, raw, limit; /* limit: the longest single read (>= the largest stored tile) */
+    const int64_t *file_offset, *stored, *ring_slot;
+    const uint64_t *checksum;
+    int32_t *status, *errnum;
+    double seconds;
+    int abandoned;
+    struct ts_job *next;
+} ts_job;
+
+struct ts_pool;
+
+typedef struct ts_worker {
+    struct ts_pool *pool;
+    ts_job *job; /* the job being read, NULL between jobs */
+    double started;
+    int retired, exited;
+    struct ts_worker *next;
+} ts_worker;
+
+typedef struct ts_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t work;   /* a job queued, the hold released, closing */
+    pthread_cond_t exited; /* a thread exited */
+    ts_job *queued, *queued_tail, *done, *done_tail;
+    ts_worker *workers;
+    int64_t live; /* threads not yet exited */
+    int closing, orphaned;
+    int64_t hold_next, hold_round; /* the test hook: reads still to hold, and which release they wait for */
+    int64_t queued_count;
+    uint8_t *ring;
+    int64_t ring_stride, max_gap;
+    const uint8_t *load_state;
+    uint8_t skip_state;
+    ts_codecs codecs;
+    zstd_create_fn create_dctx;
+    zstd_free_fn free_dctx;
+} ts_pool;
+
+static double ts_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void ts_pool_free_all(ts_pool *p) {
+    for (ts_job *j = p->queued, *next; j; j = next) { next = j->next; free(j); }
+    for (ts_job *j = p->done, *next; j; j = next) { next = j->next; free(j); }
+    for (ts_worker *w = p->workers, *next; w; w = next) { next = w->next; free(w); }
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->exited);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+static void ts_fail_job(ts_job *j, int err) {
+    for (int64_t k = 0; k < j->n; k++) { j->status[k] = TS_IO_ERROR; j->errnum[k] = err; }
+}
+
+static void *ts_worker_main(void *arg) {
+    ts_worker *w = (ts_worker *)arg;
+    ts_pool *p = w->pool;
+    uint8_t *scratch = NULL;
+    int64_t scratch_size = 0;
+    void *dctx = p->create_dctx();
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!w->retired && !p->closing && p->queued == NULL) pthread_cond_wait(&p->work, &p->lock);
+        if (w->retired || p->closing) break;
+        ts_job *j = p->queued;
+        p->queued = j->next;
+        if (p->queued == NULL) p->queued_tail = NULL;
+        p->queued_count--;
+        j->next = NULL;
+        w->job = j;
+        w->started = ts_now();
+        if (p->hold_next > 0) { /* the test hook: a read that hangs until ts_pool_hold(p, 0) */
+            p->hold_next--;
+            int64_t round = p->hold_round;
+            while (p->hold_round == round) pthread_cond_wait(&p->work, &p->lock);
+        }
+        pthread_mutex_unlock(&p->lock);
+        double t0 = ts_now();
+        if (j->limit > scratch_size) {
+            free(scratch);
+            scratch = (uint8_t *)malloc((size_t)j->limit);
+            scratch_size = scratch ? j->limit : 0;
+        }
+        if (scratch == NULL || (j->codec == TS_ZSTD && dctx == NULL))
+            ts_fail_job(j, ENOMEM);
+        else
+            ts_read_batch(j->fd, j->codec, j->n, j->file_offset, j->stored, j->raw, j->checksum, j->ring_slot, p->ring,
+                          p->ring_stride, p->load_state, p->skip_state, scratch, scratch_size, p->max_gap, dctx,
+                          &p->codecs, j->status, j->errnum);
+        j->seconds = ts_now() - t0;
+        pthread_mutex_lock(&p->lock);
+        w->job = NULL;
+        if (p->done_tail) p->done_tail->next = j; else p->done = j;
+        p->done_tail = j;
+        pthread_cond_broadcast(&p->exited); /* ts_pool_wait waits on it too */
+    }
+    /* Once the lock is let go, `p` may be freed by ts_pool_release (unless this is its last thread of
+     * an orphaned pool): nothing of it is touched after the unlock but what was copied here. */
+    zstd_free_fn free_dctx = p->free_dctx;
+    w->exited = 1;
+    p->live--;
+    int last_out = p->orphaned && p->live == 0;
+    pthread_cond_broadcast(&p->exited);
+    pthread_mutex_unlock(&p->lock);
+    free(scratch);
+    if (dctx) free_dctx(dctx);
+    if (last_out) ts_pool_free_all(p);
+    return NULL;
+}
+
+/* Start one more thread (the lock held). 0, or -errno. */
+static int ts_spawn(ts_pool *p) {
+    ts_worker *w = (ts_worker *)calloc(1, sizeof(ts_worker));
+    if (w == NULL) return -ENOMEM;
+    w->pool = p;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    int err = pthread_create(&thread, &attr, ts_worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (err) { free(w); return -err; }
+    w->next = p->workers;
+    p->workers = w;
+    p->live++;
+    return 0;
+}
+
+/* Forget threads that exited (the lock held): nothing touches their records any more. */
+static void ts_prune(ts_pool *p) {
+    ts_worker **at = &p->workers;
+    while (*at) {
+        ts_worker *w = *at;
+        if (w->exited) { *at = w->next; free(w); } else at = &w->next;
+    }
+}
+
+/* A pool of `threads` threads reading into `ring` (slot i at ring + i * ring_stride), skipping tiles
+ * whose load_state byte equals skip_state. NULL when a thread cannot be started. */
+ts_pool *ts_pool_create(int64_t threads, uint8_t *ring, int64_t ring_stride, const uint8_t *load_state,
+                        uint8_t skip_state, int64_t max_gap, const ts_codecs *codecs, void *create_dctx,
+                        void *free_dctx) {
+    if (threads < 1) return NULL;
+    ts_pool *p = (ts_pool *)calloc(1, sizeof(ts_pool));
+    if (p == NULL) return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->exited, NULL);
+    p->ring = ring;
+    p->ring_stride = ring_stride;
+    p->load_state = load_state;
+    p->skip_state = skip_state;
+    p->max_gap = max_gap;
+    p->codecs = *codecs;
+    p->create_dctx = (zstd_create_fn)create_dctx;
+    p->free_dctx = (zstd_free_fn)free_dctx;
+    pthread_mutex_lock(&p->lock);
+    int err = 0;
+    for (int64_t i = 0; i < threads && !err; i++) err = ts_spawn(p);
+    if (err) { /* stop the ones started; the last one out frees the pool */
+        p->closing = 1;
+        p->orphaned = 1;
+        int none = p->live == 0;
+        pthread_cond_broadcast(&p->work);
+        pthread_mutex_unlock(&p->lock);
+        if (none) ts_pool_free_all(p);
+        return NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return p;
+}
+
+/* Queue one batch (ts_read_batch's arguments; status and errnum receive its outcome). 0, -EPIPE once
+ * closed, -ENOMEM. */
+int64_t ts_pool_submit(ts_pool *p, int64_t id, int fd, int codec, int64_t n, const int64_t *file_offset,
+                       const int64_t *stored, int64_t raw, int64_t limit, const uint64_t *checksum,
+                       const int64_t *ring_slot, int32_t *status, int32_t *errnum) {
+    ts_job *j = (ts_job *)calloc(1, sizeof(ts_job));
+    if (j == NULL) return -ENOMEM;
+    j->id = id;
+    j->fd = fd;
+    j->codec = codec;
+    j->n = n;
+    j->raw = raw;
+    j->limit = limit;
+    j->file_offset = file_offset;
+    j->stored = stored;
+    j->checksum = checksum;
+    j->ring_slot = ring_slot;
+    j->status = status;
+    j->errnum = errnum;
+    pthread_mutex_lock(&p->lock);
+    if (p->closing) {
+        pthread_mutex_unlock(&p->lock);
+        free(j);
+        return -EPIPE;
+    }
+    if (p->queued_tail) p->queued_tail->next = j; else p->queued = j;
+    p->queued_tail = j;
+    p->queued_count++;
+    pthread_cond_broadcast(&p->work); /* a signal could wake a held thread, which would not take it */
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Finished jobs, oldest first, at most `cap`: their ids, read seconds and abandoned flags. A count. */
+int64_t ts_pool_drain(ts_pool *p, int64_t cap, int64_t *ids, double *seconds, uint8_t *abandoned) {
+    int64_t k = 0;
+    pthread_mutex_lock(&p->lock);
+    while (k < cap && p->done) {
+        ts_job *j = p->done;
+        p->done = j->next;
+        if (p->done == NULL) p->done_tail = NULL;
+        ids[k] = j->id;
+        seconds[k] = j->seconds;
+        abandoned[k] = (uint8_t)j->abandoned;
+        k++;
+        free(j);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return k;
+}
+
+/* Block until a job is finished or `timeout_s` passed (called without the GIL). 1 when one is. */
+int64_t ts_pool_wait(ts_pool *p, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&p->lock);
+    int err = 0;
+    while (p->done == NULL && err != ETIMEDOUT) err = pthread_cond_timedwait(&p->exited, &p->lock, &until);
+    int64_t ready = p->done != NULL;
+    pthread_mutex_unlock(&p->lock);
+    return ready;
+}
+
+/* Give up the jobs read for longer than `timeout_s`: their ids (at most `cap`) go to `ids`, their
+ * threads retire and as many new ones start. A count. A replacement that does not start leaves fewer
+ * threads taking jobs (ts_pool_counts shows it); the jobs are given up all the same. */
+int64_t ts_pool_overdue(ts_pool *p, double timeout_s, int64_t cap, int64_t *ids) {
+    double now = ts_now();
+    int64_t k = 0;
+    pthread_mutex_lock(&p->lock);
+    ts_prune(p);
+    for (ts_worker *w = p->workers; w && k < cap; w = w->next) {
+        if (w->retired || w->job == NULL || w->job->abandoned || now - w->started < timeout_s) continue;
+        w->job->abandoned = 1;
+        w->retired = 1;
+        ids[k++] = w->job->id;
+    }
+    if (k) pthread_cond_broadcast(&p->work);
+    for (int64_t i = 0; i < k && !p->closing; i++) ts_spawn(p);
+    pthread_mutex_unlock(&p->lock);
+    return k;
+}
+
+/* counts[0]: threads that take new jobs; counts[1]: retired threads still inside a read; counts[2]:
+ * jobs queued, not yet taken by a thread. */
+void ts_pool_counts(ts_pool *p, int64_t *counts) {
+    counts[0] = counts[1] = 0;
+    pthread_mutex_lock(&p->lock);
+    counts[2] = p->queued_count;
+    for (ts_worker *w = p->workers; w; w = w->next) {
+        if (w->exited) continue;
+        if (!w->retired && !p->closing)
+            counts[0]++;
+        else if (w->job != NULL)
+            counts[1]++;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The test hook: the next `count` jobs taken wait before their read (as reads that hang) until a
+ * call with count 0, which releases every held one. */
+void ts_pool_hold(ts_pool *p, int64_t count) {
+    pthread_mutex_lock(&p->lock);
+    if (count > 0) {
+        p->hold_next = count;
+    } else {
+        p->hold_next = 0;
+        p->hold_round++;
+    }
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Stop taking jobs: queued ones are dropped (their ids, at most `cap`, to `dropped`; *n_dropped gets
+ * the count), and the threads get `timeout_s` to finish the reads in progress (called without the
+ * GIL). Returns the threads still inside a read; finished jobs stay for ts_pool_drain until
+ * ts_pool_release. */
+int64_t ts_pool_close(ts_pool *p, double timeout_s, int64_t cap, int64_t *dropped, int64_t *n_dropped) {
+    pthread_mutex_lock(&p->lock);
+    int64_t k = 0;
+    if (!p->closing) {
+        p->closing = 1;
+        for (ts_job *j = p->queued, *next; j; j = next) {
+            next = j->next;
+            if (k < cap) dropped[k++] = j->id;
+            free(j);
+        }
+        p->queued = p->queued_tail = NULL;
+        p->queued_count = 0;
+        pthread_cond_broadcast(&p->work);
+    }
+    *n_dropped = k;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    int err = 0;
+    while (p->live > 0 && err != ETIMEDOUT) err = pthread_cond_timedwait(&p->exited, &p->lock, &until);
+    int64_t live = p->live;
+    pthread_mutex_unlock(&p->lock);
+    return live;
+}
+
+/* Free a closed pool: now if no thread is left, else by the last thread out (its read returned). */
+void ts_pool_release(ts_pool *p) {
+    pthread_mutex_lock(&p->lock);
+    p->closing = 1;
+    pthread_cond_broadcast(&p->work);
+    int none = p->live == 0;
+    if (!none) p->orphaned = 1;
+    pthread_mutex_unlock(&p->lock);
+    if (none) ts_pool_free_all(p);
 }
 
 typedef void (*gl_compressed_sub3d_fn)(unsigned target, int level, int x, int y, int z, int w, int h, int d,

@@ -20,6 +20,11 @@ Unexpected exceptions are kept and re-raised on the render thread by `drain` as 
 once per source while its batches keep failing (the rest are counted in `unexpected_errors`, their
 tiles fail as unreadable), and again only after one of its batches read cleanly.
 
+With the compiled helper, batches of local packs go to `native_readers.NativeReaders`: POSIX threads
+that run no Python at all (the render thread submits and drains them in one call each). Python
+threads read the rest, started on the first such batch: remote packs, every batch when a read hook
+is set or the helper is missing.
+
 A read that hangs (a dead network disk, a stalled device) cannot be interrupted from Python. The
 render thread asks `overdue()` each frame: a batch read for longer than the timeout is given up (its
 thread is retired and a replacement started, so the other batches keep moving) and the caller fails
@@ -41,6 +46,7 @@ import numpy as np
 from ..errors import EngineError
 from ..native import Native
 from .byte_sources import MAX_GAP, RUN_BYTES, ReadBatch, ReadResult, ReadStatus, TileSource, _Scratch, read_batch
+from .native_readers import NativeReaders
 
 __all__ = [
     "MAX_GAP",
@@ -119,7 +125,18 @@ class IOWorkers:
         self._readers: list[_Reader] = []  # live threads, retired ones included until they exit
         self._abandoned: set[int] = set()  # batch ids given up by overdue()
         self._named = 0
-        for _ in range(threads):
+        self._ready: list[ReadResult] = []  # finished batches taken off a queue but not yet returned
+        self.compiled: NativeReaders | None = None
+        if native is not None and native.pool is not None and read_hook is None:
+            try:
+                self.compiled = NativeReaders(threads, ring, stride, state, skip_state, native)
+            except OSError as exc:
+                log.warning("%s: the I/O threads run Python", exc)
+        if self.compiled is None:
+            self._start_python_threads()
+
+    def _start_python_threads(self) -> None:
+        for _ in range(self._size):
             self._start_reader()
 
     def _start_reader(self) -> None:
@@ -131,18 +148,32 @@ class IOWorkers:
     @property
     def thread_count(self) -> int:
         """Threads that take new batches (retired ones stuck in a read are not counted)."""
-        return sum(1 for r in self._readers if not r.retired)
+        compiled = self.compiled.counts()[0] if self.compiled is not None else 0
+        return compiled + sum(1 for r in self._readers if not r.retired)
 
     @property
     def stuck_count(self) -> int:
         """Retired threads still inside a read that was given up."""
-        return sum(1 for r in self._readers if r.retired and r.thread.is_alive())
+        compiled = self.compiled.counts()[1] if self.compiled is not None else 0
+        return compiled + sum(1 for r in self._readers if r.retired and r.thread.is_alive())
 
     def submit(self, batch: ReadBatch) -> None:
         if self._closed:
             raise RuntimeError("io workers are shut down")
+        if self.compiled is not None and batch.source.remote is None:
+            self.compiled.submit(batch)
+        else:
+            if not self._readers:
+                self._start_python_threads()
+            self._jobs.put(batch)
         self.pending += 1
-        self._jobs.put(batch)
+
+    def hold_compiled_reads(self, count: int) -> None:
+        """Test hook: the next `count` batches a compiled thread takes wait before their read, as reads
+        that hang do, until `hold_compiled_reads(0)` releases them (Python threads have the read hook)."""
+        if self.compiled is None:
+            raise RuntimeError("no compiled I/O threads (the helper is missing or a read hook is set)")
+        self.compiled.hold(count)
 
     def _run(self, me: _Reader) -> None:
         scratch = _Scratch(self.native)
@@ -187,6 +218,19 @@ class IOWorkers:
         """Give up batches read for longer than `timeout` seconds (render thread, once a frame): their
         threads are retired (they exit once the read returns) and replaced. The caller fails their
         loads now; their results still come back through `drain`, marked abandoned."""
+        late = self.compiled.overdue(timeout) if self.compiled is not None else []
+        if late:
+            log.error(
+                "%d tile reads hang for over %.1f s (%s); giving them up and starting new I/O threads",
+                len(late),
+                timeout,
+                late[0].source.name,
+            )
+        if not self._readers:
+            return late
+        return late + self._overdue_python(timeout)
+
+    def _overdue_python(self, timeout: float) -> list[ReadBatch]:
         now = time.monotonic()
         late: list[ReadBatch] = []
         with self._lock:
@@ -219,23 +263,37 @@ class IOWorkers:
             fatal, self._fatal = self._fatal, None
         if fatal is not None:
             raise EngineError(f"an I/O thread failed: {type(fatal).__name__}: {fatal}") from fatal
-        out: list[ReadResult] = []
+        out, self._ready = self._ready, []
         while True:
             try:
                 out.append(self._done.get_nowait())
             except queue.Empty:
                 break
+        if self.compiled is not None:
+            out += self.compiled.drain()
         self.pending -= len(out)
         return out
 
     def wait(self, timeout: float) -> ReadResult | None:
         """Block for the next finished batch (the blocking load path only)."""
-        try:
-            result = self._done.get(timeout=timeout)
-        except queue.Empty:
+        deadline = time.monotonic() + timeout
+        while not self._ready:
+            if self.compiled is not None:
+                self._ready += self.compiled.drain()
+            try:  # Python threads' results; only those when no compiled batch is in flight
+                python_only = self.compiled is None or self.compiled.in_flight == 0
+                step = max(0.0, deadline - time.monotonic()) if python_only else 0.0
+                self._ready.append(self._done.get(timeout=step) if step else self._done.get_nowait())
+            except queue.Empty:
+                pass
+            if self._ready or time.monotonic() >= deadline:
+                break
+            if self.compiled is not None and self.compiled.in_flight:  # without the lock, 1 ms at most
+                self.compiled.wait(min(0.001 if self._readers else timeout, max(0.0, deadline - time.monotonic())))
+        if not self._ready:
             return None
         self.pending -= 1
-        return result
+        return self._ready.pop(0)
 
     def shutdown(self, timeout: float = 2.0) -> bool:
         """Stop the threads (idempotent): batches not started are dropped, a read in progress may finish
@@ -254,9 +312,16 @@ class IOWorkers:
             for _ in self._readers:
                 self._jobs.put(None)
         deadline = time.monotonic() + timeout
+        compiled_stopped = True
+        if self.compiled is not None:
+            compiled_stopped, dropped, finished = self.compiled.shutdown(timeout)
+            self.pending -= dropped
+            self._ready += finished
         for r in self._readers:
             r.thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [r.thread.name for r in self._readers if r.thread.is_alive()]
+        if not compiled_stopped:
+            stuck.append("(compiled)")
         if not stuck:  # nothing writes into the ring any more: let its mapping go
             self._ring = np.zeros(0, np.uint8)
             self._state = np.zeros(0, np.uint8)

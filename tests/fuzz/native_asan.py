@@ -45,6 +45,7 @@ FLAGS = (
     "-fno-omit-frame-pointer",
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=all",
+    "-pthread",
 )
 
 

@@ -591,3 +591,124 @@ def test_drain_that_raises_loses_no_finished_batch(packs: dict[Supercompression,
 def test_thread_count_must_be_positive() -> None:
     with pytest.raises(ValueError, match="io thread count"):
         IOWorkers(0, new_ring(1), STRIDE, np.zeros(1, np.uint8), SKIP, None)
+
+
+# ---- the compiled threads (no Python on them) ------------------------------------------------------
+def compiled_workers(threads: int, ring: np.ndarray, state: np.ndarray) -> IOWorkers:
+    native = native_or_none("native")
+    if native.pool is None:
+        skip_unless_native("texstream's compiled helper predates its reader pool")
+    workers = IOWorkers(threads, ring, STRIDE, state, SKIP, native)
+    assert workers.compiled is not None and workers.thread_count == threads
+    return workers
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 60.0
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def test_compiled_threads_skip_cancelled_loads_and_answer_every_status(packs: dict[Supercompression, Pack]) -> None:
+    p = packs[Supercompression.ZSTD]
+    ring = new_ring(12)
+    state = np.zeros(12, np.uint8)
+    state[[1, 4]] = SKIP  # cancelled before the read: never written
+    workers = compiled_workers(2, ring, state)
+    try:
+        workers.submit(make_batch(p, range(6), range(6), batch_id=0))
+        # a descriptor that is not open: every tile unreadable, with its errno
+        closed = os.open(p.path, os.O_RDONLY)
+        os.close(closed)
+        workers.submit(make_batch(p, range(6, 12), range(6, 12), src=source(p, closed), batch_id=1))
+        got = {r.batch.batch_id: r for r in drain_all(workers)}
+        assert sorted(got) == [0, 1] and not any(r.abandoned for r in got.values())
+        want = [ReadStatus.OK, ReadStatus.SKIPPED, ReadStatus.OK, ReadStatus.OK, ReadStatus.SKIPPED, ReadStatus.OK]
+        order = got[0].batch.ring_slots  # statuses follow the batch's (file) order
+        assert [ReadStatus(int(got[0].status[list(order).index(slot)])) for slot in range(6)] == want
+        assert (got[1].status == ReadStatus.IO_ERROR).all() and (got[1].errnum == errno.EBADF).all()
+        for slot in range(6):
+            tile = ring[slot * STRIDE : slot * STRIDE + p.raw]
+            if want[slot] is ReadStatus.OK:
+                assert tile.tobytes() == p.tiles[slot]
+            else:
+                assert (tile == SENTINEL).all()
+        assert (ring[6 * STRIDE :] == SENTINEL).all()
+    finally:
+        assert workers.shutdown(30)
+
+
+def test_a_hung_compiled_read_is_given_up_and_the_others_keep_moving(packs: dict[Supercompression, Pack]) -> None:
+    p = packs[Supercompression.LZ4]
+    ring = new_ring(8)
+    workers = compiled_workers(2, ring, np.zeros(8, np.uint8))
+    try:
+        workers.hold_compiled_reads(1)  # the next read taken hangs
+        hung = make_batch(p, [0, 1], [0, 1], batch_id=0)
+        workers.submit(hung)
+        wait_for(lambda: workers.compiled.counts()[2] == 0, "no thread took the batch")
+        assert workers.overdue(30.0) == []  # not late yet
+        late: list[ReadBatch] = []
+        wait_for(lambda: late.extend(workers.overdue(0.02)) or late, "the hung read was never given up")
+        assert late == [hung] and workers.overdue(0.0) == []  # given up once
+        assert workers.stuck_count == 1 and workers.thread_count == 2  # retired, and replaced
+        for b in range(1, 4):  # the replacement and the other thread read the rest meanwhile
+            workers.submit(make_batch(p, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
+        moved: list[ReadResult] = []
+        wait_for(lambda: moved.extend(workers.drain()) or len(moved) == 3, "batches stuck behind the hung read")
+        assert sorted(r.batch.batch_id for r in moved) == [1, 2, 3] and workers.pending == 1
+        assert all((r.status == ReadStatus.OK).all() and not r.abandoned for r in moved)
+        workers.hold_compiled_reads(0)  # the hung read returns
+        (back,) = drain_all(workers)
+        assert back.batch is hung and back.abandoned
+        wait_for(lambda: workers.stuck_count == 0, "the retired thread never exited")
+        assert workers.thread_count == 2
+    finally:
+        workers.hold_compiled_reads(0)
+        assert workers.shutdown(30)
+
+
+def test_compiled_shutdown_drops_the_queue_and_waits_a_bounded_time(packs: dict[Supercompression, Pack]) -> None:
+    p = packs[Supercompression.NONE]
+    ring = new_ring(8)
+    workers = compiled_workers(1, ring, np.zeros(8, np.uint8))
+    try:
+        workers.hold_compiled_reads(1)
+        workers.submit(make_batch(p, [0, 1], [0, 1], batch_id=0))
+        wait_for(lambda: workers.compiled.counts()[2] == 0, "the thread never took the batch")
+        for b in range(1, 4):  # queued behind the held one: never read
+            workers.submit(make_batch(p, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
+        assert workers.pending == 4
+        t0 = time.monotonic()
+        assert workers.shutdown(0.2) is False  # the held read is still in progress
+        assert time.monotonic() - t0 < 10.0 and workers.pending == 1
+        with pytest.raises(RuntimeError, match="shut down"):
+            workers.submit(make_batch(p, [0], [0], batch_id=9))
+        workers.hold_compiled_reads(0)
+        assert workers.shutdown(30) is True  # asked again: the read returned, the threads are gone
+        results = workers.drain()
+        assert [r.batch.batch_id for r in results] == [0] and (results[0].status == ReadStatus.OK).all()
+        assert workers.pending == 0 and workers.thread_count == 0 and workers.stuck_count == 0
+        assert (ring[2 * STRIDE :] == SENTINEL).all()  # the dropped batches' slots were never written
+    finally:
+        workers.hold_compiled_reads(0)
+        workers.shutdown(30)
+
+
+def test_a_read_hook_keeps_the_reads_on_python_threads(packs: dict[Supercompression, Pack]) -> None:
+    """The hook runs on the reading thread before each batch: with one, nothing goes to the compiled
+    threads (which run no Python)."""
+    p = packs[Supercompression.ZSTD]
+    seen: list[str] = []
+    native = native_or_none("native")
+    workers = IOWorkers(
+        1, new_ring(4), STRIDE, np.zeros(4, np.uint8), SKIP, native, lambda b: seen.append(b.source.name)
+    )
+    try:
+        assert workers.compiled is None
+        workers.submit(make_batch(p, [0, 1], [0, 1], batch_id=0))
+        (r,) = drain_all(workers)
+        assert seen == ["t"] and (r.status == ReadStatus.OK).all()
+    finally:
+        assert workers.shutdown(30)
