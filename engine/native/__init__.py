@@ -79,7 +79,7 @@ class PoolFunctions:
     """`ts_pool_*` in _native.c: I/O threads with no Python on them (see its comment for the contracts)."""
 
     create: ctypes._CFuncPtr
-    submit: ctypes._CFuncPtr
+    submit_many: ctypes._CFuncPtr
     drain: ctypes._CFuncPtr
     wait: ctypes._CFuncPtr  # releases the GIL (it blocks)
     overdue: ctypes._CFuncPtr
@@ -277,7 +277,7 @@ def _pool_functions(
     """The `ts_pool_*` functions, or None when the helper predates them. The calls that return at once
     keep the GIL (a few microseconds on the render thread); `wait` and `close` block, so they drop it."""
     try:
-        fns = {name: getattr(gil_held, f"ts_pool_{name}") for name in ("create", "submit", "drain", "overdue")}
+        fns = {name: getattr(gil_held, f"ts_pool_{name}") for name in ("create", "submit_many", "drain", "overdue")}
         fns |= {name: getattr(gil_held, f"ts_pool_{name}") for name in ("counts", "hold", "release")}
         fns |= {name: getattr(gil_free, f"ts_pool_{name}") for name in ("wait", "close")}
     except AttributeError:
@@ -285,7 +285,7 @@ def _pool_functions(
     d = ctypes.c_double
     signatures = {
         "create": (_ptr, (_i64, _ptr, _i64, _ptr, ctypes.c_uint8, _i64, ctypes.POINTER(Codecs), _ptr, _ptr)),
-        "submit": (_i64, (_ptr, _i64, _int, _int, _i64, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)),
+        "submit_many": (_i64, (_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)),
         "drain": (_i64, (_ptr, _i64, _ptr, _ptr, _ptr)),
         "wait": (_i64, (_ptr, d)),
         "overdue": (_i64, (_ptr, d, _i64, _ptr)),

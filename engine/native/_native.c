@@ -5,7 +5,7 @@
  *                   slot, xxh3-64 check. Called through ctypes.CDLL, so the GIL is released for
  *                   the whole batch (one GIL round trip per batch instead of several per tile).
  *   ts_pool_*       I/O threads with no Python on them, running ts_read_batch on the batches the
- *                   render thread submits (one call a batch) and drains (one call a frame).
+ *                   render thread submits and drains (one call a frame each).
  *   ts_checksum_tiles (bake workers) the xxh3-64 of each tile of a band's raw tiles, in one call.
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
@@ -171,8 +171,8 @@ int64_t ts_read_batch(int fd, int codec, int64_t n, const int64_t *file_offset, 
 
 /* ---- ts_pool: I/O threads with no Python on them ------------------------------------------------
  *
- * The render thread hands each read batch over with ts_pool_submit (one call, a few microseconds,
- * the GIL kept) and collects finished ones with ts_pool_drain; POSIX threads run ts_read_batch on
+ * The render thread hands a frame's read batches over with ts_pool_submit_many (one call, a few
+ * microseconds, the GIL kept) and collects finished ones with ts_pool_drain; POSIX threads run ts_read_batch on
  * them and never take the interpreter lock, so nothing they do competes with the render thread's
  * Python. The caller keeps every array named in a job alive (and the ring mapped) until the job comes
  * back through ts_pool_drain (or forever, when ts_pool_close leaves a thread stuck in a read).
@@ -213,7 +213,8 @@ typedef struct ts_worker {
 typedef struct ts_pool {
     pthread_mutex_t lock;
     pthread_cond_t work;   /* a job queued, the hold released, closing */
-    pthread_cond_t exited; /* a thread exited */
+    pthread_cond_t exited; /* a thread exited, or a job finished */
+    pthread_cond_t released; /* the test hook's held reads let go */
     ts_job *queued, *queued_tail, *done, *done_tail;
     ts_worker *workers;
     int64_t live; /* threads not yet exited */
@@ -241,6 +242,7 @@ static void ts_pool_free_all(ts_pool *p) {
     for (ts_worker *w = p->workers, *next; w; w = next) { next = w->next; free(w); }
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->exited);
+    pthread_cond_destroy(&p->released);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -269,7 +271,7 @@ static void *ts_worker_main(void *arg) {
         if (p->hold_next > 0) { /* the test hook: a read that hangs until ts_pool_hold(p, 0) */
             p->hold_next--;
             int64_t round = p->hold_round;
-            while (p->hold_round == round) pthread_cond_wait(&p->work, &p->lock);
+            while (p->hold_round == round) pthread_cond_wait(&p->released, &p->lock);
         }
         pthread_mutex_unlock(&p->lock);
         double t0 = ts_now();
@@ -343,6 +345,7 @@ ts_pool *ts_pool_create(int64_t threads, uint8_t *ring, int64_t ring_stride, con
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->exited, NULL);
+    pthread_cond_init(&p->released, NULL);
     p->ring = ring;
     p->ring_stride = ring_stride;
     p->load_state = load_state;
@@ -367,37 +370,54 @@ ts_pool *ts_pool_create(int64_t threads, uint8_t *ring, int64_t ring_stride, con
     return p;
 }
 
-/* Queue one batch (ts_read_batch's arguments; status and errnum receive its outcome). 0, -EPIPE once
- * closed, -ENOMEM. */
-int64_t ts_pool_submit(ts_pool *p, int64_t id, int fd, int codec, int64_t n, const int64_t *file_offset,
-                       const int64_t *stored, int64_t raw, int64_t limit, const uint64_t *checksum,
-                       const int64_t *ring_slot, int32_t *status, int32_t *errnum) {
-    ts_job *j = (ts_job *)calloc(1, sizeof(ts_job));
-    if (j == NULL) return -ENOMEM;
-    j->id = id;
-    j->fd = fd;
-    j->codec = codec;
-    j->n = n;
-    j->raw = raw;
-    j->limit = limit;
-    j->file_offset = file_offset;
-    j->stored = stored;
-    j->checksum = checksum;
-    j->ring_slot = ring_slot;
-    j->status = status;
-    j->errnum = errnum;
+/* Queue `nb` batches in one call: batch b is job `first_id + b`, its fd, codec, tile count, raw tile
+ * size and longest read in meta[5b .. 5b+4]; its tiles are the next meta[5b+2] entries of the
+ * concatenated arrays (status and errnum likewise). Returns batches queued (all), -EPIPE once closed,
+ * -ENOMEM (none queued then). */
+int64_t ts_pool_submit_many(ts_pool *p, int64_t nb, int64_t first_id, const int64_t *meta, const int64_t *file_offset,
+                            const int64_t *stored, const uint64_t *checksum, const int64_t *ring_slot, int32_t *status,
+                            int32_t *errnum) {
+    ts_job *head = NULL, *tail = NULL;
+    int64_t at = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        ts_job *j = (ts_job *)calloc(1, sizeof(ts_job));
+        if (j == NULL) {
+            for (ts_job *k = head, *next; k; k = next) { next = k->next; free(k); }
+            return -ENOMEM;
+        }
+        const int64_t *m = meta + 5 * b;
+        j->id = first_id + b;
+        j->fd = (int)m[0];
+        j->codec = (int)m[1];
+        j->n = m[2];
+        j->raw = m[3];
+        j->limit = m[4];
+        j->file_offset = file_offset + at;
+        j->stored = stored + at;
+        j->checksum = checksum + at;
+        j->ring_slot = ring_slot + at;
+        j->status = status + at;
+        j->errnum = errnum + at;
+        at += m[2];
+        if (tail) tail->next = j; else head = j;
+        tail = j;
+    }
+    if (head == NULL) return 0;
     pthread_mutex_lock(&p->lock);
     if (p->closing) {
         pthread_mutex_unlock(&p->lock);
-        free(j);
+        for (ts_job *k = head, *next; k; k = next) { next = k->next; free(k); }
         return -EPIPE;
     }
-    if (p->queued_tail) p->queued_tail->next = j; else p->queued = j;
-    p->queued_tail = j;
-    p->queued_count++;
-    pthread_cond_broadcast(&p->work); /* a signal could wake a held thread, which would not take it */
+    if (p->queued_tail) p->queued_tail->next = head; else p->queued = head;
+    p->queued_tail = tail;
+    p->queued_count += nb;
+    if (nb == 1) /* one idle thread (held ones wait on `released`) */
+        pthread_cond_signal(&p->work);
+    else
+        pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->lock);
-    return 0;
+    return nb;
 }
 
 /* Finished jobs, oldest first, at most `cap`: their ids, read seconds and abandoned flags. A count. */
@@ -478,8 +498,8 @@ void ts_pool_hold(ts_pool *p, int64_t count) {
     } else {
         p->hold_next = 0;
         p->hold_round++;
+        pthread_cond_broadcast(&p->released);
     }
-    pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -158,15 +158,21 @@ class IOWorkers:
         return compiled + sum(1 for r in self._readers if r.retired and r.thread.is_alive())
 
     def submit(self, batch: ReadBatch) -> None:
+        self.submit_many([batch])
+
+    def submit_many(self, batches: list[ReadBatch]) -> None:
+        """Queue `batches` (the compiled threads' share in one call)."""
         if self._closed:
             raise RuntimeError("io workers are shut down")
-        if self.compiled is not None and batch.source.remote is None:
-            self.compiled.submit(batch)
-        else:
-            if not self._readers:
-                self._start_python_threads()
+        python = batches
+        if self.compiled is not None:
+            python = [b for b in batches if b.source.remote is not None]
+            self.compiled.submit([b for b in batches if b.source.remote is None] if python else batches)
+        if python and not self._readers:
+            self._start_python_threads()
+        for batch in python:
             self._jobs.put(batch)
-        self.pending += 1
+        self.pending += len(batches)
 
     def hold_compiled_reads(self, count: int) -> None:
         """Test hook: the next `count` batches a compiled thread takes wait before their read, as reads

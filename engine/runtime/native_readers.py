@@ -4,7 +4,7 @@ A Python I/O thread runs a little Python before and after each compiled read (ta
 the queue, its arguments, the reply), and it runs it whenever it gets the interpreter lock: inside the
 render thread's next `update()`, most of the time. Measured on the H200, that Python costs update()
 0.1-0.25 ms on ordinary frames and 0.3-0.6 ms on the frames that evict. These threads are POSIX
-threads of the helper: the render thread hands a batch over in one call (`submit`) and takes every
+threads of the helper: the render thread hands a frame's batches over in one call (`submit`) and takes every
 finished one in one call a frame (`drain`); between the two nothing of theirs touches the lock.
 
 `IOWorkers` routes a batch here when the helper has the pool, no read hook is set (hooks are Python,
@@ -18,6 +18,7 @@ and the state bytes as long as a thread may write, for ever when `shutdown` leav
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 from dataclasses import dataclass
 
@@ -42,8 +43,8 @@ class _Job:
     """One submitted batch and the arrays its thread reads and writes (kept alive until it is back)."""
 
     batch: ReadBatch
-    arrays: tuple[np.ndarray, ...]  # the batch's arrays as the thread reads them
-    outcome: np.ndarray  # int32 (2, n): status, errnum
+    arrays: tuple[np.ndarray, ...]  # the submitted batches' arrays, concatenated, as the threads read them
+    outcome: np.ndarray  # int32 (2, n): this batch's status and errnum
 
 
 class NativeReaders:
@@ -96,29 +97,40 @@ class NativeReaders:
         self._fns.counts(self._pool, _address(self._counts))
         return int(self._counts[0]), int(self._counts[1]), int(self._counts[2])
 
-    def submit(self, batch: ReadBatch) -> None:
+    def submit(self, batches: list[ReadBatch]) -> None:
+        """Queue `batches` (local packs') in one call: their arrays are concatenated once, and each
+        batch's status and errnum come back as views of one outcome array."""
         if self._pool is None:
             raise RuntimeError("io workers are shut down")
-        src = batch.source
-        n = len(batch)
+        if not batches:
+            return
+        meta = np.array(
+            [(b.source.fd, int(b.source.codec), len(b), b.source.raw_size, max(RUN_BYTES, b.source.max_stored))
+             for b in batches],
+            np.int64,
+        )  # fmt: skip
         arrays = (
-            np.ascontiguousarray(batch.file_offsets, np.int64),
-            np.ascontiguousarray(batch.stored, np.int64),
-            np.ascontiguousarray(batch.checksums, np.uint64),
-            np.ascontiguousarray(batch.ring_slots, np.int64),
+            np.concatenate([b.file_offsets for b in batches]).astype(np.int64, copy=False),
+            np.concatenate([b.stored for b in batches]).astype(np.int64, copy=False),
+            np.concatenate([b.checksums for b in batches]).astype(np.uint64, copy=False),
+            np.concatenate([b.ring_slots for b in batches]).astype(np.int64, copy=False),
         )
-        outcome = np.zeros((2, n), np.int32)
-        job = self._next_job
-        self._next_job += 1
+        total = arrays[0].size
+        outcome = np.zeros((2, total), np.int32)
+        first = self._next_job
         off, stored, sums, slots = (_address(a) for a in arrays)
         out = _address(outcome)
-        rc = self._fns.submit(
-            self._pool, job, src.fd, int(src.codec), n, off, stored, src.raw_size, max(RUN_BYTES, src.max_stored),
-            sums, slots, out, out + 4 * n,
-        )  # fmt: skip
+        rc = self._fns.submit_many(
+            self._pool, len(batches), first, _address(meta), off, stored, sums, slots, out, out + 4 * total
+        )
         if rc < 0:
-            raise RuntimeError("io workers are shut down") if rc == -32 else MemoryError("no memory for a read job")
-        self._jobs[job] = _Job(batch, arrays, outcome)
+            raise RuntimeError("io workers are shut down") if rc == -errno.EPIPE else MemoryError("no memory for reads")
+        self._next_job += len(batches)
+        at = 0
+        for k, b in enumerate(batches):
+            n = len(b)
+            self._jobs[first + k] = _Job(b, arrays, outcome[:, at : at + n])
+            at += n
 
     def drain(self) -> list[ReadResult]:
         """Finished batches, oldest first."""

@@ -329,8 +329,8 @@ class Uploader:
     def start_reads(self) -> int:
         """Hand the read batches `submit(start=False)` kept to the I/O threads; returns how many."""
         held, self._held = self._held, []
-        for batch in held:
-            self.io.submit(batch)
+        if held:
+            self.io.submit_many(held)
         return len(held)
 
     def move_cache_slots(self, pool: int, moved_from: np.ndarray, moved_to: np.ndarray) -> None:

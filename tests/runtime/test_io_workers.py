@@ -617,11 +617,12 @@ def test_compiled_threads_skip_cancelled_loads_and_answer_every_status(packs: di
     state[[1, 4]] = SKIP  # cancelled before the read: never written
     workers = compiled_workers(2, ring, state)
     try:
-        workers.submit(make_batch(p, range(6), range(6), batch_id=0))
         # a descriptor that is not open: every tile unreadable, with its errno
         closed = os.open(p.path, os.O_RDONLY)
         os.close(closed)
-        workers.submit(make_batch(p, range(6, 12), range(6, 12), src=source(p, closed), batch_id=1))
+        bad = make_batch(p, range(6, 12), range(6, 12), src=source(p, closed), batch_id=1)
+        workers.submit_many([make_batch(p, range(6), range(6), batch_id=0), bad])  # in one call
+        assert workers.pending == 2
         got = {r.batch.batch_id: r for r in drain_all(workers)}
         assert sorted(got) == [0, 1] and not any(r.abandoned for r in got.values())
         want = [ReadStatus.OK, ReadStatus.SKIPPED, ReadStatus.OK, ReadStatus.OK, ReadStatus.SKIPPED, ReadStatus.OK]
