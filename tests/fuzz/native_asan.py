@@ -7,7 +7,8 @@ fed by the fuzz corpus.
                                                  runtime preloaded (`sanitized_env`)
 ``python -m tests.fuzz.native_asan DIR``         both (what `make fuzz-native` runs)
 
-The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` for local packs) and
+The replay drives the real read path (`io_workers.read_batch`: `ts_read_batch` for local packs; the
+compiled reader pool's threads, `ts_pool_*`, with a read held, given up and closed on) and
 `ts_decode_batch` directly: every pack input of the corpus that opens is read whole, then again with
 each tile damaged and with the file cut short; every tile input is decoded under each codec; every
 Radiance picture input (hdr), then each of its cuts and byte flips, is decoded from an exact-size
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -117,6 +119,63 @@ def _read_both(batch, raw_size: int, state_slots: int, scratches) -> list[list[i
     return results
 
 
+def _read_pooled(batch, raw_size: int, state_slots: int, native, *, hang: bool) -> list[int]:  # noqa: ANN001
+    """Status codes of one batch read by the compiled reader pool (`ts_pool_*`), cut
+    into three batches submitted in one call. With `hang`, the first one's read is held, given up
+    (its thread retired and replaced) while the others are read, the pool closed with that thread
+    still inside it, then released, and closed again."""
+    import numpy as np
+
+    from texstream.runtime.io_workers import ReadBatch
+    from texstream.runtime.native_readers import NativeReaders
+
+    ring = np.zeros(state_slots * raw_size, np.uint8)
+    state = np.zeros(state_slots, np.uint8)
+    readers = NativeReaders(2, ring, raw_size, state, 255, native)
+    fields = ("tiles", "ring_slots", "file_offsets", "stored", "checksums")
+    cuts = np.array_split(np.arange(len(batch)), 3)
+    parts = [
+        ReadBatch(k, batch.source, *(getattr(batch, f)[c[0] : c[-1] + 1] for f in fields))
+        for k, c in enumerate(cuts)
+        if c.size
+    ]
+    results = []
+    deadline = time.monotonic() + 60.0
+
+    def collect(count: int) -> None:
+        while len(results) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError("the compiled reader pool never returned a batch")
+            readers.wait(0.01)
+            results.extend(readers.drain())
+
+    try:
+        if hang:
+            readers.hold(1)
+            readers.submit(parts[:1])
+            while readers.counts()[2]:  # not yet taken by a thread
+                time.sleep(0.001)
+            while not readers.overdue(0.0):
+                time.sleep(0.001)
+            readers.submit(parts[1:])
+            collect(len(parts) - 1)
+            stopped, dropped, finished = readers.shutdown(0.01)
+            assert not stopped and dropped == 0 and not finished, "the held read did not keep its thread"
+            readers.hold(0)
+            stopped, _, finished = readers.shutdown(30.0)
+            assert stopped and len(finished) == 1 and finished[0].abandoned
+            results.extend(finished)
+        else:
+            readers.submit(parts)
+            collect(len(parts))
+    finally:
+        readers.hold(0)
+        readers.shutdown(30.0)
+    results.sort(key=lambda r: r.batch.batch_id)
+    status = np.concatenate([r.status for r in results]) if results else np.zeros(0, np.int32)
+    return status.tolist()
+
+
 def _replay_pack(data: bytes, folder: Path, scratches, label: str) -> int:  # noqa: ANN001
     import numpy as np
 
@@ -167,6 +226,10 @@ def _replay_pack(data: bytes, folder: Path, scratches, label: str) -> int:  # no
             native, python = _read_both(batch(), h.tile_raw_size, count, scratches)
             if native != python:
                 raise AssertionError(f"{label} ({name}): compiled statuses {native} != Python's {python}")
+            if scratches[0].native.pool is not None:
+                pooled = _read_pooled(batch(), h.tile_raw_size, count, scratches[0].native, hang=where is None)
+                if pooled != python:
+                    raise AssertionError(f"{label} ({name}): the reader pool's statuses {pooled} != Python's {python}")
             checked += 1
     return checked
 

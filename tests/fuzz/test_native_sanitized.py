@@ -1,5 +1,6 @@
 """The compiled helper built with -fsanitize=address,undefined and fed the fuzz corpus (see
-tests/fuzz/native_asan.py). Skips without a compiler or sanitizer runtime; where TEXSTREAM_REQUIRE
+tests/fuzz/native_asan.py), and its reader pool built with -fsanitize=thread and stressed
+(tests/fuzz/native_tsan.py). Skips without a compiler or sanitizer runtime; where TEXSTREAM_REQUIRE
 lists "native" (CI) it must run."""
 
 from __future__ import annotations
@@ -100,3 +101,76 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_scheduler_chains(saniti
         "        gap[i] = 0;\n        resident[i + 1] = 0;",
         "deciders",
     )
+
+
+def test_the_sanitizer_catches_a_planted_overflow_in_the_reader_pool(sanitized: Path, tmp_path: Path) -> None:
+    """A reader pool that points each job's errnum one tile on: the last batch's reads write past the
+    end of the exact-size outcome array (the pack replay reads every pack through the pool)."""
+    _assert_planted_overflow_caught(
+        tmp_path, "        j->errnum = errnum + at;", "        j->errnum = errnum + at + 1;", "pack"
+    )
+
+
+# ---- the reader pool under ThreadSanitizer ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def tsan_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A ThreadSanitizer build of the helper and a small zstd pack for it to read."""
+    from texstream.bake.pipeline import bake_procedural
+    from texstream.config import BakeConfig
+    from texstream.pack.format import Supercompression
+
+    from .native_tsan import build as build_tsan
+
+    root = tmp_path_factory.mktemp("tsan")
+    lib, why = build_tsan(root / "lib")
+    if lib is None:
+        skip_unless_required("native", why)
+    pack = root / "stress.tpk"
+    cfg = BakeConfig(tile_size=64, jobs=1, progress=False, supercompression=Supercompression.ZSTD)
+    bake_procedural(pack, 512, "terrain", 1, cfg)
+    return lib, pack
+
+
+def _stress(lib: Path, pack: Path) -> subprocess.CompletedProcess[str]:
+    from .native_tsan import tsan_env
+
+    cc = compiler()
+    assert cc is not None
+    return subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.native_tsan", "stress", str(lib), str(pack)],
+        cwd=ROOT,
+        env=tsan_env(cc),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_reader_pool_has_no_data_race(tsan_build: tuple[Path, Path]) -> None:
+    proc = _stress(*tsan_build)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    assert "no report" in proc.stdout
+
+
+def test_thread_sanitizer_catches_a_planted_race_in_the_reader_pool(
+    tsan_build: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A copy of the helper whose drain takes finished jobs without the pool's lock must fail the
+    stress run with a data race report: the run really exercises the threads against each other."""
+    from .native_tsan import build as build_tsan
+
+    source = SOURCE.read_text()
+    locked = "        free(j);\n    }\n    pthread_mutex_unlock(&p->lock);\n    return k;"
+    planted = source.replace(locked, "        free(j);\n    }\n    return k;")
+    locked = "    int64_t k = 0;\n    pthread_mutex_lock(&p->lock);\n    while (k < cap && p->done) {"
+    planted = planted.replace(locked, "    int64_t k = 0;\n    while (k < cap && p->done) {")
+    assert planted.count("pthread_mutex_lock") == source.count("pthread_mutex_lock") - 1
+    assert planted.count("pthread_mutex_unlock") == source.count("pthread_mutex_unlock") - 1
+    copy = tmp_path / "src" / "_native.c"
+    copy.parent.mkdir()
+    copy.write_text(planted)
+    lib, why = build_tsan(tmp_path / "out", source=copy)
+    assert lib is not None, why
+    proc = _stress(lib, tsan_build[1])
+    assert proc.returncode == 66 and "ThreadSanitizer: data race" in proc.stderr, proc.stderr[-3000:]
