@@ -254,6 +254,13 @@ static void ts_fail_job(ts_job *j, int err) {
 static void *ts_worker_main(void *arg) {
     ts_worker *w = (ts_worker *)arg;
     ts_pool *p = w->pool;
+#ifdef SCHED_BATCH
+    /* A woken reader must not preempt the render thread: on a machine with few cores it would take
+     * that thread's core in the middle of update() (a Python thread woken there waits for the lock
+     * instead). SCHED_BATCH threads get their CPU share but never preempt on wake-up. */
+    struct sched_param batch = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
+#endif
     uint8_t *scratch = NULL;
     int64_t scratch_size = 0;
     void *dctx = p->create_dctx();

@@ -38,6 +38,11 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+def _fresh_address(a: np.ndarray) -> int:
+    """`_address` of a writable C-contiguous array, four times faster (a frame's arrays)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a))
+
+
 @dataclass(frozen=True, eq=False)
 class _Job:
     """One submitted batch and the arrays its thread reads and writes (kept alive until it is back)."""
@@ -118,10 +123,10 @@ class NativeReaders:
         total = arrays[0].size
         outcome = np.zeros((2, total), np.int32)
         first = self._next_job
-        off, stored, sums, slots = (_address(a) for a in arrays)
-        out = _address(outcome)
+        off, stored, sums, slots = (_address(a) if a.size == 0 else _fresh_address(a) for a in arrays)
+        out = _fresh_address(outcome) if total else _address(outcome)
         rc = self._fns.submit_many(
-            self._pool, len(batches), first, _address(meta), off, stored, sums, slots, out, out + 4 * total
+            self._pool, len(batches), first, _fresh_address(meta), off, stored, sums, slots, out, out + 4 * total
         )
         if rc < 0:
             raise RuntimeError("io workers are shut down") if rc == -errno.EPIPE else MemoryError("no memory for reads")

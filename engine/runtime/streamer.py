@@ -351,7 +351,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         dense = self._bursts.step(core.sampled.ids if raw and not self.freeze_feedback else None)
         st.feedback_stride = self._feedback.begin_frame(st.frame, dense=dense)
         st.feedback_ms += clock.lap()
-        if up is not None:  # the reads start last: their threads' Python runs after this frame's steps
+        if up is not None:  # the reads start last: Python I/O threads (remote packs, hooks) run after it
             up.start_reads()
             st.submit_ms += clock.lap()
         st.update_ms, st.update_cpu_ms = clock.total(), (time.thread_time() - c0) * 1e3
