@@ -272,6 +272,7 @@ static void *ts_worker_main(void *arg) {
         p->queued = j->next;
         if (p->queued == NULL) p->queued_tail = NULL;
         p->queued_count--;
+        if (p->queued) pthread_cond_signal(&p->work); /* wake the next reader: the render thread woke one */
         j->next = NULL;
         w->job = j;
         w->started = ts_now();
@@ -419,10 +420,9 @@ int64_t ts_pool_submit_many(ts_pool *p, int64_t nb, int64_t first_id, const int6
     if (p->queued_tail) p->queued_tail->next = head; else p->queued = head;
     p->queued_tail = tail;
     p->queued_count += nb;
-    if (nb == 1) /* one idle thread (held ones wait on `released`) */
-        pthread_cond_signal(&p->work);
-    else
-        pthread_cond_broadcast(&p->work);
+    /* One wake-up on this (the render) thread, whatever nb: each reader that takes a job wakes the
+     * next while jobs are left (held readers wait on `released`, not here). */
+    pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->lock);
     return nb;
 }
