@@ -148,13 +148,13 @@ class IOWorkers:
     @property
     def thread_count(self) -> int:
         """Threads that take new batches (retired ones stuck in a read are not counted)."""
-        compiled = self.compiled.counts()[0] if self.compiled is not None else 0
+        compiled = self.compiled.counts().taking if self.compiled is not None else 0
         return compiled + sum(1 for r in self._readers if not r.retired)
 
     @property
     def stuck_count(self) -> int:
         """Retired threads still inside a read that was given up."""
-        compiled = self.compiled.counts()[1] if self.compiled is not None else 0
+        compiled = self.compiled.counts().stuck if self.compiled is not None else 0
         return compiled + sum(1 for r in self._readers if r.retired and r.thread.is_alive())
 
     def submit(self, batch: ReadBatch) -> None:
@@ -294,8 +294,9 @@ class IOWorkers:
                 pass
             if self._ready or time.monotonic() >= deadline:
                 break
-            if self.compiled is not None and self.compiled.in_flight:  # without the lock, 1 ms at most
-                self.compiled.wait(min(0.001 if self._readers else timeout, max(0.0, deadline - time.monotonic())))
+            if self.compiled is not None and self.compiled.in_flight:  # the compiled threads' next result,
+                slice_s = 0.001 if self._readers else timeout  # in 1 ms slices while Python threads read too
+                self.compiled.wait(min(slice_s, max(0.0, deadline - time.monotonic())))
         if not self._ready:
             return None
         self.pending -= 1
@@ -320,9 +321,10 @@ class IOWorkers:
         deadline = time.monotonic() + timeout
         compiled_stopped = True
         if self.compiled is not None:
-            compiled_stopped, dropped, finished = self.compiled.shutdown(timeout)
-            self.pending -= dropped
-            self._ready += finished
+            done = self.compiled.shutdown(timeout)
+            compiled_stopped = done.stopped
+            self.pending -= done.dropped
+            self._ready += done.finished
         for r in self._readers:
             r.thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [r.thread.name for r in self._readers if r.thread.is_alive()]

@@ -27,7 +27,7 @@ import numpy as np
 from ..native import Native, PoolFunctions
 from .byte_sources import MAX_GAP, RUN_BYTES, ReadBatch, ReadResult
 
-__all__ = ["NativeReaders"]
+__all__ = ["NativeReaders", "PoolCounts", "PoolShutdown"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,24 @@ def _address(a: np.ndarray) -> int:
 def _fresh_address(a: np.ndarray) -> int:
     """`_address` of a writable C-contiguous array, four times faster (a frame's arrays)."""
     return ctypes.addressof(ctypes.c_char.from_buffer(a))
+
+
+@dataclass(frozen=True)
+class PoolCounts:
+    """The pool's threads and queue now."""
+
+    taking: int  # threads that take new batches
+    stuck: int  # retired (given up) or closing threads still inside a read
+    queued: int  # batches not yet taken by a thread
+
+
+@dataclass(frozen=True)
+class PoolShutdown:
+    """What `NativeReaders.shutdown` found."""
+
+    stopped: bool  # no thread is left inside a read
+    dropped: int  # queued batches dropped unread
+    finished: list[ReadResult]  # batches that came back meanwhile
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,12 +113,12 @@ class NativeReaders:
         """Batches submitted and not yet drained."""
         return len(self._jobs)
 
-    def counts(self) -> tuple[int, int, int]:
-        """(threads that take new batches, retired threads still inside a read, batches queued)."""
+    def counts(self) -> PoolCounts:
+        """The threads and the queue now (all zero once shut down)."""
         if self._pool is None:
-            return 0, 0, 0
+            return PoolCounts(0, 0, 0)
         self._fns.counts(self._pool, _address(self._counts))
-        return int(self._counts[0]), int(self._counts[1]), int(self._counts[2])
+        return PoolCounts(*(int(c) for c in self._counts))
 
     def submit(self, batches: list[ReadBatch]) -> None:
         """Queue `batches` (local packs') in one call: their arrays are concatenated once, and each
@@ -166,7 +184,7 @@ class NativeReaders:
             return []
         ids = np.empty(len(self._jobs), np.int64)
         k = self._fns.overdue(self._pool, timeout, ids.size, _address(ids))
-        taking = self.counts()[0] if k else self._threads
+        taking = self.counts().taking if k else self._threads
         if taking < self._threads:
             log.error(
                 "%d of %d compiled I/O threads take new batches: a replacement did not start", taking, self._threads
@@ -179,11 +197,11 @@ class NativeReaders:
         if self._pool is not None:
             self._fns.hold(self._pool, count)
 
-    def shutdown(self, timeout: float) -> tuple[bool, int, list[ReadResult]]:
+    def shutdown(self, timeout: float) -> PoolShutdown:
         """Stop the threads: queued batches are dropped, reads in progress get `timeout` seconds.
-        Returns (no thread is left inside a read, batches dropped, batches that finished)."""
+        Callable again while a thread is left inside a read (it asks again)."""
         if self._pool is None:
-            return True, 0, []
+            return PoolShutdown(True, 0, [])
         dropped = np.empty(len(self._jobs) + 1, np.int64)
         n_dropped = ctypes.c_int64(0)
         live = self._fns.close(self._pool, max(0.0, timeout), dropped.size, _address(dropped), ctypes.byref(n_dropped))
@@ -197,4 +215,4 @@ class NativeReaders:
         elif not self._kept:  # a later shutdown() asks again; if none does, these stay (the ring stays mapped)
             self._kept = True
             _KEPT_FOR_STUCK_THREADS.append((self._ring, self._state, self._jobs, self._native, self._pool))
-        return live == 0, n_dropped.value, finished
+        return PoolShutdown(live == 0, n_dropped.value, finished)

@@ -153,18 +153,18 @@ def _read_pooled(batch, raw_size: int, state_slots: int, native, *, hang: bool) 
         if hang:
             readers.hold(1)
             readers.submit(parts[:1])
-            while readers.counts()[2]:  # not yet taken by a thread
+            while readers.counts().queued:  # not yet taken by a thread
                 time.sleep(0.001)
             while not readers.overdue(0.0):
                 time.sleep(0.001)
             readers.submit(parts[1:])
             collect(len(parts) - 1)
-            stopped, dropped, finished = readers.shutdown(0.01)
-            assert not stopped and dropped == 0 and not finished, "the held read did not keep its thread"
+            first = readers.shutdown(0.01)
+            assert not first.stopped and first.dropped == 0 and not first.finished, "the held read kept no thread"
             readers.hold(0)
-            stopped, _, finished = readers.shutdown(30.0)
-            assert stopped and len(finished) == 1 and finished[0].abandoned
-            results.extend(finished)
+            again = readers.shutdown(30.0)
+            assert again.stopped and len(again.finished) == 1 and again.finished[0].abandoned
+            results.extend(again.finished)
         else:
             readers.submit(parts)
             collect(len(parts))

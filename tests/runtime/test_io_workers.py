@@ -648,7 +648,7 @@ def test_a_hung_compiled_read_is_given_up_and_the_others_keep_moving(packs: dict
         workers.hold_compiled_reads(1)  # the next read taken hangs
         hung = make_batch(p, [0, 1], [0, 1], batch_id=0)
         workers.submit(hung)
-        wait_for(lambda: workers.compiled.counts()[2] == 0, "no thread took the batch")
+        wait_for(lambda: workers.compiled.counts().queued == 0, "no thread took the batch")
         assert workers.overdue(30.0) == []  # not late yet
         late: list[ReadBatch] = []
         wait_for(lambda: late.extend(workers.overdue(0.02)) or late, "the hung read was never given up")
@@ -677,7 +677,7 @@ def test_compiled_shutdown_drops_the_queue_and_waits_a_bounded_time(packs: dict[
     try:
         workers.hold_compiled_reads(1)
         workers.submit(make_batch(p, [0, 1], [0, 1], batch_id=0))
-        wait_for(lambda: workers.compiled.counts()[2] == 0, "the thread never took the batch")
+        wait_for(lambda: workers.compiled.counts().queued == 0, "the thread never took the batch")
         for b in range(1, 4):  # queued behind the held one: never read
             workers.submit(make_batch(p, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
         assert workers.pending == 4
