@@ -34,6 +34,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -61,7 +62,12 @@ def compiler() -> str | None:
 
 def asan_runtime(cc: str) -> str | None:
     """The compiler's shared ASan runtime (to preload into an interpreter that was not built with it)."""
-    for name in ("libasan.so", "libclang_rt.asan-x86_64.so"):
+    return runtime_library(cc, ("libasan.so", "libclang_rt.asan-x86_64.so"))
+
+
+def runtime_library(cc: str, names: tuple[str, ...]) -> str | None:
+    """The first of the compiler's shared libraries `names` that exists (a sanitizer's runtime)."""
+    for name in names:
         try:
             out = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True, check=True)
         except (OSError, subprocess.CalledProcessError):
@@ -72,23 +78,33 @@ def asan_runtime(cc: str) -> str | None:
     return None
 
 
-def build(out_dir: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
-    """Compile the sanitized helper (`source`) into `out_dir`: (library, "") or (None, why not)."""
+def build(
+    out_dir: Path,
+    source: Path = SOURCE,
+    *,
+    flags: tuple[str, ...] = FLAGS,
+    runtime: Callable[[str], str | None] = asan_runtime,
+    runtime_name: str = "AddressSanitizer runtime (libasan)",
+    lib_name: str = "_native_sanitized.so",
+) -> tuple[Path | None, str]:
+    """Compile the sanitized helper (`source`) into `out_dir` with `flags` (AddressSanitizer +
+    UndefinedBehaviorSanitizer unless told otherwise): (library, "") or (None, why not)."""
     cc = compiler()
     if cc is None:
         return None, "no C compiler (gcc or clang) to build the sanitized helper"
-    if asan_runtime(cc) is None:
-        return None, f"{cc} has no shared AddressSanitizer runtime (libasan)"
+    if runtime(cc) is None:
+        return None, f"{cc} has no shared {runtime_name}"
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         return None, f"Python's headers are not installed ({include}/Python.h)"
     out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / "_native_sanitized.so"
+    lib = out_dir / lib_name
     proc = subprocess.run(
-        [cc, *FLAGS, f"-I{include}", str(source), "-o", str(lib)], capture_output=True, text=True, check=False
+        [cc, *flags, f"-I{include}", str(source), "-o", str(lib)], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        return None, f"{cc} -fsanitize=address,undefined failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+        sanitizers = " ".join(f for f in flags if f.startswith("-fsanitize="))
+        return None, f"{cc} {sanitizers} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
     return lib, ""
 
 

@@ -15,13 +15,12 @@ which the sanitizer's runtime refuses.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
-from .native_asan import SOURCE, compiler
+from .native_asan import SOURCE, runtime_library
+from .native_asan import build as build_sanitized
 
 FLAGS = ("-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=thread", "-pthread")
 HELD_EVERY = 3  # every third pool holds its first read until it is given up
@@ -29,35 +28,19 @@ HELD_EVERY = 3  # every third pool holds its first read until it is given up
 
 def tsan_runtime(cc: str) -> str | None:
     """The compiler's shared ThreadSanitizer runtime, to preload into an uninstrumented interpreter."""
-    for name in ("libtsan.so", "libclang_rt.tsan-x86_64.so"):
-        try:
-            out = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True, check=True)
-        except (OSError, subprocess.CalledProcessError):
-            continue
-        path = os.path.realpath(out.stdout.strip())
-        if os.path.isabs(path) and os.path.exists(path):
-            return path
-    return None
+    return runtime_library(cc, ("libtsan.so", "libclang_rt.tsan-x86_64.so"))
 
 
 def build(out_dir: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
     """Compile the helper (`source`) with -fsanitize=thread into `out_dir`: (library, "") or (None, why not)."""
-    cc = compiler()
-    if cc is None:
-        return None, "no C compiler (gcc or clang) to build the sanitized helper"
-    if tsan_runtime(cc) is None:
-        return None, f"{cc} has no shared ThreadSanitizer runtime (libtsan)"
-    include = sysconfig.get_paths()["include"]
-    if not (Path(include) / "Python.h").exists():
-        return None, f"Python's headers are not installed ({include}/Python.h)"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / "_native_tsan.so"
-    proc = subprocess.run(
-        [cc, *FLAGS, f"-I{include}", str(source), "-o", str(lib)], capture_output=True, text=True, check=False
+    return build_sanitized(
+        out_dir,
+        source,
+        flags=FLAGS,
+        runtime=tsan_runtime,
+        runtime_name="ThreadSanitizer runtime (libtsan)",
+        lib_name="_native_tsan.so",
     )
-    if proc.returncode != 0:
-        return None, f"{cc} -fsanitize=thread failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
-    return lib, ""
 
 
 def tsan_env(cc: str) -> dict[str, str]:

@@ -16,18 +16,22 @@ from tests.require import skip_unless_required
 from .native_asan import ROOT, SOURCE, build, compiler, sanitized_env
 
 
-def _replay(lib: Path, *targets: str) -> subprocess.CompletedProcess[str]:
-    cc = compiler()
-    assert cc is not None
+def _run(module: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tests.fuzz.native_asan", "replay", str(lib), *targets],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=sanitized_env(cc),
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def _replay(lib: Path, *targets: str) -> subprocess.CompletedProcess[str]:
+    cc = compiler()
+    assert cc is not None
+    return _run("tests.fuzz.native_asan", ["replay", str(lib), *targets], sanitized_env(cc))
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +140,7 @@ def _stress(lib: Path, pack: Path) -> subprocess.CompletedProcess[str]:
 
     cc = compiler()
     assert cc is not None
-    return subprocess.run(
-        [sys.executable, "-m", "tests.fuzz.native_tsan", "stress", str(lib), str(pack)],
-        cwd=ROOT,
-        env=tsan_env(cc),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return _run("tests.fuzz.native_tsan", ["stress", str(lib), str(pack)], tsan_env(cc))
 
 
 def test_the_reader_pool_has_no_data_race(tsan_build: tuple[Path, Path]) -> None:

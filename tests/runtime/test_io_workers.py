@@ -603,6 +603,20 @@ def compiled_workers(threads: int, ring: np.ndarray, state: np.ndarray) -> IOWor
     return workers
 
 
+def submit_held(workers: IOWorkers, batch: ReadBatch) -> None:
+    """Submit `batch` as a read that hangs (the compiled threads' test hook) and wait for a thread to
+    take it."""
+    workers.hold_compiled_reads(1)
+    workers.submit(batch)
+    wait_for(lambda: workers.compiled.counts().queued == 0, "no thread took the held batch")
+
+
+def submit_pairs(workers: IOWorkers, pack: Pack, batch_ids: range) -> None:
+    """Batch b reads entries 2b and 2b+1 into ring slots 2b and 2b+1."""
+    for b in batch_ids:
+        workers.submit(make_batch(pack, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
+
+
 def wait_for(condition, what: str) -> None:
     deadline = time.monotonic() + 60.0
     while not condition():
@@ -645,17 +659,14 @@ def test_a_hung_compiled_read_is_given_up_and_the_others_keep_moving(packs: dict
     ring = new_ring(8)
     workers = compiled_workers(2, ring, np.zeros(8, np.uint8))
     try:
-        workers.hold_compiled_reads(1)  # the next read taken hangs
         hung = make_batch(p, [0, 1], [0, 1], batch_id=0)
-        workers.submit(hung)
-        wait_for(lambda: workers.compiled.counts().queued == 0, "no thread took the batch")
+        submit_held(workers, hung)
         assert workers.overdue(30.0) == []  # not late yet
         late: list[ReadBatch] = []
         wait_for(lambda: late.extend(workers.overdue(0.02)) or late, "the hung read was never given up")
         assert late == [hung] and workers.overdue(0.0) == []  # given up once
         assert workers.stuck_count == 1 and workers.thread_count == 2  # retired, and replaced
-        for b in range(1, 4):  # the replacement and the other thread read the rest meanwhile
-            workers.submit(make_batch(p, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
+        submit_pairs(workers, p, range(1, 4))  # the replacement and the other thread read these meanwhile
         moved: list[ReadResult] = []
         wait_for(lambda: moved.extend(workers.drain()) or len(moved) == 3, "batches stuck behind the hung read")
         assert sorted(r.batch.batch_id for r in moved) == [1, 2, 3] and workers.pending == 1
@@ -675,11 +686,8 @@ def test_compiled_shutdown_drops_the_queue_and_waits_a_bounded_time(packs: dict[
     ring = new_ring(8)
     workers = compiled_workers(1, ring, np.zeros(8, np.uint8))
     try:
-        workers.hold_compiled_reads(1)
-        workers.submit(make_batch(p, [0, 1], [0, 1], batch_id=0))
-        wait_for(lambda: workers.compiled.counts().queued == 0, "the thread never took the batch")
-        for b in range(1, 4):  # queued behind the held one: never read
-            workers.submit(make_batch(p, [2 * b, 2 * b + 1], [2 * b, 2 * b + 1], batch_id=b))
+        submit_held(workers, make_batch(p, [0, 1], [0, 1], batch_id=0))
+        submit_pairs(workers, p, range(1, 4))  # queued behind the held one: never read
         assert workers.pending == 4
         t0 = time.monotonic()
         assert workers.shutdown(0.2) is False  # the held read is still in progress
