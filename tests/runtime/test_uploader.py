@@ -177,6 +177,7 @@ class Rig:
         fence_factory: Callable[[], FenceLike] | None = None,
         device_slots: int = 0,
         upload_path: UploadPath = UploadPath.DEVICE_BUFFER,
+        read_timeout_s: float = 5.0,
     ) -> None:
         self.ctx, self.gl = ctx, gl
         self.space = TileSpace()
@@ -186,7 +187,11 @@ class Rig:
         slot_bytes = ring_slot_bytes or self.raw
         stride = -(-slot_bytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
         config = StreamerConfig(
-            io_threads=io_threads, native=native, upload_max_run=upload_max_run, upload_staging_min_tiles=1
+            io_threads=io_threads,
+            native=native,
+            upload_max_run=upload_max_run,
+            upload_staging_min_tiles=1,
+            read_timeout_s=read_timeout_s,
         )
         self.up = Uploader(
             ctx,
@@ -537,6 +542,45 @@ def test_a_tile_cancelled_and_asked_for_again_gets_a_fresh_load(
     assert done.loads.tiles.tolist() == tile.tolist() and done.loads.cache_slot.tolist() == new_cache.tolist()
     assert done.latency_frames.tolist() == [1]
     rig.assert_uploaded(tile, new_cache)
+
+
+def test_a_hung_compiled_read_fails_its_loads_and_frees_its_ring_slots_when_it_returns(
+    rigs: Callable[..., Rig], packs: Packs
+) -> None:
+    """A read on the compiled threads that hangs past read_timeout_s: its loads fail (one reason each,
+    their cache slots back to the caller), their ring slots stay ABANDONED while the stuck thread owns
+    them, the other threads keep reading, and the slots are free once the read returns."""
+    rig = rigs([packs.zstd], read_timeout_s=0.5)
+    up = rig.up
+    if up.io.compiled is None:
+        skip_unless_native("texstream's compiled helper has no reader pool here")
+    hung, other = rig.space.tile_ids(0)[:5], rig.space.tile_ids(0)[40:45]  # one batch each
+    up.io.hold_compiled_reads(1)
+    cache = rig.submit(1, hung)
+    failed: list[LoadRecords] = []
+    reasons: list[str] = []
+    deadline = time.monotonic() + 60.0
+    while not failed:
+        assert time.monotonic() < deadline, "the hung read was never given up"
+        d = up.drain()
+        failed += [d.failed] if len(d.failed) else []
+        reasons += d.reasons
+        time.sleep(0.005)
+    (gave_up,) = failed
+    np.testing.assert_array_equal(np.sort(gave_up.tiles), np.sort(hung))
+    np.testing.assert_array_equal(np.sort(gave_up.cache_slot), np.sort(cache))
+    assert len(reasons) == 5 and all("its read hangs" in r for r in reasons)
+    assert up.states() == rig.states(abandoned=5) and up.io.stuck_count == 1
+    rig.submit(2, other)  # the replacement thread reads these meanwhile
+    deadline = time.monotonic() + 60.0
+    while up.states()[LoadState.READY] < 5:
+        assert time.monotonic() < deadline, "reads behind the hung one never finished"
+        up.drain()
+        time.sleep(0.001)
+    up.io.hold_compiled_reads(0)  # the hung read returns: its slots are freed, its loads stay failed
+    back = rig.drain_all()
+    assert back.ready == 0 and not back.failed and not back.reasons
+    assert up.states() == rig.states(ready=5) and up.io.stuck_count == 0
 
 
 def test_reads_kept_by_submit_start_when_started_or_at_the_next_drain(rigs: Callable[..., Rig], packs: Packs) -> None:
