@@ -108,6 +108,11 @@ def _bake_packs(folder: Path, quick: bool) -> dict[str, Path]:
 
 
 # ---- (c) update() on the three-texture scene and (e) camera cuts -----------------------------------
+def _python_threads_hook(batch: object) -> None:
+    """A read hook that does nothing: with one set, every read goes to Python I/O threads (hooks run
+    Python on the reading thread), the comparison for the compiled readers."""
+
+
 class _Scene:
     """Terrain + normals + detail streamed into one budget, drawn by TerrainScene offscreen."""
 
@@ -118,13 +123,14 @@ class _Scene:
         size: tuple[int, int],
         budget_mb: float,
         upload_time_budget_ms: float | None = None,
+        python_io: bool = False,
     ) -> None:
         from ..runtime.streamer import Streamer
         from ..scene.terrain import TerrainScene
 
         self.ctx, self.size = ctx, size
         cfg = StreamerConfig(budget=BudgetConfig(budget_mb=budget_mb), upload_time_budget_ms=upload_time_budget_ms)
-        self.streamer = Streamer(ctx, cfg)
+        self.streamer = Streamer(ctx, cfg, read_hook=_python_threads_hook if python_io else None)
         try:
             s = self.streamer
             self.textures = [s.open(packs["terrain"]), s.open(packs["normals"]), s.open(packs["detail"])]
@@ -168,14 +174,15 @@ def scene_update(
     fps: float = 60.0,
     upload_time_budget_ms: float | None = None,
     paced: bool = False,
+    python_io: bool = False,
 ) -> dict:
     """update() per frame on the perspective flythrough (fixed frame clock: the same poses everywhere).
     `paced`: each frame starts on the next 1/`fps` tick, as in a vsynced game loop (the I/O threads
     have the rest of the tick to finish; the CPU idles between frames); unpaced, frames run back to
-    back and those threads' Python runs inside the next update()."""
+    back. `python_io`: Python I/O threads instead of the compiled readers (a no-op read hook)."""
     from ..scene.paths import flythrough
 
-    scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms)
+    scene = _Scene(ctx, packs, size, budget_mb, upload_time_budget_ms, python_io)
     from ..runtime.frame_stats import PHASES
 
     wall, cpu, wanted, uploads, requested, evicted = [], [], [], [], [], []
@@ -216,6 +223,7 @@ def scene_update(
         "pools": pools,
         "frames": n,
         "paced_fps": fps if paced else None,
+        "python_io": python_io,
         "fps_wall": n / elapsed,
         "vram_peak_bytes": int(peak),
         "update_ms_p50": percentile(wall, 50),
@@ -420,6 +428,9 @@ def run_stream_bench(quick: bool = False, json_path: str | None = None) -> dict:
             size = (960, 540) if quick else (1920, 1080)
             budget = 16.0 if quick else 192.0
             result["scene_update"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
+            result["scene_update_python_io"] = scene_update(
+                ctx, packs, size, budget, 8.0 if quick else 20.0, python_io=True
+            )  # between the two runs of the default, so that a drift of the machine shows
             result["scene_update_again"] = scene_update(ctx, packs, size, budget, 8.0 if quick else 20.0)
             result["scene_update_timed"] = scene_update(
                 ctx, packs, size, budget, 8.0 if quick else 20.0, upload_time_budget_ms=TIMED_UPLOAD_MS

@@ -9,6 +9,7 @@ def print_stream(r: dict) -> None:
         r[k] for k in ("upload_ceiling", "upload_ceiling_python", "end_to_end", "end_to_end_python", "streamer_bound")
     )
     pt, cp, sct, scp = r["upload_per_tile"], r["copy_bandwidth"], r["scene_update_timed"], r["scene_update_paced"]
+    spy = r["scene_update_python_io"]
     sc, sc2, cuts, ratio = r["scene_update"], r["scene_update_again"], r["camera_cuts"], r["ratios"]
     paced = r["camera_cuts_60hz"]
     quick = " (quick)" if r["quick"] else ""
@@ -137,6 +138,15 @@ def print_stream(r: dict) -> None:
                 f"{k.removesuffix('_ms')} {sc['phases_ms']['streaming'][k]:.3f}|{sc['phases_ms']['idle'][k]:.3f}"
                 for k in sc["phases_ms"]["streaming"]
             ),
+        ),
+        (
+            "    Python I/O threads",
+            f"{spy['update_ms_p50']:.2f} ms p50",
+            f"p95 {spy['update_ms_p95']:.2f}, p99 {spy['update_ms_p99']:.2f}, max after 1 s "
+            f"{spy['update_ms_max_after_1s']:.2f} ms; CPU p50 {spy['update_cpu_ms_p50']:.2f}; the compiled readers "
+            f"off (a no-op read hook), run between (c) and again; their p95 are "
+            f"{sc['update_ms_p95'] / spy['update_ms_p95']:.2f} and "
+            f"{sc2['update_ms_p95'] / spy['update_ms_p95']:.2f} x this",
         ),
         (
             "    again",
