@@ -212,7 +212,7 @@ typedef struct ts_worker {
 
 typedef struct ts_pool {
     pthread_mutex_t lock;
-    pthread_cond_t work;   /* a job queued, the hold released, closing */
+    pthread_cond_t work;   /* a job queued, or closing */
     pthread_cond_t exited; /* a thread exited, or a job finished */
     pthread_cond_t released; /* the test hook's held reads let go */
     ts_job *queued, *queued_tail, *done, *done_tail;
@@ -236,9 +236,24 @@ static double ts_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Free a list of jobs. */
+static void ts_free_jobs(ts_job *j) {
+    for (ts_job *next; j; j = next) { next = j->next; free(j); }
+}
+
+/* The CLOCK_REALTIME instant `timeout_s` from now, for pthread_cond_timedwait. */
+static struct timespec ts_deadline(double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    return until;
+}
+
 static void ts_pool_free_all(ts_pool *p) {
-    for (ts_job *j = p->queued, *next; j; j = next) { next = j->next; free(j); }
-    for (ts_job *j = p->done, *next; j; j = next) { next = j->next; free(j); }
+    ts_free_jobs(p->queued);
+    ts_free_jobs(p->done);
     for (ts_worker *w = p->workers, *next; w; w = next) { next = w->next; free(w); }
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->exited);
@@ -390,7 +405,7 @@ int64_t ts_pool_submit_many(ts_pool *p, int64_t nb, int64_t first_id, const int6
     for (int64_t b = 0; b < nb; b++) {
         ts_job *j = (ts_job *)calloc(1, sizeof(ts_job));
         if (j == NULL) {
-            for (ts_job *k = head, *next; k; k = next) { next = k->next; free(k); }
+            ts_free_jobs(head);
             return -ENOMEM;
         }
         const int64_t *m = meta + 5 * b;
@@ -414,7 +429,7 @@ int64_t ts_pool_submit_many(ts_pool *p, int64_t nb, int64_t first_id, const int6
     pthread_mutex_lock(&p->lock);
     if (p->closing) {
         pthread_mutex_unlock(&p->lock);
-        for (ts_job *k = head, *next; k; k = next) { next = k->next; free(k); }
+        ts_free_jobs(head);
         return -EPIPE;
     }
     if (p->queued_tail) p->queued_tail->next = head; else p->queued = head;
@@ -447,11 +462,7 @@ int64_t ts_pool_drain(ts_pool *p, int64_t cap, int64_t *ids, double *seconds, ui
 
 /* Block until a job is finished or `timeout_s` passed (called without the GIL). 1 when one is. */
 int64_t ts_pool_wait(ts_pool *p, double timeout_s) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (timeout_s > 0 ? timeout_s : 0);
-    until.tv_sec = (time_t)end;
-    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    struct timespec until = ts_deadline(timeout_s);
     pthread_mutex_lock(&p->lock);
     int err = 0;
     while (p->done == NULL && err != ETIMEDOUT) err = pthread_cond_timedwait(&p->exited, &p->lock, &until);
@@ -472,9 +483,8 @@ int64_t ts_pool_overdue(ts_pool *p, double timeout_s, int64_t cap, int64_t *ids)
         if (w->retired || w->job == NULL || w->job->abandoned || now - w->started < timeout_s) continue;
         w->job->abandoned = 1;
         w->retired = 1;
-        ids[k++] = w->job->id;
+        ids[k++] = w->job->id; /* its thread is inside that read: it sees `retired` once back */
     }
-    if (k) pthread_cond_broadcast(&p->work);
     for (int64_t i = 0; i < k && !p->closing; i++) ts_spawn(p);
     pthread_mutex_unlock(&p->lock);
     return k;
@@ -519,21 +529,14 @@ int64_t ts_pool_close(ts_pool *p, double timeout_s, int64_t cap, int64_t *droppe
     int64_t k = 0;
     if (!p->closing) {
         p->closing = 1;
-        for (ts_job *j = p->queued, *next; j; j = next) {
-            next = j->next;
-            if (k < cap) dropped[k++] = j->id;
-            free(j);
-        }
+        for (ts_job *j = p->queued; j && k < cap; j = j->next) dropped[k++] = j->id;
+        ts_free_jobs(p->queued);
         p->queued = p->queued_tail = NULL;
         p->queued_count = 0;
         pthread_cond_broadcast(&p->work);
     }
     *n_dropped = k;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double end = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (timeout_s > 0 ? timeout_s : 0);
-    until.tv_sec = (time_t)end;
-    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    struct timespec until = ts_deadline(timeout_s);
     int err = 0;
     while (p->live > 0 && err != ETIMEDOUT) err = pthread_cond_timedwait(&p->exited, &p->lock, &until);
     int64_t live = p->live;

@@ -225,16 +225,16 @@ class IOWorkers:
         threads are retired (they exit once the read returns) and replaced. The caller fails their
         loads now; their results still come back through `drain`, marked abandoned."""
         late = self.compiled.overdue(timeout) if self.compiled is not None else []
-        if late:
+        if self._readers:
+            late += self._overdue_python(timeout)
+        if late and not self._closed:
             log.error(
                 "%d tile reads hang for over %.1f s (%s); giving them up and starting new I/O threads",
                 len(late),
                 timeout,
                 late[0].source.name,
             )
-        if not self._readers:
-            return late
-        return late + self._overdue_python(timeout)
+        return late
 
     def _overdue_python(self, timeout: float) -> list[ReadBatch]:
         now = time.monotonic()
@@ -251,13 +251,7 @@ class IOWorkers:
                 late.append(batch)
         if any(r.retired for r in self._readers):  # forget retired threads whose read came back
             self._readers = [r for r in self._readers if r.thread.is_alive() or not r.retired]
-        if late and not self._closed:
-            log.error(
-                "%d tile reads hang for over %.1f s (%s); giving them up and starting new I/O threads",
-                len(late),
-                timeout,
-                late[0].source.name,
-            )
+        if not self._closed:
             for _ in late:
                 self._start_reader()
         return late
