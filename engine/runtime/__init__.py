@@ -6,6 +6,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
 
 - ``slots.py``: `SlotLedger`, one per cache pool (allocate, keep free, LRU victims, pins, release,
   shrink plans, invariant checks; slots handed out as runs of consecutive layers), `SlotGeometry`;
+  ``victims.py``: `VictimPicker`, a ledger's LRU victims (one pass over the slots, whose next best
+  candidates serve later evictions while none of them was used);
   ``pool_sizing.py``: `plan_capacities`, the budget's cache bytes shared between the pools;
 - ``residency.py``: `Residency`, the only owner of residency state: the tile id space (``tiles.py``),
   the page tables as arrays (``page_table.py``), the ledgers, the request scheduler

@@ -29,12 +29,13 @@ Slot lifecycle (`CacheSlotState`)::
 A RESIDENT slot is evicted only when unpinned and unused (per feedback) for ``frames_in_flight``
 frames. Victims are the longest idle, idle time divided by their texture's priority (`weigh_by`:
 priority-weighted least recently used; a priority-2 tile idle 8 frames goes after a priority-1 tile
-idle 5). Independently, a slot whose tile left it at frame E is not overwritten before frame
-``E + frames_in_flight`` (`writable_at`): draws issued before E may still be in flight and sample
-it through their page tables, and waiting avoids an implicit GPU sync on the upload. When the GPU
-is known to have finished every draw issued before E (a fence behind frame E - 1 signalled:
-`open_gates_before`), the slot is writable at once: a view cut then loads into the slots it evicts
-in the next frame instead of ``frames_in_flight`` frames later.
+idle 5), picked by the ledger's `victims.VictimPicker`. Independently, a slot whose tile left it at
+frame E is not overwritten before frame ``E + frames_in_flight`` (`writable_at`): draws issued
+before E may still be in flight and sample it through their page tables, and waiting avoids an
+implicit GPU sync on the upload. When the GPU is known to have finished every draw issued before E
+(a fence behind frame E - 1 signalled: `open_gates_before`), the slot is writable at once: a view
+cut then loads into the slots it evicts in the next frame instead of ``frames_in_flight`` frames
+later.
 
 Pools are sized together (`plan_capacities`): what the budget leaves after the fixed costs is shared
 in proportion to the number of textures per pool times the slot bytes (equal slots per texture:
@@ -53,6 +54,7 @@ import numpy as np
 from ..errors import BudgetError
 from .int_sets import sorted_unique
 from .ledger_loops import LedgerLoops
+from .victims import SLOT_BITS, VictimPicker
 
 __all__ = [
     "MAX_POOLS",
@@ -67,8 +69,6 @@ __all__ = [
 ]
 
 MAX_POOLS = 16  # cache pools at once (each samples its own texture unit)
-_SLOT_BITS = 28  # slot numbers fit 28 bits (page-table entries address no more)
-_IDLE_CLIP = 1 << 28  # victims' idle time in 1/16 frames saturates here (3 days at 60 fps): keys fit 63 bits
 NEVER = np.iinfo(np.int64).min // 4
 
 
@@ -275,11 +275,12 @@ class SlotLedger:
         self.last_used = np.zeros(0, np.int64)
         self.pinned = np.zeros(0, bool)
         self.writable_at = np.zeros(0, np.int64)  # frame from which the slot may be overwritten
-        self._gated = np.zeros(0, np.int64)  # slots given an overwrite gate, not yet past it (may repeat)
+        # slots given an overwrite gate, in the order they were gated (may repeat), and each entry's gate
+        # (the frame it was gated at + frames_in_flight): ascending, so the gates to look at are a prefix
+        self._gated = np.zeros(0, np.int64)
+        self._gated_until = np.zeros(0, np.int64)
         self._free = np.zeros(0, np.int64)  # stack of free slots, lowest on top
-        self._priority: np.ndarray | None = None  # per texture id (read only; texture_sets.Priorities)
-        self._loops: LedgerLoops | None = None  # the compiled passes (`weigh_by`)
-        self._keys = np.zeros(0, np.int64)  # its output: the victims' keys
+        self.victims = VictimPicker(frames_in_flight, _RESIDENT)  # the LRU victims (`weigh_by`)
         self.grow(capacity)
 
     # ---- counts ---------------------------------------------------------------------------------
@@ -373,34 +374,10 @@ class SlotLedger:
         """Weigh idle time by `priority[texture id]` when picking victims (an array the caller owns
         and may change; every entry > 0; None: unweighed). `loops`: the compiled passes (victims among
         them; `touch.DeciderLoops.ledger`), or None: numpy, the same victims and state."""
-        self._priority, self._loops = priority, loops
+        self.victims.weigh_by(priority, loops)
 
     def _pick_victims(self, frame: int, count: int) -> np.ndarray:
-        """The `count` best victims, best first: longest idle (in 1/16 frames, divided by the texture's
-        priority); among equals, finer levels first (coarser ones back more pages); then lowest slot,
-        so the choice is deterministic. The slot in the low bits of the key makes every key distinct:
-        numpy's partition runs an order of magnitude slower on the few distinct values the frames of
-        an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
-        if self._loops is not None:  # one pass over the slots keeping the best keys
-            if self._keys.size < count:
-                self._keys = np.empty(max(count, 1024), np.int64)
-            args = (self.state, self.pinned, self.last_used, self.tex, self.level, self._priority, frame)
-            n = self._loops.victim_keys(*args, self.frames_in_flight, _IDLE_CLIP, _SLOT_BITS, count, self._keys)
-            if n < 0:
-                raise ValueError(f"{self.name}: a resident slot names a texture outside the priority table")
-            return self._keys[:n] & ((1 << _SLOT_BITS) - 1)
-        candidates = self.evictable_mask(frame).nonzero()[0]
-        if candidates.size == 0:
-            return candidates
-        idle = (frame - self.last_used[candidates]).astype(np.float64)
-        if self._priority is not None:
-            idle /= self._priority[self.tex[candidates].astype(np.int64)]
-        key = np.minimum(np.floor(idle * 16), _IDLE_CLIP).astype(np.int64) * -64 + self.level[candidates]
-        key = (key << _SLOT_BITS) | candidates
-        if candidates.size > count:
-            pick = np.argpartition(key, count - 1)[:count]
-            candidates, key = candidates[pick], key[pick]
-        return candidates[np.argsort(key)]
+        return self.victims.pick(frame, count, self.state, self.pinned, self.last_used, self.tex, self.level)
 
     # ---- state changes --------------------------------------------------------------------------
     def _slots(self, slots: np.ndarray | int, states: tuple[int, ...], what: str) -> np.ndarray:
@@ -455,6 +432,7 @@ class SlotLedger:
     def unpin(self, slots: np.ndarray | int) -> None:
         s = self._slots(slots, (_LOADING, _RESIDENT), "unpin")
         self.pinned[s] = False
+        self.victims.forget()  # an unpinned slot may be a better victim than the spares
 
     def release_texture(self, tex: int, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """Drop every slot of texture `tex`; returns (tiles, slots) that were LOADING: cancel those
@@ -464,7 +442,7 @@ class SlotLedger:
         resident = s[self.state[s] == _RESIDENT]
         out = (self.tile[loading].copy(), loading.copy())
         self.writable_at[resident] = np.maximum(self.writable_at[resident], frame + self.frames_in_flight)
-        self._gated = np.concatenate([self._gated, resident])
+        self._add_gates(resident, frame)
         self._clear(s)
         self._push_free(s)
         return out
@@ -495,8 +473,9 @@ class SlotLedger:
         """Add free layers up to `capacity` slots (no overwrite gates: a fresh array). Every held slot
         keeps its cell and layer but is renumbered for the new layer count (returned as moves)."""
         self.check_capacity(capacity)
-        if capacity > 1 << _SLOT_BITS:
-            raise ValueError(f"{self.name}: {capacity} slots; a pool holds at most {1 << _SLOT_BITS}")
+        self.victims.forget()  # slots are renumbered
+        if capacity > 1 << SLOT_BITS:
+            raise ValueError(f"{self.name}: {capacity} slots; a pool holds at most {1 << SLOT_BITS}")
         old, extra = self.capacity, capacity - self.capacity
         assert extra >= 0, "grow() cannot shrink; plan_shrink() and apply_shrink() do"
         old_layers, new_layers = old // self.cells, capacity // self.cells
@@ -571,6 +550,7 @@ class SlotLedger:
         """Carry out a plan made by `plan_shrink` on this ledger (the GPU copies are the pool's). The
         result's moves map every surviving slot's old number to its number in the smaller pool."""
         capacity, movers, targets = plan.capacity, plan.moved_from, plan.moved_to
+        self.victims.forget()  # slots are renumbered
         old_layers, new_layers = self.layers, capacity // self.cells
         evicted_tiles = self.tile[plan.dropped].copy()
         cancelled_tiles, cancelled_slots = self.tile[plan.cancelled].copy(), plan.cancelled.copy()
@@ -602,27 +582,37 @@ class SlotLedger:
     def _gate(self, slots: np.ndarray, frame: int) -> None:
         """Slots whose tiles leave them at `frame`: not overwritten before frame + frames_in_flight."""
         self.writable_at[slots] = frame + self.frames_in_flight
+        self._add_gates(slots, frame)
+
+    def _add_gates(self, slots: np.ndarray, frame: int) -> None:
         self._gated = np.concatenate([self._gated, slots])
+        self._gated_until = np.concatenate([self._gated_until, np.full(slots.size, frame + self.frames_in_flight)])
 
     def open_gates_before(self, done_frame: int, frame: int) -> int:
         """The GPU has finished every draw of frames up to `done_frame` (a fence behind them signalled):
         slots whose tiles left them at a frame E <= done_frame + 1 are writable from `frame` on (no
-        draw still in flight was issued before E). Costs a pass over the slots still gated only.
-        Returns how many gates opened early."""
-        g = self._gated
-        if g.size == 0:
+        draw still in flight was issued before E). Costs a search of the gates and a pass over those
+        that open or passed. Returns how many gates opened early."""
+        if self._gated.size == 0:
             return 0
-        g = g[g < self.capacity]
-        g = g[self.writable_at[g] > frame]  # the rest passed their gates already
-        early = g[self.writable_at[g] - self.frames_in_flight <= done_frame + 1]
+        early_until = done_frame + 1 + self.frames_in_flight  # the gate of a slot left at done_frame + 1
+        # Entries are in gating order, so those whose gate opens now or passed are a prefix; a slot
+        # gated again later has a later entry too (its gate is its latest one)
+        cut = int(np.searchsorted(self._gated_until, max(frame, early_until), "right"))
+        if cut == 0:
+            return 0
+        head = self._gated[:cut]
+        self._gated, self._gated_until = self._gated[cut:], self._gated_until[cut:]
+        head = head[head < self.capacity]
+        gate = self.writable_at[head]
+        early = head[(gate > frame) & (gate <= early_until)]
         self.writable_at[early] = frame
-        self._gated = sorted_unique(g[self.writable_at[g] > frame])
         return int(sorted_unique(early).size)
 
     def open_gates(self) -> None:
         """Every slot writable now: the pool moved to a fresh array no draw in flight samples."""
         self.writable_at[:] = NEVER
-        self._gated = np.zeros(0, np.int64)
+        self._gated, self._gated_until = np.zeros(0, np.int64), np.zeros(0, np.int64)
 
     def check(self) -> None:
         """Assert internal consistency (tests and debugging)."""

@@ -59,6 +59,7 @@ def assert_same(a: RequestScheduler, b: RequestScheduler, frame: int, wanted: Wa
     for name in ("state", "score", "tier", "last_wanted"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert a.queued_count == b.queued_count
+    np.testing.assert_array_equal(a.queue, b.queue)  # the same tiles queued in the same order
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -244,6 +244,43 @@ def test_gates_open_once_the_gpu_finished_the_draws_before_the_eviction(make_led
     ledger.check()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_gates_open_early_exactly_for_slots_left_before_the_finished_draws(make_ledger: MakeLedger, seed: int) -> None:
+    """Random evictions, texture releases and fence reports: after each report a slot's gate is the
+    frame of the report if its tile left at E <= done + 1 and its gate had not passed, else unchanged
+    (a model that keeps each slot's latest leaving frame)."""
+    rng = np.random.default_rng(seed)
+    ledger = make_ledger(32)
+    left_at = np.full(32, -1000)  # the frame each slot's tile last left it
+    done, tile = -1, 1000
+    for frame in range(1, 120):
+        before = ledger.writable_at.copy()
+        evicted = np.zeros(0, np.int64)
+        roll = rng.random()
+        if roll < 0.5:  # loads for new tiles, evicting the idle ones once the pool is full
+            n = int(rng.integers(1, 6))
+            a = allocate(ledger, frame, np.arange(tile, tile + n), tex=int(rng.integers(0, 3)))
+            tile += n
+            ledger.mark_resident(a.slots[a.slots >= 0], frame)
+            evicted = a.evicted_slots
+        elif roll < 0.7:
+            evicted = ledger.keep_free(frame, int(rng.integers(1, 8))).evicted_slots
+        elif roll < 0.75:
+            texture = int(rng.integers(0, 3))
+            held = ((ledger.tex == texture) & (ledger.state == CacheSlotState.RESIDENT)).nonzero()[0]
+            ledger.release_texture(texture, frame)
+            evicted = held
+        left_at[evicted] = frame
+        if rng.random() < 0.6:  # a fence behind frame `done` signalled
+            done = max(done, frame - 1 - int(rng.integers(0, 4)))  # never backwards
+            before = ledger.writable_at.copy()
+            ledger.open_gates_before(done, frame)
+            opens = (before > frame) & (left_at <= done + 1)
+            np.testing.assert_array_equal(ledger.writable_at, np.where(opens, frame, before))
+        assert (ledger.writable_at[left_at > done + 1] == (left_at + FIF)[left_at > done + 1]).all()
+        ledger.check()
+
+
 def test_free_slots_before_eviction(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(4)
     load(ledger, 0, [0, 1])
@@ -937,3 +974,70 @@ def test_the_compiled_victims_are_the_smallest_documented_keys(weighted: bool, c
     np.testing.assert_array_equal(out[:got], np.sort(key)[:count])
     with pytest.raises(ValueError, match="too small"):
         loops.ledger.victim_keys(state, pinned, last_used, tex, level, None, frame, fif, clip, bits, count + 1, out)
+
+
+def reference_victims(ledger: SlotLedger, frame: int, count: int, priority: np.ndarray | None) -> np.ndarray:
+    """The documented order over the evictable slots: (min(floor(idle * 16), clip) * -64 + level, slot)."""
+    want = np.flatnonzero(ledger.evictable_mask(frame))
+    idle = (frame - ledger.last_used[want]).astype(np.float64)
+    if priority is not None:
+        idle /= priority[ledger.tex[want].astype(np.int64)]
+    key = (np.minimum(np.floor(idle * 16), 1 << 28).astype(np.int64) * -64 + ledger.level[want]) << 28 | want
+    return want[np.argsort(key)][:count]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_victims_from_the_spares_are_those_a_new_pass_finds(seed: int, weighted: bool, compiled: bool) -> None:
+    """Evictions on random traffic (uses, arrivals, pins and unpins, failed loads, a texture released,
+    the pool grown): every eviction takes exactly the victims the documented order gives over the
+    slots at that moment, whether they came from a pass or from the spares of an earlier one; equal
+    priorities let most evictions skip the pass, a weighted pool passes every time."""
+    loops = decider_loops()
+    if compiled and loops is None:
+        pytest.skip("the compiled helper is not built")
+    rng = np.random.default_rng(seed)
+    ledger = SlotLedger(NAME, 256, FIF, 1)
+    priority = np.ones(256)
+    if weighted:
+        priority[:4] = [1.0, 2.5, 0.5, 4.0]
+    ledger.weigh_by(priority, loops=loops.ledger if compiled else None)
+    tile, evictions = 10_000, 0
+    for frame in range(1, 200):
+        resident = np.flatnonzero(ledger.state == CacheSlotState.RESIDENT)
+        if resident.size:  # the view uses some slots this frame
+            ledger.touch(rng.choice(resident, size=min(resident.size, int(rng.integers(0, 40)))), frame)
+        roll = rng.random()
+        if roll < 0.04 and (p := np.flatnonzero(ledger.pinned)).size:
+            ledger.unpin(p[:1])
+        elif roll < 0.08 and resident.size:
+            ledger.pin(resident[:1])
+        elif roll < 0.1:
+            ledger.release_texture(int(rng.integers(0, 4)), frame)
+        elif roll < 0.11 and ledger.capacity < 320:
+            ledger.grow(ledger.capacity + 32)
+        for kind in ("allocate", "keep_free"):
+            n = int(rng.integers(1, 24))
+            if kind == "allocate":
+                expected = reference_victims(ledger, frame, max(0, n - ledger.free_count), priority)
+                tex, levels = rng.integers(0, 4, n), rng.integers(0, 6, n)
+                a = allocate(ledger, frame, np.arange(tile, tile + n), tex=tex, levels=levels)
+                tile += n
+                got = np.sort(a.evicted_slots)
+                loading = a.slots[a.slots >= 0]
+                fails = rng.random(loading.size) < 0.1
+                ledger.free(loading[fails])
+                ledger.mark_resident(loading[~fails], frame)
+                np.testing.assert_array_equal(got, np.sort(expected))
+            else:
+                expected = reference_victims(ledger, frame, max(0, n - ledger.free_count), priority)
+                got = ledger.keep_free(frame, n).evicted_slots
+                np.testing.assert_array_equal(got, expected)  # best first
+            evictions += expected.size > 0
+        ledger.check()
+    assert evictions > 100
+    if weighted:
+        assert ledger.victims.passes >= evictions
+    else:
+        assert ledger.victims.passes < evictions / 2  # most evictions took the spares
