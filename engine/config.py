@@ -383,6 +383,11 @@ class StreamerConfig:
         (`runtime.feedback_bursts`); then as many frames at the divisor before the next burst. The
         buffers are sized for it when that takes at most 1/16 of the budget, else dense frames need
         draws of at most half the sizing size. 0: never
+    cut_neighbours : bool
+        on the frame whose feedback shows the wanted pages jump (a camera cut), also request the
+        eight same-level neighbours of every wanted page as demand: the pages the new view's first
+        feedback missed lie next to those it found (`RequestScheduler.widened`); about a quarter
+        more loads for that view, a round trip less before nothing is missing
     cancel_after_frames : int
         a queued request not wanted again for this long is dropped
     prefetch : bool
@@ -418,6 +423,7 @@ class StreamerConfig:
     feedback_divisor: int = 8
     feedback_compaction: bool = True
     feedback_burst_frames: int = 4
+    cut_neighbours: bool = True
     cancel_after_frames: int = 8
     prefetch: bool = True
     pinned_levels: int = 2

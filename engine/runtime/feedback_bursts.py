@@ -61,6 +61,7 @@ class FeedbackBursts:
         self.bursts = 0  # bursts started so far
         self._left = 0  # frames left in the current BURST or SETTLING state
         self._before = np.zeros(0, np.int64)  # the pages of the feedback read before the newest
+        self.jumped = False  # the latest step's feedback showed a jump (whatever the state)
 
     def cut(self) -> None:
         """The program says the next frame shows a new view: the next `frames` frames are dense,
@@ -79,10 +80,12 @@ class FeedbackBursts:
                 self.state, self._left = (
                     (BurstState.SETTLING, self.frames) if self.state is BurstState.BURST else (BurstState.SPARSE, 0)
                 )
+        self.jumped = False
         if pages is not None:
             new, share = new_share(pages, self._before)
             self._before = pages
-            if self.frames and self.state is BurstState.SPARSE and new >= JUMP_MIN_PAGES and share > JUMP_SHARE:
+            self.jumped = new >= JUMP_MIN_PAGES and share > JUMP_SHARE
+            if self.frames and self.state is BurstState.SPARSE and self.jumped:
                 self.state, self._left = BurstState.BURST, self.frames
                 self.bursts += 1
         return self.state is BurstState.BURST

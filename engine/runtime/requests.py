@@ -44,6 +44,7 @@ import numpy as np
 
 from ..config import StreamerConfig
 from .feedback_reduce import Wanted, unique_sums
+from .int_sets import sorted_unique
 from .page_table import PageTables
 from .tiles import MAX_LEVELS, MAX_TEXTURES, TileSpace
 
@@ -306,6 +307,24 @@ class RequestScheduler:
             raise ValueError("requests: a wanted page or a prefetch candidate is outside the tables")
         return self._out_ids[:got].copy(), self._out_weights[:got].copy()
 
+    def widened(self, wanted: Wanted) -> Wanted:
+        """`wanted` with the eight same-level neighbours of every page (coverage 1 where new). The
+        first feedback of a new view is sparse: the pages it misses cover few pixels, at the view's
+        edges and where its level changes, next to pages it found; wanting them at once saves the
+        round trip (feedback, read, upload) that finding them later costs."""
+        sp, ids = self.space, wanted.ids
+        tex, level = sp.tex[ids].astype(np.int64), sp.level[ids].astype(np.int64)
+        tx, ty = sp.tiles_x[tex, level], sp.tiles_y[tex, level]
+        off = ids - sp.level_first[tex, level]
+        x, y = off % tx, off // tx
+        parts = [ids]
+        for dx, dy in ((-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)):
+            inside = (x + dx >= 0) & (x + dx < tx) & (y + dy >= 0) & (y + dy < ty)
+            parts.append((ids + dx + dy * tx)[inside])
+        out = sorted_unique(np.concatenate(parts))
+        at = np.minimum(np.searchsorted(ids, out), ids.size - 1)
+        return Wanted(out, np.where(ids[at] == out, wanted.counts[at], 1).astype(np.int64))
+
     def _buffers(self, n: int, per_page: int) -> None:
         """The compiled passes' buffers, large enough for `n` pages of `per_page` outputs each."""
         if self._scratch.size < self.space.capacity:
@@ -410,11 +429,14 @@ class RequestScheduler:
             return False
         return q[0] is wanted.ids or np.array_equal(q[0], wanted.ids)
 
-    def update(self, frame: int, wanted: Wanted, max_issue: int) -> Requests:
+    def update(self, frame: int, wanted: Wanted, max_issue: int, *, widen: bool = False) -> Requests:
         """Merge this frame's wanted pages into the queue and return the tiles to load now (at most
-        `max_issue`, e.g. the staging ring's free slots, besides the configured caps)."""
+        `max_issue`, e.g. the staging ring's free slots, besides the configured caps). `widen`: a new
+        view (`feedback_bursts`): its pages' same-level neighbours are wanted too (`widened`)."""
         if frame < self._frame:
             raise ValueError(f"frame {frame!r} is before the previous update's frame {self._frame}")
+        if widen and len(wanted):
+            wanted = self.widened(wanted)
         self._frame = frame
         self.stats.frames += 1
         room = min(self.max_tiles, max_issue)

@@ -419,17 +419,18 @@ class Residency:
             self._totals["upload_bytes"] += uploaded.nbytes
         return failed
 
-    def orders(self, free_ring_slots: int, cancel_stale: Callable[[np.ndarray, int], LoadRecords]) -> Orders:
-        """This frame's loads, at most `free_ring_slots`, each with a reserved cache slot.
-
-        Reads nobody wants any more are cancelled through `cancel_stale(last_wanted, since)` (the
-        uploader's): those of tiles in none of the last cancel_after_frames feedback readbacks (counted
-        in readbacks, not frames: on a real GPU feedback may skip frames, and a load must outlive that
-        gap). Prefetch takes free slots only, and not the reserve kept for demand: evicting for it would
-        trade tiles the screen used a few frames ago for tiles it may never use.
-        """
+    def orders(
+        self, free_ring_slots: int, cancel_stale: Callable[[np.ndarray, int], LoadRecords], *, widen: bool = False
+    ) -> Orders:
+        """This frame's loads, at most `free_ring_slots`, each with a reserved cache slot (`widen`: a new
+        view, `RequestScheduler.update`). Reads nobody wants any more are cancelled through
+        `cancel_stale(last_wanted, since)` (the uploader's): those of tiles in none of the last
+        cancel_after_frames feedback readbacks (counted in readbacks, not frames: on a real GPU feedback
+        may skip frames, and a load must outlive that gap). Prefetch takes free slots only, and not the
+        reserve kept for demand: evicting for it would trade tiles the screen used a few frames ago for
+        tiles it may never use."""
         t0 = time.perf_counter()
-        requests = self.scheduler.update(self.frame, self.wanted, free_ring_slots)
+        requests = self.scheduler.update(self.frame, self.wanted, free_ring_slots, widen=widen)
         cancelled = requests.cancelled
         if len(self._feedback_frames) == self._feedback_frames.maxlen:
             stale = cancel_stale(self.scheduler.last_wanted, self._feedback_frames[0])

@@ -330,6 +330,10 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         raw += self._feedback.collect(st.frame)
         st.feedback_ms += clock.lap()
         wanted = core.observe([] if self.freeze_feedback else raw, gpu_done=self._feedback.completed)
+        # a jump in the pages (a camera cut) makes the coming draws' feedback dense, and this frame's
+        # requests want the new view's pages' neighbours too (`RequestScheduler.widened`)
+        dense = self._bursts.step(core.sampled.ids if raw and not self.freeze_feedback else None)
+        new_view = self._bursts.jumped and self.config.cut_neighbours
         st.feedback_age, st.wanted_pages, st.reduce_ms = self._feedback.age, len(wanted), clock.lap()
         if not self.freeze_feedback:
             self._feedback.record_cost(raw, feedback_cpu + time.thread_time() - f0)
@@ -339,7 +343,7 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
             if len(uploaded.loads):
                 st.uploads, st.upload_bytes, st.uploaded = len(uploaded.loads), uploaded.nbytes, uploaded
                 st.upload_calls, st.latency_frames = up.last_calls, uploaded.latency_frames
-            orders = core.orders(up.free_slots, up.cancel_stale)
+            orders = core.orders(up.free_slots, up.cancel_stale, widen=new_view)
             st.select_ms, st.reserve_ms = orders.select_ms, clock.lap() - orders.select_ms
             st.requested = up.submit(st.frame, orders.tiles, orders.pool, orders.cache_slot, start=False)
             st.evicted, st.evicted_tiles, st.evicted_age = len(orders.evicted), orders.evicted.tiles, orders.evicted.age
@@ -348,7 +352,6 @@ class Streamer(RenderThreadOwned, StreamerViews, SetVerbs, BudgetVerbs):
         st.page_table_ms = clock.lap()
         st.missing_pages, st.queued = core.missing_pages(wanted), core.scheduler.queued_count
         st.stats_ms = clock.lap()
-        dense = self._bursts.step(core.sampled.ids if raw and not self.freeze_feedback else None)
         st.feedback_stride = self._feedback.begin_frame(st.frame, dense=dense)
         st.feedback_ms += clock.lap()
         if up is not None:  # the reads start last: Python I/O threads (remote packs, hooks) run after it

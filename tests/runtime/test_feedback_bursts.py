@@ -4,6 +4,7 @@ never start one."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import moderngl
@@ -44,6 +45,27 @@ def test_a_jump_makes_the_next_frames_dense_then_they_return() -> None:
     assert b.state is BurstState.SPARSE and b.bursts == 1
     dense = run(b, [c, c, None, c, c, c, c, c, c, c])  # a cut
     assert dense == [True] * 4 + [False] * 6 and b.bursts == 2
+
+
+def test_jumped_names_the_frame_whose_feedback_shows_the_jump_in_any_state() -> None:
+    """`jumped` is true on the step whose pages jumped (the first feedback, a cut, an announced cut's
+    first feedback during its burst) and on no other: not on a frame without feedback, a still or
+    slowly changing view, or the dense frames after."""
+    b = FeedbackBursts(4)
+    a, c, d = pages(0, 100), pages(1000, 100), pages(2000, 100)
+    got = []
+    for p in [a, a, None, a, pages(10, 100), c, c, None, c]:
+        b.step(p)
+        got.append(b.jumped)
+    assert got == [True, False, False, False, False, True, False, False, False]
+    b.cut()
+    b.step(c)  # the announced cut's update reads the old view's feedback
+    assert not b.jumped and b.state is BurstState.BURST
+    b.step(d)  # then the new view's: a jump inside the burst it already started
+    assert b.jumped and b.bursts == 2  # the jump at step 5 came while settling: no burst, still named
+    off = FeedbackBursts(0)  # no bursts, but a jump is still named
+    off.step(a)
+    assert off.jumped and off.bursts == 0
 
 
 def test_a_jump_while_settling_starts_nothing_and_a_later_one_does() -> None:
@@ -231,3 +253,47 @@ def test_an_announced_cut_makes_its_first_draws_dense(gl_context: moderngl.Conte
         renderer.release()
     # the cut's own draw (12) and the next three are dense, one frame before the feedback shows it
     assert [g[0] for g in got] == [8] + [4] * 4 + [8] * 7 + [4] * 4 + [8] * 8
+
+
+def frames_until_complete(s: Streamer, renderer: PlaneRenderer, vt, views: list[View], hold: int) -> list[int]:  # noqa: ANN001
+    """Per cut: frames from the cut until an update finds nothing missing for feedback drawn after it
+    (each frame finished before the next, the reads given a moment, as a paced loop gives them)."""
+    out = []
+    for view in views:
+        cut_frame = s.frame
+        for k in range(hold):
+            st = s.update()
+            renderer.draw(vt, view)
+            s.ctx.finish()
+            time.sleep(0.005)
+            fresh = st.feedback_age >= 0 and st.frame - st.feedback_age > cut_frame
+            if fresh and st.wanted_pages and st.missing_pages == 0:
+                out.append(k)
+                break
+        else:
+            out.append(hold)
+    return out
+
+
+@pytest.mark.gl
+def test_a_cut_loads_the_new_views_neighbours_at_once_and_settles_sooner(
+    gl_context: moderngl.Context, pack: Path
+) -> None:
+    """Unannounced cuts on a tilted plane: with `cut_neighbours` the frame whose feedback shows the cut
+    also loads the same-level neighbours of the new view's pages, the pages its sparse feedback missed,
+    so cuts settle no later, some a round trip sooner; without, those pages wait for later feedback."""
+    rng = np.random.default_rng(5)
+    views = [View(*rng.uniform(0.2, 0.8, 2), 0.5, 60.0, float(rng.uniform(0, 360))) for _ in range(8)]
+    got = {}
+    for widen in (True, False):
+        renderer = PlaneRenderer(gl_context, (256, 256))
+        cfg = StreamerConfig(budget=BudgetConfig(budget_mb=32), prefetch=False, cut_neighbours=widen)
+        try:
+            with Streamer(gl_context, cfg) as s:
+                vt = s.open(pack)
+                frames_until_complete(s, renderer, vt, [views[-1]], 40)  # settle on a first view
+                got[widen] = frames_until_complete(s, renderer, vt, views, 40)
+        finally:
+            renderer.release()
+    assert max(got[True]) < 40 and sum(got[True]) < sum(got[False]), got
+    assert sum(a <= b for a, b in zip(got[True], got[False], strict=True)) >= 7, got

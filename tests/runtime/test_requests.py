@@ -650,3 +650,37 @@ def test_a_quiet_view_with_a_failed_tile_retries_it_after_its_back_off() -> None
     w.sched.mark_failed(tile, 0)
     issued = [len(w.update(frame, *view)) for frame in range(1, 8)]
     assert issued == [0, 0, 0, 1, 0, 0, 0]  # retried once its back-off ended (frame 4), not before
+
+
+# ---- a new view: the wanted pages' neighbours -------------------------------------------------------
+def test_a_widened_view_wants_the_eight_same_level_neighbours_inside_each_grid() -> None:
+    """Level 0 of HEADER is 16 x 11 tiles: a page in the middle brings its eight neighbours, one in a
+    corner its three; a second texture's pages stay in their own grid; coverage stays where it was,
+    new pages count once."""
+    w = World({0: HEADER, 1: BIG})
+    wanted = w.want((0, 0, 5, 5, 7), (0, 0, 0, 0, 3), (0, 2, 3, 2, 2), (1, 1, 15, 0, 4))
+    got = w.sched.widened(wanted)
+    assert (np.diff(got.ids) > 0).all()
+    names = dict(zip(w.names(got.ids), got.counts.tolist(), strict=True))
+    middle = {(0, 0, 5 + dx, 5 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)}
+    corner = {(0, 0, x, y) for x in (0, 1) for y in (0, 1)}
+    last = {(0, 2, x, y) for x in (2, 3) for y in (1, 2)}  # level 2 is 4 x 3 tiles: (3, 2) is its last
+    edge = {(1, 1, x, y) for x in (14, 15) for y in (0, 1)}  # BIG's level 1 is 16 x 16 tiles
+    assert set(names) == middle | corner | last | edge
+    assert names[(0, 0, 5, 5)] == 7 and names[(0, 0, 0, 0)] == 3 and names[(0, 2, 3, 2)] == 2
+    assert names[(1, 1, 15, 0)] == 4 and names[(0, 0, 6, 6)] == 1 and names[(1, 1, 14, 1)] == 1
+
+
+def test_widen_requests_the_neighbours_of_a_new_view_as_demand() -> None:
+    """With `widen` a frame's demand takes the neighbours too, parents first, and not as prefetch
+    (which waits for spare slots); without it only the pages themselves and their missing parents."""
+    for widen in (False, True):
+        w = World()
+        w.resident_levels(0, 3, 4)
+        r = w.sched.update(0, w.want((0, 0, 8, 5, 10)), 1 << 20, widen=widen)
+        got = set(w.names(r.ids))
+        chain = {(0, 0, 8, 5), (0, 1, 4, 2), (0, 2, 2, 1)}
+        assert chain <= got and not r.prefetch.any()
+        neighbours = {(0, 0, 8 + dx, 5 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)}
+        assert (neighbours <= got) is widen and (neighbours & got == {(0, 0, 8, 5)}) is not widen
+        w.assert_parents_first(r.ids, set())
