@@ -53,17 +53,10 @@ class VictimPicker:
         p = self.priority
         return p is None or bool(p[0] <= _MAX_EVEN_PRIORITY and (p == p[0]).all())
 
-    def pick(
-        self,
-        frame: int,
-        count: int,
-        state: np.ndarray,
-        pinned: np.ndarray,
-        last_used: np.ndarray,
-        tex: np.ndarray,
-        level: np.ndarray,
-    ) -> np.ndarray:
-        """The `count` best victims (fewer if there are not as many), best first."""
+    def pick(self, frame: int, count: int, *slots: np.ndarray) -> np.ndarray:
+        """The `count` best victims (fewer if there are not as many), best first; `slots`: the ledger's
+        state, pinned, last_used, tex and level arrays."""
+        state, pinned, last_used = slots[:3]
         if count <= 0:
             return np.zeros(0, np.int64)
         steady = self._order_holds()
@@ -75,25 +68,17 @@ class VictimPicker:
                 self._spare, self._spare_used = good[count:], self._spare_used[ok][count:]
                 return good[:count]
         want = count + max(3 * count, SPARE_MIN) if steady else count
-        best = self._pass(frame, want, state, pinned, last_used, tex, level)
+        best = self._pass(frame, want, *slots)
         self.passes += 1
         spare = best[count:] if steady else best[:0]
         self._spare, self._spare_used = spare, last_used[spare]
         return best[:count]
 
-    def _pass(
-        self,
-        frame: int,
-        count: int,
-        state: np.ndarray,
-        pinned: np.ndarray,
-        last_used: np.ndarray,
-        tex: np.ndarray,
-        level: np.ndarray,
-    ) -> np.ndarray:
+    def _pass(self, frame: int, count: int, *slots: np.ndarray) -> np.ndarray:
         """The `count` best victims by a pass over every slot. The slot in the low bits of the key makes
         every key distinct: numpy's partition runs an order of magnitude slower on the few distinct
         values the frames of an LRU give (3 ms for 256 victims among 20k slots touched in two frames)."""
+        state, pinned, last_used, tex, level = slots
         if self.loops is not None:  # one pass over the slots keeping the best keys
             if self._keys.size < count:
                 self._keys = np.empty(max(count, 1024), np.int64)
