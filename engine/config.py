@@ -387,7 +387,8 @@ class StreamerConfig:
         on the frame whose feedback shows the wanted pages jump (a camera cut), also request the
         eight same-level neighbours of every wanted page as demand: the pages the new view's first
         feedback missed lie next to those it found (`RequestScheduler.widened`); about a quarter
-        more loads for that view, a round trip less before nothing is missing
+        more loads for that view, a round trip less before nothing is missing. Views wanting more
+        pages than a frame's request cap are not widened
     cancel_after_frames : int
         a queued request not wanted again for this long is dropped
     prefetch : bool

@@ -313,14 +313,15 @@ class RequestScheduler:
         edges and where its level changes, next to pages it found; wanting them at once saves the
         round trip (feedback, read, upload) that finding them later costs."""
         sp, ids = self.space, wanted.ids
-        tex, level = sp.tex[ids].astype(np.int64), sp.level[ids].astype(np.int64)
+        pages = ids[sp.is_tile(ids)]  # (a page of no tile has no grid)
+        tex, level = sp.tex[pages].astype(np.int64), sp.level[pages].astype(np.int64)
         tx, ty = sp.tiles_x[tex, level], sp.tiles_y[tex, level]
-        off = ids - sp.level_first[tex, level]
+        off = pages - sp.level_first[tex, level]
         x, y = off % tx, off // tx
         parts = [ids]
         for dx, dy in ((-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)):
             inside = (x + dx >= 0) & (x + dx < tx) & (y + dy >= 0) & (y + dy < ty)
-            parts.append((ids + dx + dy * tx)[inside])
+            parts.append((pages + dx + dy * tx)[inside])
         out = sorted_unique(np.concatenate(parts))
         at = np.minimum(np.searchsorted(ids, out), ids.size - 1)
         return Wanted(out, np.where(ids[at] == out, wanted.counts[at], 1).astype(np.int64))
@@ -432,10 +433,13 @@ class RequestScheduler:
     def update(self, frame: int, wanted: Wanted, max_issue: int, *, widen: bool = False) -> Requests:
         """Merge this frame's wanted pages into the queue and return the tiles to load now (at most
         `max_issue`, e.g. the staging ring's free slots, besides the configured caps). `widen`: a new
-        view (`feedback_bursts`): its pages' same-level neighbours are wanted too (`widened`)."""
+        view (`feedback_bursts`): its pages' same-level neighbours are wanted too (`widened`), when it
+        wants no more pages than a frame may issue."""
         if frame < self._frame:
             raise ValueError(f"frame {frame!r} is before the previous update's frame {self._frame}")
-        if widen and len(wanted):
+        # a new view's neighbours, unless it wants more pages than a frame loads: its next feedback then
+        # comes before they would load (and widening that many pages costs a millisecond or more)
+        if widen and 0 < len(wanted) <= self.max_tiles:
             wanted = self.widened(wanted)
         self._frame = frame
         self.stats.frames += 1

@@ -684,3 +684,20 @@ def test_widen_requests_the_neighbours_of_a_new_view_as_demand() -> None:
         neighbours = {(0, 0, 8 + dx, 5 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)}
         assert (neighbours <= got) is widen and (neighbours & got == {(0, 0, 8, 5)}) is not widen
         w.assert_parents_first(r.ids, set())
+
+
+def test_widen_leaves_ids_of_no_tile_alone_and_skips_views_larger_than_a_frames_loads() -> None:
+    """An id between two textures' ranges names no tile and brings no neighbours; a view wanting more
+    pages than the request cap is not widened (its next feedback comes before the neighbours would)."""
+    w = World({0: HEADER, 1: BIG}, max_tiles=12)
+    hole = w.space.ranges[0].stop  # the id past texture 0's tiles names none
+    assert not w.space.is_tile(np.array([hole]))[0]
+    got = w.sched.widened(Wanted(np.array([w.id(0, 0, 5, 5), hole], np.int64), np.array([2, 3], np.int64)))
+    assert got.ids.size == 9 + 1 and hole in got.ids.tolist()
+    w.resident_levels(0, 2, 3, 4)
+    small = w.want((0, 1, 2, 2, 1))
+    assert w.sched.update(0, small, 1 << 20, widen=True).ids.size == 9  # the page and its eight neighbours
+    large = w.want(*[(0, 0, x, 0, 1) for x in range(13)])  # 13 pages > 12: not widened
+    r = w.sched.update(1, large, 1 << 20, widen=True)
+    asked = set(w.names(np.concatenate([r.ids, w.sched.queue])))  # issued now or queued for later
+    assert asked == {(0, 0, x, 0) for x in range(13)} | {(0, 1, x, 0) for x in range(7)}  # pages, parents
