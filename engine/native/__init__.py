@@ -34,6 +34,7 @@ __all__ = [
     "Native",
     "PoolFunctions",
     "checksum_tiles",
+    "choose_uploads",
     "ProceduralFunctions",
     "encode_f32",
     "feedback_pages",
@@ -43,6 +44,7 @@ __all__ = [
     "merge_requests",
     "missing_chains",
     "move_pools",
+    "plan_uploads",
     "prefetch_pages",
     "procedural_functions",
     "queue_keys",
@@ -449,6 +451,22 @@ def touch_pools(path: str | None = None) -> ctypes._CFuncPtr | None:
     `feedback_pages`: the ledgers then record it with numpy."""
     args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64)
     return _compiled_loop("ts_touch_pools", args, "numpy records slot uses", path=path, keep_gil=True)
+
+
+@functools.cache
+def choose_uploads(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_choose_uploads`` (the READY loads a frame uploads, under its caps), or None as for
+    `feedback_pages`: `upload_choice.choose_numpy` then chooses them."""
+    args = (_i64, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr)
+    return _compiled_loop("ts_choose_uploads", args, "numpy chooses the uploads", path=path, keep_gil=True)
+
+
+@functools.cache
+def plan_uploads(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_plan_uploads`` (a frame's upload calls: runs of cache layers per pool), or None as for
+    `feedback_pages`: `upload_choice.plan_numpy` then plans them."""
+    args = (_i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_plan_uploads", args, "numpy plans the upload calls", path=path, keep_gil=True)
 
 
 @functools.cache

@@ -14,6 +14,9 @@
  *                   ts_copy_spans one glCopyBufferSubData per span (staging ring -> device buffer).
  *                   Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
+ *   ts_choose_uploads, ts_plan_uploads (render thread) which READY loads a frame uploads, and their
+ *                   calls (runs of consecutive cache layers per pool): the twins of
+ *                   runtime/upload_choice.py's numpy functions, same results.
  *   ts_mip_reduce_rgba8 (bake workers) a band's first mip reduction from 8-bit texels, in one pass (the twin
  *   ts_mip_reduce_f32   of mips.Transfer.reduce's numpy path, bit for bit), and the later ones from float32.
  *   ts_hdr_scanlines (HDR reader) a Radiance picture's scanlines, run-length encoded or flat, into RGBE
@@ -609,6 +612,109 @@ void ts_copy_spans(void *copy_fn, int64_t n, const int64_t *src_offset, const in
     for (int64_t i = 0; i < n; i++)
         f(GL_COPY_READ_BUFFER, GL_COPY_WRITE_BUFFER, (intptr_t)src_offset[i], (intptr_t)dst_offset[i],
           (intptr_t)size[i]);
+}
+
+/* ---- a frame's uploads: which loads go, and in which calls (runtime/upload_choice.py) ------------ */
+
+/* Order of two (key, value) pairs: by key, then by value (a stable order for distinct values). */
+typedef struct {
+    int64_t key, value;
+} ts_keyed;
+
+static int ts_keyed_cmp(const void *a, const void *b) {
+    const ts_keyed *x = (const ts_keyed *)a, *y = (const ts_keyed *)b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->value > y->value) - (x->value < y->value);
+}
+
+/* The loads a frame uploads, in submission order (upload_choice.choose_numpy's twin): the ring slots
+ * whose state is `ready`, sorted by seq (then slot), keeping those whose cache slot is writable
+ * (writable_at[p][cache_slot] <= frame for a pool p with a table: `tables[p]` an int64 array address
+ * of `capacity[p]` entries, or 0: every slot writable), then the first max_tiles of them while the
+ * running byte total stays <= max_bytes (the first always, if max_tiles >= 1). `order` is scratch of
+ * n_ring pairs. Writes the chosen ring slots to `out`; returns their count, or -1 for a pool or
+ * cache slot outside the tables. */
+int64_t ts_choose_uploads(int64_t n_ring, const uint8_t *state, int64_t ready, const int64_t *seq,
+                          const int64_t *pool, const int64_t *cache_slot, const int64_t *nbytes, int64_t n_pools,
+                          const int64_t *tables, const int64_t *capacity, int64_t frame, int64_t max_tiles,
+                          int64_t max_bytes, ts_keyed *order, int64_t *out) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < n_ring; i++)
+        if (state[i] == (uint8_t)ready) {
+            order[n].key = seq[i];
+            order[n].value = i;
+            n++;
+        }
+    if (n > 1) qsort(order, (size_t)n, sizeof(ts_keyed), ts_keyed_cmp);
+    int64_t taken = 0, total = 0;
+    for (int64_t k = 0; k < n && taken < max_tiles; k++) {
+        int64_t i = order[k].value, p = pool[i], c = cache_slot[i];
+        if (p < 0 || p >= n_pools) return -1;
+        if (tables[p]) {
+            if (c < 0 || c >= capacity[p]) return -1;
+            if (((const int64_t *)(intptr_t)tables[p])[c] > frame) continue;
+        }
+        total += nbytes[i];
+        if (taken > 0 && total > max_bytes) break;
+        out[taken++] = i;
+    }
+    return taken;
+}
+
+/* The upload calls of chosen loads (upload_choice.plan_numpy's twin): the loads sorted by pool, then
+ * cache slot, into `ordered`; per pool (a group), maximal runs of loads at consecutive cache slots of
+ * one cell (a run ends where slot % layers[p] == 0) read from consecutive ring slots, at most
+ * max_run[p] long (0: no bound). Runs are (start, count) pairs in `runs`, each start counted from its
+ * group's first load; `groups` gets five values a pool: pool, first load, loads, first run, runs.
+ * `order` is scratch of n pairs. Returns the number of groups, or -1 for a pool outside 0..n_pools-1
+ * or a pool with no layers. */
+int64_t ts_plan_uploads(int64_t n, const int64_t *chosen, const int64_t *pool, const int64_t *cache_slot,
+                        int64_t n_pools, const int64_t *layers, const int64_t *max_run, ts_keyed *order,
+                        int64_t *ordered, int64_t *runs, int64_t *groups) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = chosen[k], p = pool[i];
+        if (p < 0 || p >= n_pools || layers[p] < 1) return -1;
+        order[k].key = p;
+        order[k].value = cache_slot[i];
+        ordered[k] = i;
+    }
+    /* sort (pool, cache slot) pairs with the ring slot carried: cache slots of one pool are distinct,
+     * so ties never occur; the ring slot goes along through an index sort */
+    for (int64_t k = 1; k < n; k++) { /* insertion sort: a frame uploads tens of loads */
+        ts_keyed cur = order[k];
+        int64_t ring = ordered[k], j = k - 1;
+        while (j >= 0 && ts_keyed_cmp(&order[j], &cur) > 0) {
+            order[j + 1] = order[j];
+            ordered[j + 1] = ordered[j];
+            j--;
+        }
+        order[j + 1] = cur;
+        ordered[j + 1] = ring;
+    }
+    int64_t n_groups = 0, n_runs = 0;
+    for (int64_t k = 0; k < n;) {
+        int64_t p = order[k].key, first = k, first_run = n_runs;
+        int64_t L = layers[p], cap = max_run[p] > 0 ? max_run[p] : INT64_MAX;
+        while (k < n && order[k].key == p) {
+            int64_t start = k, count = 1;
+            k++;
+            while (k < n && order[k].key == p && count < cap && order[k].value == order[k - 1].value + 1 &&
+                   ordered[k] == ordered[k - 1] + 1 && order[k].value % L != 0) {
+                count++;
+                k++;
+            }
+            runs[2 * n_runs] = start - first;
+            runs[2 * n_runs + 1] = count;
+            n_runs++;
+        }
+        int64_t *g = groups + 5 * n_groups++;
+        g[0] = p;
+        g[1] = first;
+        g[2] = k - first;
+        g[3] = first_run;
+        g[4] = n_runs - first_run;
+    }
+    return n_groups;
 }
 
 /* Mark `id` in `bits` and widen [*lo, *hi] to it: the companion of ts_take_marked. */

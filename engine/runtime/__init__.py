@@ -27,6 +27,8 @@ Deciders (plain numpy; no GL object, no thread; tested on the CPU with synthetic
 - ``upload_plan.py``: a frame's upload calls (`upload_runs`: runs of consecutive layers at one cell;
   `PoolUploads`; `keep_within_budget`) and the device path's choice, size and copies
   (`choose_upload_path`, `device_slots`, `copy_spans`);
+- ``upload_choice.py``: which READY loads a frame uploads and their calls (`UploadChoice`: one compiled
+  call each, ``ts_choose_uploads`` and ``ts_plan_uploads``, with numpy twins);
 - ``sharing.py``: which packs are open and the handles on each (a pack opened twice is shared);
 - ``texture_sets.py``: texture sets (`SetTable`: a set's lead pages mapped onto its members by mip
   offset, one gather a frame) and priorities (`Priorities`, the priority share of the mip bias).

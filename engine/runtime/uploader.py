@@ -62,7 +62,6 @@ from . import blocking_load, staging_share
 from .budget import BudgetManager
 from .byte_sources import ReadBatch, ReadResult, ReadStatus, SourceIndex, TileSource, _Scratch, failure_reasons
 from .device_staging import DeviceStaging
-from .int_sets import distinct
 from .io_workers import IOWorkers, ReadHook
 from .pools import CachePool
 from .records import Drained, LoadRecords, Uploaded
@@ -70,7 +69,8 @@ from .staging import StagingRing
 from .texture_staging import TextureStaging, upload_from_buffer
 from .tiles import TileSpace
 from .upload_budget import UploadCost
-from .upload_plan import PoolUploads, keep_within_budget, upload_runs
+from .upload_choice import UploadChoice
+from .upload_plan import PoolUploads, keep_within_budget
 
 __all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
 
@@ -179,6 +179,8 @@ class Uploader:
         self.last_calls = 0  # upload calls the latest upload() issued (buffer copies included)
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._runs_ok: dict[tuple[int, int], bool] = {}  # (texel format, slot size): runs read the ring's stride
+        self.choice = UploadChoice(n, self.native is not None)  # which READY loads go, in which calls
+        self._layers = self._runs_max = np.zeros(0, np.int64)  # per pool, for `choice.plan`
         self._closed = False
 
     @property
@@ -501,26 +503,15 @@ class Uploader:
             max_tiles = min(max_tiles, self.device.slot_count)
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
-        ready = (self.state == _READY).nonzero()[0]
-        if ready.size == 0 or max_tiles < 1:
-            return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
-        ready = ready[np.argsort(self.seq[ready], kind="stable")]
-        writable = np.ones(ready.size, bool)
-        ready_pool = self.pool[ready]
-        present = distinct(ready_pool)  # the pools this frame's loads go to (usually one or two)
-        for p in (p for p in present if 0 <= p < len(pools) and pools[p] is not None):
-            m = slice(None) if len(present) == 1 else ready_pool == p
-            writable[m] = pools[p].ledger.writable_at[self.cache_slot[ready[m]]] <= frame  # type: ignore[union-attr]
-        ready = ready[writable]
-        size = np.cumsum(self.nbytes[ready])
-        take = (size <= max_bytes) | (np.arange(ready.size) == 0)
-        take &= np.arange(ready.size) < max_tiles
-        if self.textures is not None:  # a frame's batch fits each staging array in one piece
-            take &= self.textures.within_layers(self.pool[ready], pools)
-        chosen = ready[take]
+        writable = [None if pool is None else pool.ledger.writable_at for pool in pools]  # the overwrite gates
+        chosen = self.choice.choose(
+            self.state, _READY, self.seq, self.pool, self.cache_slot, self.nbytes, writable, frame, max_tiles, max_bytes
+        )
+        if chosen.size and self.textures is not None:  # a frame's batch fits each staging array in one piece
+            chosen = chosen[self.textures.within_layers(self.pool[chosen], pools)]
         if chosen.size == 0:
             return Uploaded(LoadRecords.empty(), np.zeros(0, np.int64), 0)
-        plan = self._plan(chosen, pools)
+        plan = self.choice.plan(chosen, self.pool, self.cache_slot, *self._plan_limits(pools))
         if time_budget_s is not None:
             plan = keep_within_budget(plan, self.seq, self.nbytes, self.cost, time_budget_s)
             chosen = np.concatenate([u.ring_slots for u in plan])
@@ -533,20 +524,16 @@ class Uploader:
         self.load_of[self.tile[chosen]] = -1
         return Uploaded(loads, frame - self.issued[chosen], nbytes)
 
-    def _plan(self, slots: np.ndarray, pools: Sequence[CachePool | None]) -> list[PoolUploads]:
-        """Per pool: its loads sorted by cache slot and their upload calls (`upload_runs`)."""
-        plan = []
-        ordered = slots[np.lexsort((self.cache_slot[slots], self.pool[slots]))]  # one sort: pool, then slot
-        pool_of, cache = self.pool[ordered], self.cache_slot[ordered]
-        n = ordered.size
-        bounds = [0, n] if pool_of[0] == pool_of[-1] else [0, *(np.diff(pool_of).nonzero()[0] + 1).tolist(), n]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=False):
-            p = int(pool_of[a])
-            pool = pools[p]
-            assert pool is not None and pool.texture is not None
-            s = ordered[a:b]
-            plan.append(PoolUploads(p, s, upload_runs(cache[a:b], s, pool.layers, self._max_run(pool))))
-        return plan
+    def _plan_limits(self, pools: Sequence[CachePool | None]) -> tuple[np.ndarray, np.ndarray]:
+        """Per pool: its layers and the longest run a call may upload into it (0 for a missing pool)."""
+        n = len(pools)
+        if self._layers.size != n:
+            self._layers, self._runs_max = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for p, pool in enumerate(pools):
+            ok = pool is not None and pool.texture is not None
+            self._layers[p] = pool.layers if ok else 0  # type: ignore[union-attr]
+            self._runs_max[p] = self._max_run(pool) if ok else 0  # type: ignore[arg-type]
+        return self._layers, self._runs_max
 
     def _max_run(self, pool: CachePool) -> int:
         """The longest run a call may upload into `pool`: 1 where the unpack modes cannot step over
