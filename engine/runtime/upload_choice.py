@@ -92,11 +92,12 @@ def plan_numpy(
 
 class UploadChoice:
     """`choose_numpy` and `plan_numpy` for one uploader's ring of `ring_slots` slots, compiled when
-    `compiled` and the helper has the loops (else numpy), with the compiled calls' scratch."""
+    `compiled` and the helper has the loops (else numpy), with the compiled calls' scratch. `path`: a
+    helper other than the installed one (the sanitizer replay's build)."""
 
-    def __init__(self, ring_slots: int, compiled: bool) -> None:
-        self._choose = native.choose_uploads() if compiled else None
-        self._plan = native.plan_uploads() if compiled else None
+    def __init__(self, ring_slots: int, compiled: bool, path: str | None = None) -> None:
+        self._choose = native.choose_uploads(path) if compiled else None
+        self._plan = native.plan_uploads(path) if compiled else None
         self._order = np.empty(2 * max(ring_slots, 1), np.int64)  # (key, slot) pairs
         self._out = np.empty(max(ring_slots, 1), np.int64)
         self._runs = np.empty(2 * max(ring_slots, 1), np.int64)  # (start, count) pairs

@@ -520,7 +520,60 @@ def _replay_deciders(lib: Path) -> int:
         checks += _replay_ledger_moves(move, touch, rng, hostile=case == 7)
         checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
         checks += _replay_victims(victims, rng, hostile=case == 7)
+        checks += _replay_uploads(lib, rng, hostile=case == 7)
     return checks
+
+
+def _replay_uploads(lib: Path, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_choose_uploads`` and ``ts_plan_uploads`` on exact-size ring arrays against numpy's choice
+    and plan; hostile: a load whose pool or cache slot lies outside the tables, which both must refuse."""
+    import numpy as np
+
+    from texstream.runtime.upload_choice import UploadChoice, choose_numpy, plan_numpy
+
+    n, n_pools, capacity = int(rng.integers(1, 200)), int(rng.integers(1, 4)), 256
+    choice = UploadChoice(n, True, str(lib))
+    if not choice.compiled:
+        raise AssertionError(f"{lib} has no upload choice loops")
+    state = rng.choice(np.array([3, 1, 0], np.uint8), n)
+    seq, pool = rng.integers(0, n, n), rng.integers(0, n_pools, n)
+    cache_slot = np.empty(n, np.int64)
+    for p in range(n_pools):  # distinct slots in each pool
+        mine = pool == p
+        cache_slot[mine] = rng.permutation(capacity)[: int(mine.sum())]
+    nbytes = rng.integers(1, 100, n)
+    tables = [np.ascontiguousarray(rng.integers(0, 12, capacity)) for _ in range(n_pools)]
+    args = (state, 3, seq, pool, cache_slot, nbytes)
+    if hostile:
+        bad = int(rng.integers(0, n))
+        state[bad] = 3
+        cache_slot[bad] = capacity + 5
+        try:
+            choice.choose(*args, tables, 10, n, 1 << 40)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("ts_choose_uploads with a cache slot past the table: not refused")
+        layers = np.zeros(n_pools, np.int64)  # pools with no layers
+        try:
+            choice.plan(np.array([bad], np.int64), pool, cache_slot, layers, layers)
+        except ValueError:
+            return 2
+        raise AssertionError("ts_plan_uploads with a pool of no layers: not refused")
+    caps = (int(rng.integers(1, n + 1)), int(rng.integers(1, 5000)))
+    chosen = choice.choose(*args, tables, 10, *caps)
+    if not np.array_equal(chosen, choose_numpy(*args, tables, 10, *caps)):
+        raise AssertionError("ts_choose_uploads: compiled choice != numpy's")
+    layers, max_run = rng.integers(1, 40, n_pools), rng.integers(0, 3, n_pools)
+    got, want = (
+        choice.plan(chosen, pool, cache_slot, layers, max_run),
+        plan_numpy(chosen, pool, cache_slot, layers, max_run),
+    )
+    if [(u.pool, u.ring_slots.tolist(), u.runs.tolist()) for u in got] != [
+        (u.pool, u.ring_slots.tolist(), u.runs.tolist()) for u in want
+    ]:
+        raise AssertionError("ts_plan_uploads: compiled plan != numpy's")
+    return 2
 
 
 def _replay_ledger_moves(move, touch, rng, *, hostile: bool) -> int:  # noqa: ANN001

@@ -107,6 +107,17 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_scheduler_chains(saniti
     )
 
 
+def test_the_sanitizer_catches_a_planted_overflow_in_the_upload_plan(sanitized: Path, tmp_path: Path) -> None:
+    """An upload plan that files each chosen load one place on: past the end of the exact-size
+    ordered-loads array at the last load."""
+    _assert_planted_overflow_caught(
+        tmp_path,
+        "        order[k].value = cache_slot[i];\n        ordered[k] = i;",
+        "        order[k].value = cache_slot[i];\n        ordered[k + 1] = i;",
+        "deciders",
+    )
+
+
 def test_the_sanitizer_catches_a_planted_overflow_in_the_reader_pool(sanitized: Path, tmp_path: Path) -> None:
     """A reader pool that points each job's errnum one tile on: the last batch's reads write past the
     end of the exact-size outcome array (the pack replay reads every pack through the pool)."""
