@@ -125,6 +125,7 @@ class GLExt(TextureTransfers):
         self.addresses: dict[str, int] = {}  # entry points, for compiled loops (texstream.native)
         self._load_functions()
         self.scratch_unit = int(getattr(ctx, "default_texture_unit", 0))
+        self._unpack_cache: dict[tuple[int, int, int], tuple[int, int]] = {}  # `upload_runs`' unpack modes
         self.max_array_layers = self.get_integer(GL_MAX_ARRAY_TEXTURE_LAYERS)
         self.max_texture_size = self.get_integer(GL_MAX_TEXTURE_SIZE)
         self.max_anisotropy = (

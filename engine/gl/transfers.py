@@ -21,6 +21,7 @@ from .enums import (
     GL_PIXEL_PACK_BUFFER,
     GL_PIXEL_UNPACK_BUFFER,
     GL_RGBA,
+    GL_TEXTURE0,
     GL_TEXTURE_2D_ARRAY,
     GL_UNPACK_COMPRESSED_BLOCK_DEPTH,
     GL_UNPACK_COMPRESSED_BLOCK_HEIGHT,
@@ -43,6 +44,10 @@ class TextureTransfers:
 
     functions: GLFunctions
     scratch_unit: int
+    addresses: dict[str, int]
+    debug: bool
+    _upload_fns: np.ndarray | None = None  # the entry points `ts_upload_runs_bound` calls (`addresses`)
+    _unpack_cache: dict[tuple[int, int, int], tuple[int, int]]
 
     def _bind_scratch(self, name: int) -> None: ...
 
@@ -160,6 +165,11 @@ class TextureTransfers:
             return 0
         if pbo == 0:
             raise ValueError("layer runs upload from a pixel-unpack buffer")
+        bound = getattr(native, "upload_runs_bound", None) if native is not None and not self.debug else None
+        if bound is not None:  # the checks, bindings, unpack modes and calls in one compiled call
+            return self._upload_runs_compiled(
+                bound, texture, (layer, x, y, depth, offset), cell_size, pbo, image_stride
+            )
         # one contiguous (5, n) array: the checks are a few reductions over it, and the compiled loop
         # takes each row's address as a plain int
         runs = np.empty((5, n), np.int64)
@@ -238,6 +248,72 @@ class TextureTransfers:
             f.glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0)
             self._unbind_scratch()
         return int(runs[3].sum()) * nbytes
+
+    def _upload_runs_compiled(
+        self,
+        bound: Any,
+        texture: TextureArray,
+        arrays: tuple[np.ndarray, ...],
+        cell_size: int,
+        pbo: int,
+        image_stride: int,
+    ) -> int:
+        """`upload_runs` through ``ts_upload_runs_bound``: the same checks, errors and calls."""
+        layer, x, y, depth, offset = (np.ascontiguousarray(a, np.int64) for a in arrays)
+        fmt = texture.format
+        nbytes = fmt.layer_bytes(cell_size)
+        mode, image_height = self._unpack_modes(texture, cell_size, image_stride)
+        if self._upload_fns is None:
+            names = ("glActiveTexture", "glBindTexture", "glBindBuffer", "glPixelStorei")
+            names += ("glCompressedTexSubImage3D", "glTexSubImage3D")
+            self._upload_fns = np.array([self.addresses[n] for n in names], np.int64)
+        got = bound(
+            self._upload_fns.ctypes.data,
+            GL_TEXTURE0 + self.scratch_unit,
+            texture.glo,
+            pbo,
+            mode,
+            fmt.block_bytes,
+            image_height,
+            int(fmt.compressed),
+            fmt.internal_format,
+            cell_size,
+            nbytes,
+            texture.layers,
+            texture.size,
+            layer.size,
+            layer.ctypes.data,
+            x.ctypes.data,
+            y.ctypes.data,
+            depth.ctypes.data,
+            offset.ctypes.data,
+        )
+        if got == -1:
+            raise ValueError(f"a run of layers is outside 0..{texture.layers - 1} of {texture!r}")
+        if got == -2:
+            raise ValueError(f"a cell does not fit a {texture.size}x{texture.size} layer")
+        if got == -3:
+            raise ValueError(f"layers {image_stride} bytes apart cannot be uploaded in runs for {texture!r}")
+        return int(got) * nbytes
+
+    def _unpack_modes(self, texture: TextureArray, cell_size: int, image_stride: int) -> tuple[int, int]:
+        """How runs of layers `image_stride` bytes apart step over the slack (``ts_upload_runs_bound``'s
+        pixel mode and image height): 0 packed, 1 image height in texel rows, 2 compressed block rows,
+        -1 not at all (`run_image_stride_ok`); asked once per format, cell size and stride."""
+        key = (texture.format.internal_format, cell_size, image_stride)
+        hit = self._unpack_cache.get(key)
+        if hit is None:
+            fmt = texture.format
+            if image_stride == fmt.layer_bytes(cell_size):
+                hit = (0, 0)
+            elif not self.run_image_stride_ok(texture, cell_size, image_stride):
+                hit = (-1, 0)
+            elif fmt.compressed:
+                hit = (2, image_stride // (cell_size // 4 * fmt.block_bytes) * 4)
+            else:
+                hit = (1, image_stride // (cell_size * 4))
+            self._unpack_cache[key] = hit
+        return hit
 
     def copy_buffer_spans(
         self,

@@ -108,6 +108,7 @@ class Native:
     free_dctx: ctypes._CFuncPtr
     libraries: tuple[ctypes.CDLL, ...]  # kept loaded while the function pointers are in use
     pool: PoolFunctions | None = None  # None: an older build (the I/O threads run Python around each read)
+    upload_runs_bound: ctypes._CFuncPtr | None = None  # upload_runs with its checks and GL state (None: older)
 
 
 def _module_file(name: str) -> str | None:
@@ -180,6 +181,7 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
         upload_cells = gil_held.ts_upload_cells
         upload_runs = getattr(gil_held, "ts_upload_runs", None)
         copy_spans = getattr(gil_held, "ts_copy_spans", None)
+        upload_runs_bound = getattr(gil_held, "ts_upload_runs_bound", None)
     except (OSError, AttributeError) as exc:
         log.warning("texstream's compiled helper %s does not load (%s): pure Python I/O", Path(path).name, exc)
         return None
@@ -253,6 +255,14 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
             ctypes.c_int,
             ctypes.c_void_p,
         )
+    if upload_runs_bound is not None:
+        upload_runs_bound.restype = ctypes.c_int64
+        _u, _int = ctypes.c_uint, ctypes.c_int
+        upload_runs_bound.argtypes = (
+            (ctypes.c_void_p, _u, _u, _u, _int, _int, _int, _int, _u, _int, _int)
+            + (ctypes.c_int64,) * 3
+            + (ctypes.c_void_p,) * 5
+        )
     if copy_spans is not None:
         copy_spans.restype = None
         copy_spans.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -264,7 +274,18 @@ def load_library(path: str, *, deep_bind: bool = True) -> Native | None:
     libs = tuple(lib for lib, _ in found.values())
     pool = _pool_functions(gil_free, gil_held, found["zstd_create"][1], found["zstd_free"][1])
     native = Native(
-        path, read_batch, decode_batch, upload_cells, upload_runs, copy_spans, codecs, create, free, libs, pool
+        path,
+        read_batch,
+        decode_batch,
+        upload_cells,
+        upload_runs,
+        copy_spans,
+        codecs,
+        create,
+        free,
+        libs,
+        pool,
+        upload_runs_bound,
     )
     log.debug("texstream's compiled helper: %s", path)
     return native

@@ -10,7 +10,8 @@
  *   ts_decode_batch (I/O threads) the decode + check half alone, for tiles already in memory (remote
  *                   packs: `RemoteFile` fetched them).
  *   ts_upload_cells (render thread) one glCompressedTexSubImage3D / glTexSubImage3D per tile from
- *                   the bound pixel-unpack buffer; ts_upload_runs one per run of consecutive layers;
+ *                   the bound pixel-unpack buffer; ts_upload_runs one per run of consecutive layers
+ *                   (ts_upload_runs_bound: with the checks, bindings and unpack modes around it);
  *                   ts_copy_spans one glCopyBufferSubData per span (staging ring -> device buffer).
  *                   Called through ctypes.PyDLL: it keeps the GIL,
  *                   since only the render thread calls GL and the loop takes microseconds.
@@ -599,6 +600,58 @@ void ts_upload_runs(void *compressed_fn, void *plain_fn, int compressed, int64_t
             f(GL_TEXTURE_2D_ARRAY, 0, (int)x[i], (int)y[i], (int)layer[i], cell, cell, (int)depth[i], GL_RGBA,
               GL_UNSIGNED_BYTE, (const void *)(intptr_t)offset[i]);
     }
+}
+
+typedef void (*gl_enum_fn)(unsigned);
+typedef void (*gl_enum_name_fn)(unsigned, unsigned);
+typedef void (*gl_enum_int_fn)(unsigned, int);
+
+/* ts_upload_runs with the GL state around it (GLExt.upload_runs' compiled path, the same calls as its
+ * Python path): `fns` holds the addresses of glActiveTexture, glBindTexture, glBindBuffer,
+ * glPixelStorei, glCompressedTexSubImage3D and glTexSubImage3D. Every run is checked first: its
+ * layers inside 0..tex_layers-1 and at least one, its cell inside the tex_size square. Then the
+ * texture is bound on texture unit `unit` (a GL_TEXTURE0 + n value), `pbo` as the pixel-unpack
+ * buffer, and where a run has more than one layer and pixel_mode > 0 the unpack modes step over the
+ * slack between layers (1: GL_UNPACK_IMAGE_HEIGHT rows; 2: image_height texel rows of 4x4 blocks of
+ * block_bytes through the compressed block modes); after the calls every mode set goes back to 0
+ * and both bindings to 0 (the unit stays active). Returns the layers uploaded, or before any GL call
+ * -1 (a run's layers outside the texture), -2 (a cell outside the layer) or -3 (runs of several
+ * layers whose slack the modes cannot step over: pixel_mode < 0). */
+int64_t ts_upload_runs_bound(const int64_t *fns, unsigned unit, unsigned texture, unsigned pbo, int pixel_mode,
+                             int block_bytes, int image_height, int compressed, unsigned internal_format, int cell,
+                             int nbytes, int64_t tex_layers, int64_t tex_size, int64_t n, const int64_t *layer,
+                             const int64_t *x, const int64_t *y, const int64_t *depth, const int64_t *offset) {
+    const unsigned GL_TEXTURE_2D_ARRAY = 0x8C1A, GL_PIXEL_UNPACK_BUFFER = 0x88EC, GL_UNPACK_IMAGE_HEIGHT = 0x806E;
+    const unsigned block_modes[4] = {0x9127, 0x9128, 0x9129, 0x912A}; /* GL_UNPACK_COMPRESSED_BLOCK_ W, H, D, SIZE */
+    int64_t layers = 0, multi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (depth[i] < 1 || layer[i] < 0 || layer[i] + depth[i] > tex_layers) return -1;
+        if (x[i] < 0 || y[i] < 0 || x[i] > tex_size - cell || y[i] > tex_size - cell) return -2;
+        layers += depth[i];
+        multi |= depth[i] > 1;
+    }
+    if (multi && pixel_mode < 0) return -3;
+    int mode = multi ? pixel_mode : 0;
+    gl_enum_fn active_texture = (gl_enum_fn)(intptr_t)fns[0];
+    gl_enum_name_fn bind_texture = (gl_enum_name_fn)(intptr_t)fns[1], bind_buffer = (gl_enum_name_fn)(intptr_t)fns[2];
+    gl_enum_int_fn pixel_store = (gl_enum_int_fn)(intptr_t)fns[3];
+    active_texture(unit);
+    bind_texture(GL_TEXTURE_2D_ARRAY, texture);
+    bind_buffer(GL_PIXEL_UNPACK_BUFFER, pbo);
+    if (mode == 2) {
+        const int values[4] = {4, 4, 1, block_bytes};
+        for (int k = 0; k < 4; k++) pixel_store(block_modes[k], values[k]);
+    }
+    if (mode > 0) pixel_store(GL_UNPACK_IMAGE_HEIGHT, image_height);
+    ts_upload_runs((void *)(intptr_t)fns[4], (void *)(intptr_t)fns[5], compressed, n, layer, x, y, depth, cell,
+                   internal_format, nbytes, offset);
+    if (mode > 0) pixel_store(GL_UNPACK_IMAGE_HEIGHT, 0);
+    if (mode == 2)
+        for (int k = 0; k < 4; k++) pixel_store(block_modes[k], 0);
+    bind_buffer(GL_PIXEL_UNPACK_BUFFER, 0);
+    active_texture(unit);
+    bind_texture(GL_TEXTURE_2D_ARRAY, 0);
+    return layers;
 }
 
 /* One glCopyBufferSubData per span from the bound GL_COPY_READ_BUFFER to the bound

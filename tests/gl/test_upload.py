@@ -159,6 +159,21 @@ def cell_bytes(fmt: TexelFormat, layer: bytes, layer_size: int, x: int, y: int, 
 
 
 RUN_CASES = [TexelFormat.BC1, TexelFormat.BC5, TexelFormat.BC7, TexelFormat.RGBA8]
+# what upload_runs sets and must put back: the unpack buffer, the image height and compressed block
+# modes that step over slack, the scratch unit's array binding
+UNPACK_STATE = {
+    "GL_PIXEL_UNPACK_BUFFER_BINDING": 0x88EF,
+    "GL_UNPACK_IMAGE_HEIGHT": 0x806E,
+    "GL_UNPACK_COMPRESSED_BLOCK_WIDTH": 0x9127,
+    "GL_UNPACK_COMPRESSED_BLOCK_HEIGHT": 0x9128,
+    "GL_UNPACK_COMPRESSED_BLOCK_DEPTH": 0x9129,
+    "GL_UNPACK_COMPRESSED_BLOCK_SIZE": 0x912A,
+    "GL_TEXTURE_BINDING_2D_ARRAY": 0x8C1D,
+}
+
+
+def unpack_state(gl: GLExt) -> dict[str, int]:
+    return {name: gl.get_integer(pname) for name, pname in UNPACK_STATE.items()}
 
 
 @pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
@@ -203,6 +218,7 @@ def test_runs_of_layers_upload_with_one_call_each(
         )
         ring.submit(slots, sent)
         assert sent == 7 * n
+        assert unpack_state(gl) == {mode: 0 for mode in UNPACK_STATE}, "upload_runs left GL state behind"
         for k in range(4):
             got = cell_bytes(fmt, gl.read_layer(tex, 1 + k), 2 * SLOT, SLOT, 0, SLOT)
             assert got == tiles[k], f"layer {1 + k} of the first run"
@@ -217,9 +233,16 @@ def test_runs_of_layers_upload_with_one_call_each(
         ring.release()
 
 
-def test_strides_that_split_rows_are_refused(gl_context: moderngl.Context, gl: GLExt) -> None:
+@pytest.mark.parametrize("use_native", [False, True], ids=["python-loop", "compiled-loop"])
+def test_strides_that_split_rows_and_runs_outside_are_refused(
+    gl_context: moderngl.Context, gl: GLExt, use_native: bool
+) -> None:
     """Slack that is not whole rows of blocks cannot be stepped over: the uploader falls back to one
-    call per tile, and upload_runs refuses rather than upload skewed bytes."""
+    call per tile, and upload_runs refuses rather than upload skewed bytes; so are runs past the
+    layers or cells past the layer, before any call (the GL state is left as it was)."""
+    native = load_native() if use_native else None
+    if use_native and native is None:
+        skip_unless_native("texstream's compiled helper is not built here")
     f = gl_format(TexelFormat.BC1, False)
     n = f.layer_bytes(SLOT)
     tex = gl.create_texture_array(f, SLOT, 2)
@@ -227,7 +250,12 @@ def test_strides_that_split_rows_are_refused(gl_context: moderngl.Context, gl: G
         assert not gl.run_image_stride_ok(tex, SLOT, n + 16)
         one = np.zeros(1, np.int64)
         with pytest.raises(ValueError, match="cannot be uploaded in runs"):
-            gl.upload_runs(tex, one, one, one, one + 2, one + 16, SLOT, 1, n + 16)
+            gl.upload_runs(tex, one, one, one, one + 2, one + 16, SLOT, 1, n + 16, native)
+        with pytest.raises(ValueError, match="a run of layers is outside"):
+            gl.upload_runs(tex, one + 1, one, one, one + 2, one + 16, SLOT, 1, n, native)
+        with pytest.raises(ValueError, match="a cell does not fit"):
+            gl.upload_runs(tex, one, one + 4, one, one + 1, one + 16, SLOT, 1, n, native)
+        assert unpack_state(gl) == {mode: 0 for mode in UNPACK_STATE}
     finally:
         tex.release()
 
