@@ -13,6 +13,7 @@ H200 machine's CPU, docs/BENCHMARKS.md). Plain numpy and ctypes; no GL, no threa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,28 +22,32 @@ from .compiled_loops import Addresses
 from .int_sets import distinct
 from .upload_plan import UPLOAD_RUN_DTYPE, PoolUploads, upload_runs
 
-__all__ = ["UploadChoice", "choose_numpy", "plan_numpy"]
+__all__ = ["RingLoads", "UploadChoice", "choose_numpy", "plan_numpy"]
 
 _EMPTY = np.zeros(0, np.int64)
 
 
+@dataclass(frozen=True)
+class RingLoads:
+    """The uploader's arrays per ring slot that the choice and the plan read (its own, not copies):
+    each load's state (uint8), submission order, pool, cache slot and bytes (int64)."""
+
+    state: np.ndarray
+    seq: np.ndarray
+    pool: np.ndarray
+    cache_slot: np.ndarray
+    nbytes: np.ndarray
+
+
 def choose_numpy(
-    state: np.ndarray,
-    ready: int,
-    seq: np.ndarray,
-    pool: np.ndarray,
-    cache_slot: np.ndarray,
-    nbytes: np.ndarray,
-    writable: Sequence[np.ndarray | None],
-    frame: int,
-    max_tiles: int,
-    max_bytes: int,
+    loads: RingLoads, ready: int, writable: Sequence[np.ndarray | None], frame: int, max_tiles: int, max_bytes: int
 ) -> np.ndarray:
-    """The ring slots a frame uploads, in submission order: state `ready`, ordered by `seq` (then
+    """The ring slots a frame uploads, in submission order: state `ready`, ordered by ``seq`` (then
     slot), writable (``writable[pool][cache_slot] <= frame``; a pool whose entry is None: every slot),
     then the first `max_tiles` while their byte total stays <= `max_bytes` (the first always).
     ValueError for a load whose pool or cache slot is outside `writable`'s tables."""
-    slots = (state == ready).nonzero()[0]
+    seq, pool, cache_slot, nbytes = loads.seq, loads.pool, loads.cache_slot, loads.nbytes
+    slots = (loads.state == ready).nonzero()[0]
     if slots.size == 0 or max_tiles < 1:
         return _EMPTY
     slots = slots[np.argsort(seq[slots], kind="stable")]
@@ -112,22 +117,18 @@ class UploadChoice:
 
     def choose(
         self,
-        state: np.ndarray,
+        loads: RingLoads,
         ready: int,
-        seq: np.ndarray,
-        pool: np.ndarray,
-        cache_slot: np.ndarray,
-        nbytes: np.ndarray,
         writable: Sequence[np.ndarray | None],
         frame: int,
         max_tiles: int,
         max_bytes: int,
     ) -> np.ndarray:
-        """`choose_numpy`'s answer (a new array); the arrays are the uploader's per ring slot."""
-        if state.size > self._out.size:
-            raise ValueError(f"{state.size} ring slots, but the choice was made for {self._out.size}")
+        """`choose_numpy`'s answer (a new array)."""
+        if loads.state.size > self._out.size:
+            raise ValueError(f"{loads.state.size} ring slots, but the choice was made for {self._out.size}")
         if self._choose is None:
-            return choose_numpy(state, ready, seq, pool, cache_slot, nbytes, writable, frame, max_tiles, max_bytes)
+            return choose_numpy(loads, ready, writable, frame, max_tiles, max_bytes)
         n_pools = len(writable)
         if self._tables.size < n_pools:
             self._tables, self._capacity = np.zeros(n_pools, np.int64), np.zeros(n_pools, np.int64)
@@ -136,13 +137,13 @@ class UploadChoice:
             self._capacity[p] = 0 if table is None else table.size
         at = self._at.of
         got = self._choose(
-            state.size,
-            at(state),
+            loads.state.size,
+            at(loads.state),
             ready,
-            at(seq),
-            at(pool),
-            at(cache_slot),
-            at(nbytes),
+            at(loads.seq),
+            at(loads.pool),
+            at(loads.cache_slot),
+            at(loads.nbytes),
             n_pools,
             at(self._tables),
             at(self._capacity),

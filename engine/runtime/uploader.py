@@ -69,7 +69,7 @@ from .staging import StagingRing
 from .texture_staging import TextureStaging, upload_from_buffer
 from .tiles import TileSpace
 from .upload_budget import UploadCost
-from .upload_choice import UploadChoice
+from .upload_choice import RingLoads, UploadChoice
 from .upload_plan import PoolUploads, keep_within_budget
 
 __all__ = ["Drained", "LoadRecords", "LoadState", "Uploaded", "Uploader"]
@@ -180,6 +180,7 @@ class Uploader:
         self.cost = UploadCost()  # seconds per call and per byte on this driver, measured
         self._runs_ok: dict[tuple[int, int], bool] = {}  # (texel format, slot size): runs read the ring's stride
         self.choice = UploadChoice(n, self.native is not None)  # which READY loads go, in which calls
+        self._loads = RingLoads(self.state, self.seq, self.pool, self.cache_slot, self.nbytes)
         self._layers = self._runs_max = np.zeros(0, np.int64)  # per pool, for `choice.plan`
         self._closed = False
 
@@ -504,9 +505,7 @@ class Uploader:
         if time_budget_s is None and cfg.upload_time_budget_ms is not None:
             time_budget_s = cfg.upload_time_budget_ms * 1e-3
         writable = [None if pool is None else pool.ledger.writable_at for pool in pools]  # the overwrite gates
-        chosen = self.choice.choose(
-            self.state, _READY, self.seq, self.pool, self.cache_slot, self.nbytes, writable, frame, max_tiles, max_bytes
-        )
+        chosen = self.choice.choose(self._loads, _READY, writable, frame, max_tiles, max_bytes)
         if chosen.size and self.textures is not None:  # a frame's batch fits each staging array in one piece
             chosen = chosen[self.textures.within_layers(self.pool[chosen], pools)]
         if chosen.size == 0:

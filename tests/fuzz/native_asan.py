@@ -529,7 +529,7 @@ def _replay_uploads(lib: Path, rng, *, hostile: bool) -> int:  # noqa: ANN001
     and plan; hostile: a load whose pool or cache slot lies outside the tables, which both must refuse."""
     import numpy as np
 
-    from texstream.runtime.upload_choice import UploadChoice, choose_numpy, plan_numpy
+    from texstream.runtime.upload_choice import RingLoads, UploadChoice, choose_numpy, plan_numpy
 
     n, n_pools, capacity = int(rng.integers(1, 200)), int(rng.integers(1, 4)), 256
     choice = UploadChoice(n, True, str(lib))
@@ -543,7 +543,7 @@ def _replay_uploads(lib: Path, rng, *, hostile: bool) -> int:  # noqa: ANN001
         cache_slot[mine] = rng.permutation(capacity)[: int(mine.sum())]
     nbytes = rng.integers(1, 100, n)
     tables = [np.ascontiguousarray(rng.integers(0, 12, capacity)) for _ in range(n_pools)]
-    args = (state, 3, seq, pool, cache_slot, nbytes)
+    args = (RingLoads(state, seq, pool, cache_slot, nbytes), 3)
     if hostile:
         bad = int(rng.integers(0, n))
         state[bad] = 3

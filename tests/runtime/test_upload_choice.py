@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from texstream import native
-from texstream.runtime.upload_choice import UploadChoice, choose_numpy, plan_numpy
+from texstream.runtime.upload_choice import RingLoads, UploadChoice, choose_numpy, plan_numpy
 
 READY, OTHER = 3, 1
 
@@ -27,7 +27,8 @@ def ring(n: int) -> dict[str, np.ndarray]:
 
 
 def choose(r: dict[str, np.ndarray], writable, frame=10, max_tiles=1 << 20, max_bytes=1 << 40, *, chooser=None):  # noqa: ANN001, ANN202
-    args = (r["state"], READY, r["seq"], r["pool"], r["cache_slot"], r["nbytes"], writable, frame, max_tiles, max_bytes)
+    loads = RingLoads(r["state"], r["seq"], r["pool"], r["cache_slot"], r["nbytes"])
+    args = (loads, READY, writable, frame, max_tiles, max_bytes)
     return (chooser.choose(*args) if chooser else choose_numpy(*args)).tolist()
 
 
