@@ -54,6 +54,7 @@ __all__ = [
     "sample_slots",
     "touch_pools",
     "victim_keys",
+    "widen_pages",
 ]
 
 log = logging.getLogger(__name__)
@@ -488,6 +489,14 @@ def plan_uploads(path: str | None = None) -> ctypes._CFuncPtr | None:
     `feedback_pages`: `upload_choice.plan_numpy` then plans them."""
     args = (_i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr)
     return _compiled_loop("ts_plan_uploads", args, "numpy plans the upload calls", path=path, keep_gil=True)
+
+
+@functools.cache
+def widen_pages(path: str | None = None) -> ctypes._CFuncPtr | None:
+    """``ts_widen_pages`` (a new view's pages with their same-level neighbours), or None as for
+    `feedback_pages`: `requests.RequestScheduler.widened` then widens with numpy."""
+    args = (_i64, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr)
+    return _compiled_loop("ts_widen_pages", args, "numpy widens the new view's pages", path=path, keep_gil=True)
 
 
 @functools.cache

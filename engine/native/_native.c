@@ -798,6 +798,50 @@ static int64_t ts_take_marked(uint64_t *bits, int64_t *scratch, int64_t lo, int6
     return m;
 }
 
+/* A new view's wanted pages with the eight same-level neighbours of each (RequestScheduler.widened's
+ * twin): ids[0..n) ascending and unique, counts theirs; a page that names a tile (level[id] >= 0) adds
+ * the neighbours inside its level's grid (tiles_x x tiles_y tiles from level_first, per texture and
+ * level, max_levels a row). The pages keep their counts, new neighbours get 1; written ascending to
+ * out_ids / out_counts (room for 9n). `scratch` (capacity counts) and `bits` (capacity bits) must be
+ * zero and are left zero. Returns how many were written, or -1 for a page outside 0..capacity-1 or a
+ * tile whose texture, level or place is outside the grids (nothing written, scratch and bits left zero). */
+int64_t ts_widen_pages(int64_t n, const int64_t *ids, const int64_t *counts, int64_t capacity, const int16_t *tex,
+                       const int8_t *level, const int64_t *level_first, const int64_t *tiles_x, const int64_t *tiles_y,
+                       int64_t n_textures, int64_t max_levels, int64_t *scratch, uint64_t *bits, int64_t *out_ids,
+                       int64_t *out_counts) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        if (id < 0 || id >= capacity) return -1;
+        if (level[id] < 0) continue;
+        if (tex[id] < 0 || tex[id] >= n_textures || level[id] >= max_levels) return -1;
+        const int64_t g = (int64_t)tex[id] * max_levels + level[id];
+        if (tiles_x[g] < 1 || tiles_y[g] < 1 || id < level_first[g] || id - level_first[g] >= tiles_x[g] * tiles_y[g])
+            return -1;
+    }
+    int64_t lo = capacity, hi = -1;
+    for (int64_t i = 0; i < n; i++) {
+        ts_mark(bits, ids[i], &lo, &hi);
+        scratch[ids[i]] = counts[i];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = ids[i];
+        if (level[id] < 0) continue; /* a page of no tile has no grid */
+        const int64_t g = (int64_t)tex[id] * max_levels + level[id];
+        const int64_t tx = tiles_x[g], ty = tiles_y[g], off = id - level_first[g];
+        const int64_t x = off % tx, y = off / tx;
+        for (int64_t dy = -1; dy <= 1; dy++)
+            for (int64_t dx = -1; dx <= 1; dx++) {
+                if ((dx == 0 && dy == 0) || x + dx < 0 || x + dx >= tx || y + dy < 0 || y + dy >= ty) continue;
+                const int64_t nb = id + dx + dy * tx;
+                if (!(bits[nb >> 6] >> (nb & 63) & 1)) {
+                    ts_mark(bits, nb, &lo, &hi);
+                    scratch[nb] = 1;
+                }
+            }
+    }
+    return ts_take_marked(bits, scratch, lo, hi, out_ids, out_counts);
+}
+
 /* Of the pages ids[0..m), how many each group holds (see ts_feedback_pages) into group_pages, when
  * it is not NULL; returns m. */
 static int64_t ts_count_groups(int64_t m, const int64_t *ids, const int16_t *tex, const int64_t *group_of,

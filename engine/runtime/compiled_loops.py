@@ -194,7 +194,7 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
 def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
     """The request scheduler's compiled passes from the helper at `path`, or None (see `decider_loops`)."""
     chains, prefetch, merge = native.missing_chains(path), native.prefetch_pages(path), native.merge_requests(path)
-    keys = native.queue_keys(path)
+    keys, widen = native.queue_keys(path), native.widen_pages(path)
     if chains is None or prefetch is None or merge is None or keys is None:
         return None
     at = Addresses().of
@@ -366,9 +366,49 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
             at(tiers), frame, cancel_after, MAX_LEVELS, SCORE_LIMIT, at(flags), at(out_q), at(out_keys), at(counts),
         )  # fmt: skip
 
+    def widen_pages(
+        ids: np.ndarray,
+        counts: np.ndarray,
+        tex: np.ndarray,
+        level: np.ndarray,
+        level_first: np.ndarray,
+        tiles_x: np.ndarray,
+        tiles_y: np.ndarray,
+        scratch: np.ndarray,
+        bits: np.ndarray,
+        out_ids: np.ndarray,
+        out_counts: np.ndarray,
+    ) -> int:
+        n, capacity, grid = ids.size, level.size, (MAX_TEXTURES, MAX_LEVELS)
+        if not (
+            ids.dtype == counts.dtype == np.int64
+            and ids.flags.c_contiguous
+            and counts.flags.c_contiguous
+            and counts.size >= n
+            and level.dtype == np.int8
+            and tex.dtype == np.int16
+            and tex.size == capacity
+            and all(
+                a.dtype == np.int64 and a.shape == grid and a.flags.c_contiguous
+                for a in (level_first, tiles_x, tiles_y)
+            )
+            and scratch.dtype == np.int64
+            and scratch.size >= capacity
+            and bits.dtype == np.uint64
+            and bits.size * 64 >= capacity
+            and out_ids.dtype == out_counts.dtype == np.int64
+            and min(out_ids.size, out_counts.size) >= 9 * n
+        ):
+            raise ValueError("widen_pages: a table or buffer is too small or of the wrong type")
+        return widen(  # type: ignore[misc]
+            n, ids.ctypes.data, counts.ctypes.data, capacity, at(tex), at(level), at(level_first), at(tiles_x),
+            at(tiles_y), MAX_TEXTURES, MAX_LEVELS, at(scratch), at(bits), at(out_ids), at(out_counts),
+        )  # fmt: skip
+
     return SchedulerLoops(
         missing_chains=missing_chains,
         prefetch_pages=prefetch_pages,
         merge_requests=merge_requests,
         queue_keys=queue_keys,
+        widen_pages=widen_pages if widen is not None else None,
     )

@@ -89,6 +89,9 @@ class SchedulerLoops:
     # (q, loading, state, level, own, last_wanted, score, tiers, frame, cancel_after, flags, out_q,
     # out_keys, counts) -> entries kept: ``ts_queue_keys``, `_live_queue`
     queue_keys: Callable[..., int]
+    # (ids, counts, tex, level, level_first, tiles_x, tiles_y, scratch, bits, out_ids, out_counts) -> pages,
+    # or -1 (ids it refuses: numpy widens those): ``ts_widen_pages``, `widened` (None: an older helper)
+    widen_pages: Callable[..., int] | None = None
 
 
 @dataclass(frozen=True)
@@ -313,6 +316,16 @@ class RequestScheduler:
         edges and where its level changes, next to pages it found; wanting them at once saves the
         round trip (feedback, read, upload) that finding them later costs."""
         sp, ids = self.space, wanted.ids
+        widen = self._loops.widen_pages if self._loops is not None else None
+        if widen is not None and ids.size:
+            self._buffers(ids.size, 9)
+            counts = np.ascontiguousarray(wanted.counts, np.int64)
+            grids = (sp.level_first, sp.tiles_x, sp.tiles_y)
+            got = widen(
+                ids, counts, sp.tex, sp.level, *grids, self._scratch, self._bits, self._out_ids, self._out_weights
+            )
+            if got >= 0:
+                return Wanted(self._out_ids[:got].copy(), self._out_weights[:got].copy())
         pages = ids[sp.is_tile(ids)]  # (a page of no tile has no grid)
         tex, level = sp.tex[pages].astype(np.int64), sp.level[pages].astype(np.int64)
         tx, ty = sp.tiles_x[tex, level], sp.tiles_y[tex, level]

@@ -521,7 +521,48 @@ def _replay_deciders(lib: Path) -> int:
         checks += 3 + _replay_chains(chains, prefetch, merge, keys, space, tables, rng, hostile=case == 7)
         checks += _replay_victims(victims, rng, hostile=case == 7)
         checks += _replay_uploads(lib, rng, hostile=case == 7)
+        checks += _replay_widen(lib, space, tables, rng, hostile=case == 7)
     return checks
+
+
+def _replay_widen(lib: Path, space, tables, rng, *, hostile: bool) -> int:  # noqa: ANN001
+    """``ts_widen_pages`` from exact-size buffers against `RequestScheduler.widened`'s numpy walk (pages
+    at grid edges, ids of no tile); hostile: a page past the table, refused with the scratch clean."""
+    import numpy as np
+
+    from texstream.config import StreamerConfig
+    from texstream.native import widen_pages
+    from texstream.runtime.feedback_reduce import Wanted
+    from texstream.runtime.requests import RequestScheduler
+    from texstream.runtime.tiles import MAX_LEVELS, MAX_TEXTURES
+
+    widen = widen_pages(str(lib))
+    if widen is None:
+        raise AssertionError(f"{lib} has no widening loop")
+    capacity = space.parent.size
+    ids = np.unique(rng.choice(space.used, size=int(rng.integers(1, 60)))).astype(np.int64)  # tiles and holes
+    if hostile:
+        ids = np.append(ids, capacity + 2)
+    n = ids.size
+    counts = rng.integers(1, 9, n).astype(np.int64)
+    scratch, bits = np.zeros(capacity, np.int64), np.zeros(-(-capacity // 64), np.uint64)
+    out_ids, out_counts = np.empty(9 * n, np.int64), np.empty(9 * n, np.int64)
+    got = widen(
+        n, ids.ctypes.data, counts.ctypes.data, capacity, space.tex.ctypes.data, space.level.ctypes.data,
+        space.level_first.ctypes.data, space.tiles_x.ctypes.data, space.tiles_y.ctypes.data, MAX_TEXTURES, MAX_LEVELS,
+        scratch.ctypes.data, bits.ctypes.data, out_ids.ctypes.data, out_counts.ctypes.data,
+    )  # fmt: skip
+    if scratch.any() or bits.any():
+        raise AssertionError("ts_widen_pages left its scratch dirty")
+    if hostile:
+        if got != -1:
+            raise AssertionError(f"ts_widen_pages with a page past the table: {got}, not refused")
+        return 1
+    sched = RequestScheduler(StreamerConfig(), space, tables, lambda t: np.zeros(np.size(t), bool))
+    want = sched.widened(Wanted(ids, counts))
+    if not (np.array_equal(out_ids[:got], want.ids) and np.array_equal(out_counts[:got], want.counts)):
+        raise AssertionError("ts_widen_pages: compiled pages != numpy's")
+    return 1
 
 
 def _replay_uploads(lib: Path, rng, *, hostile: bool) -> int:  # noqa: ANN001

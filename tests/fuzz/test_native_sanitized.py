@@ -118,6 +118,14 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_upload_plan(sanitized: 
     )
 
 
+def test_the_sanitizer_catches_a_planted_overflow_in_the_widening(sanitized: Path, tmp_path: Path) -> None:
+    """A widening that reads each page's coverage one entry on: past the end of the exact-size
+    coverage buffer at the last page."""
+    _assert_planted_overflow_caught(
+        tmp_path, "        scratch[ids[i]] = counts[i];", "        scratch[ids[i]] = counts[i + 1];", "deciders"
+    )
+
+
 def test_the_sanitizer_catches_a_planted_overflow_in_the_reader_pool(sanitized: Path, tmp_path: Path) -> None:
     """A reader pool that points each job's errnum one tile on: the last batch's reads write past the
     end of the exact-size outcome array (the pack replay reads every pack through the pool)."""

@@ -97,3 +97,23 @@ def test_the_compiled_chains_agree_on_edges_and_refuse_pages_outside_the_tables(
     assert_same(a, b, 3, Wanted(tiles.astype(np.int64), np.ones(tiles.size, np.int64)), 100)
     with pytest.raises(ValueError, match="outside the tables"):
         b.update(4, Wanted(np.array([space.capacity + 5], np.int64), np.ones(1, np.int64)), 100)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_widening_equals_numpys(seed: int) -> None:
+    """A new view's pages with their same-level neighbours (`RequestScheduler.widened`): the compiled
+    walk gives numpy's pages and coverage, for pages at grid edges and corners, of several textures
+    and levels, and ids between textures that name no tile (kept, no neighbours)."""
+    space, tables, tiles, rng = world(seed, 0.3)
+    numpy_sched, compiled = twins(space, tables, np.ones(MAX_TEXTURES))
+    assert LOOPS is not None and LOOPS.scheduler.widen_pages is not None  # the helper has the walk
+    holes = np.array([space.ranges[t].stop for t in range(len(HEADERS) - 1)], np.int64)  # ids of no tile
+    holes = holes[~space.is_tile(holes)]
+    for n in (1, 7, 60, 400):
+        ids = np.unique(np.concatenate([rng.choice(tiles, size=n), holes if n > 7 else holes[:0]]))
+        counts = rng.integers(1, 40, ids.size).astype(np.int64)
+        want = numpy_sched.widened(Wanted(ids, counts))
+        got = compiled.widened(Wanted(ids, counts))
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.counts, want.counts)
+        assert got.ids.size > ids.size
