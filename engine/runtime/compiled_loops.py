@@ -191,6 +191,12 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     )
 
 
+def _grids_fit(*grids: np.ndarray) -> bool:
+    """Whether per-texture, per-level tables (`TileSpace.level_first`, ``tiles_x``, ``tiles_y``) are
+    what the compiled walks index: int64, MAX_TEXTURES x MAX_LEVELS, contiguous."""
+    return all(a.dtype == np.int64 and a.shape == (MAX_TEXTURES, MAX_LEVELS) and a.flags.c_contiguous for a in grids)
+
+
 def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
     """The request scheduler's compiled passes from the helper at `path`, or None (see `decider_loops`)."""
     chains, prefetch, merge = native.missing_chains(path), native.prefetch_pages(path), native.merge_requests(path)
@@ -262,7 +268,6 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
         out_weights: np.ndarray,
     ) -> int:
         n, capacity = ids.size, parent.size
-        grid = (MAX_TEXTURES, MAX_LEVELS)
         if not (
             ids.dtype == counts.dtype == np.int64
             and ids.flags.c_contiguous
@@ -275,10 +280,7 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
             and level.dtype == np.int8
             and tex.dtype == np.int16
             and own.size == level.size == tex.size == capacity
-            and all(
-                a.dtype == np.int64 and a.shape == grid and a.flags.c_contiguous
-                for a in (level_first, tiles_x, tiles_y)
-            )
+            and _grids_fit(level_first, tiles_x, tiles_y)
             and priority.dtype == np.float64
             and priority.size >= MAX_TEXTURES
             and scratch.dtype == np.int64
@@ -379,7 +381,7 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
         out_ids: np.ndarray,
         out_counts: np.ndarray,
     ) -> int:
-        n, capacity, grid = ids.size, level.size, (MAX_TEXTURES, MAX_LEVELS)
+        n, capacity = ids.size, level.size
         if not (
             ids.dtype == counts.dtype == np.int64
             and ids.flags.c_contiguous
@@ -388,10 +390,7 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
             and level.dtype == np.int8
             and tex.dtype == np.int16
             and tex.size == capacity
-            and all(
-                a.dtype == np.int64 and a.shape == grid and a.flags.c_contiguous
-                for a in (level_first, tiles_x, tiles_y)
-            )
+            and _grids_fit(level_first, tiles_x, tiles_y)
             and scratch.dtype == np.int64
             and scratch.size >= capacity
             and bits.dtype == np.uint64
