@@ -191,6 +191,16 @@ def decider_loops(path: str | None = None) -> DeciderLoops | None:
     )
 
 
+def _pages_fit(ids: np.ndarray, counts: np.ndarray) -> bool:
+    """Whether a walk's pages and their counts are int64, contiguous, a count for every page."""
+    return (
+        ids.dtype == counts.dtype == np.int64
+        and ids.flags.c_contiguous
+        and counts.flags.c_contiguous
+        and counts.size >= ids.size
+    )
+
+
 def _grids_fit(*grids: np.ndarray) -> bool:
     """Whether per-texture, per-level tables (`TileSpace.level_first`, ``tiles_x``, ``tiles_y``) are
     what the compiled walks index: int64, MAX_TEXTURES x MAX_LEVELS, contiguous."""
@@ -223,10 +233,7 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
     ) -> int:
         n, capacity = ids.size, parent.size
         if not (
-            ids.dtype == counts.dtype == np.int64
-            and ids.flags.c_contiguous
-            and counts.flags.c_contiguous
-            and counts.size >= n
+            _pages_fit(ids, counts)
             and parent.dtype == own.dtype == np.int32
             and level.dtype == np.int8
             and tex.dtype == np.int16
@@ -269,10 +276,7 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
     ) -> int:
         n, capacity = ids.size, parent.size
         if not (
-            ids.dtype == counts.dtype == np.int64
-            and ids.flags.c_contiguous
-            and counts.flags.c_contiguous
-            and counts.size >= n
+            _pages_fit(ids, counts)
             and resident.dtype == np.uint8
             and resident.flags.c_contiguous
             and resident.size >= n
@@ -373,24 +377,18 @@ def _scheduler_loops(path: str | None) -> SchedulerLoops | None:
         counts: np.ndarray,
         tex: np.ndarray,
         level: np.ndarray,
-        level_first: np.ndarray,
-        tiles_x: np.ndarray,
-        tiles_y: np.ndarray,
-        scratch: np.ndarray,
-        bits: np.ndarray,
-        out_ids: np.ndarray,
-        out_counts: np.ndarray,
+        grids: tuple[np.ndarray, ...],
+        *out: np.ndarray,
     ) -> int:
+        """`grids`: level_first, tiles_x, tiles_y; `out`: scratch, bits, out_ids, out_counts."""
+        (level_first, tiles_x, tiles_y), (scratch, bits, out_ids, out_counts) = grids, out
         n, capacity = ids.size, level.size
         if not (
-            ids.dtype == counts.dtype == np.int64
-            and ids.flags.c_contiguous
-            and counts.flags.c_contiguous
-            and counts.size >= n
+            _pages_fit(ids, counts)
             and level.dtype == np.int8
             and tex.dtype == np.int16
             and tex.size == capacity
-            and _grids_fit(level_first, tiles_x, tiles_y)
+            and _grids_fit(*grids)
             and scratch.dtype == np.int64
             and scratch.size >= capacity
             and bits.dtype == np.uint64

@@ -89,7 +89,7 @@ class SchedulerLoops:
     # (q, loading, state, level, own, last_wanted, score, tiers, frame, cancel_after, flags, out_q,
     # out_keys, counts) -> entries kept: ``ts_queue_keys``, `_live_queue`
     queue_keys: Callable[..., int]
-    # (ids, counts, tex, level, level_first, tiles_x, tiles_y, scratch, bits, out_ids, out_counts) -> pages,
+    # (ids, counts, tex, level, (level_first, tiles_x, tiles_y), scratch, bits, out_ids, out_counts) -> pages,
     # or -1 (ids it refuses: numpy widens those): ``ts_widen_pages``, `widened` (None: an older helper)
     widen_pages: Callable[..., int] | None = None
 
@@ -322,7 +322,7 @@ class RequestScheduler:
             counts = np.ascontiguousarray(wanted.counts, np.int64)
             grids = (sp.level_first, sp.tiles_x, sp.tiles_y)
             got = widen(
-                ids, counts, sp.tex, sp.level, *grids, self._scratch, self._bits, self._out_ids, self._out_weights
+                ids, counts, sp.tex, sp.level, grids, self._scratch, self._bits, self._out_ids, self._out_weights
             )
             if got >= 0:
                 return Wanted(self._out_ids[:got].copy(), self._out_weights[:got].copy())
