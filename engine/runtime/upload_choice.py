@@ -6,8 +6,8 @@ first always). `plan_numpy` sorts the chosen loads by pool and cache slot and sp
 share into the maximal runs one upload call can write (`upload_plan.upload_runs`). `UploadChoice`
 runs both as the compiled helper's ``ts_choose_uploads`` and ``ts_plan_uploads`` when it has them:
 the same results (tested against these twins) for one ctypes call each, where the numpy versions
-cost the render thread two or three dozen small array operations a frame (about 0.2 ms on the NVIDIA
-H200 machine's CPU, docs/BENCHMARKS.md). Plain numpy and ctypes; no GL, no thread.
+cost the render thread two or three dozen small array operations a frame (docs/BENCHMARKS.md: the
+upload step 16 % cheaper on the NVIDIA H200 machine). Plain numpy and ctypes; no GL, no thread.
 """
 
 from __future__ import annotations
