@@ -719,40 +719,31 @@ int64_t ts_choose_uploads(int64_t n_ring, const uint8_t *state, int64_t ready, c
  * one cell (a run ends where slot % layers[p] == 0) read from consecutive ring slots, at most
  * max_run[p] long (0: no bound). Runs are (start, count) pairs in `runs`, each start counted from its
  * group's first load; `groups` gets five values a pool: pool, first load, loads, first run, runs.
- * `order` is scratch of n pairs. Returns the number of groups, or -1 for a pool outside 0..n_pools-1
- * or a pool with no layers. */
+ * `order` is scratch of n pairs. Returns the number of groups, or -1 for a pool outside 0..n_pools-1,
+ * a pool with no layers or a cache slot outside 0..2^28-1 (what page-table entries address). */
 int64_t ts_plan_uploads(int64_t n, const int64_t *chosen, const int64_t *pool, const int64_t *cache_slot,
                         int64_t n_pools, const int64_t *layers, const int64_t *max_run, ts_keyed *order,
                         int64_t *ordered, int64_t *runs, int64_t *groups) {
+    /* one key a load, pool then cache slot (slots fit 28 bits), carrying its ring slot: one qsort */
     for (int64_t k = 0; k < n; k++) {
-        int64_t i = chosen[k], p = pool[i];
-        if (p < 0 || p >= n_pools || layers[p] < 1) return -1;
-        order[k].key = p;
-        order[k].value = cache_slot[i];
-        ordered[k] = i;
+        int64_t i = chosen[k], p = pool[i], c = cache_slot[i];
+        if (p < 0 || p >= n_pools || layers[p] < 1 || c < 0 || c >= ((int64_t)1 << 28)) return -1;
+        order[k].key = p << 28 | c;
+        order[k].value = i;
     }
-    /* sort (pool, cache slot) pairs with the ring slot carried: cache slots of one pool are distinct,
-     * so ties never occur; the ring slot goes along through an index sort */
-    for (int64_t k = 1; k < n; k++) { /* insertion sort: a frame uploads tens of loads */
-        ts_keyed cur = order[k];
-        int64_t ring = ordered[k], j = k - 1;
-        while (j >= 0 && ts_keyed_cmp(&order[j], &cur) > 0) {
-            order[j + 1] = order[j];
-            ordered[j + 1] = ordered[j];
-            j--;
-        }
-        order[j + 1] = cur;
-        ordered[j + 1] = ring;
-    }
+    if (n > 1) qsort(order, (size_t)n, sizeof(ts_keyed), ts_keyed_cmp);
+    for (int64_t k = 0; k < n; k++) ordered[k] = order[k].value;
     int64_t n_groups = 0, n_runs = 0;
     for (int64_t k = 0; k < n;) {
-        int64_t p = order[k].key, first = k, first_run = n_runs;
+        int64_t p = order[k].key >> 28, first = k, first_run = n_runs;
         int64_t L = layers[p], cap = max_run[p] > 0 ? max_run[p] : INT64_MAX;
-        while (k < n && order[k].key == p) {
+        while (k < n && order[k].key >> 28 == p) {
             int64_t start = k, count = 1;
             k++;
-            while (k < n && order[k].key == p && count < cap && order[k].value == order[k - 1].value + 1 &&
-                   ordered[k] == ordered[k - 1] + 1 && order[k].value % L != 0) {
+            /* the next load continues the run: the next cache slot of this pool (keys one apart, in
+             * the same cell) and the next ring slot */
+            while (k < n && count < cap && order[k].key == order[k - 1].key + 1 &&
+                   ordered[k] == ordered[k - 1] + 1 && (order[k].key & (((int64_t)1 << 28) - 1)) % L != 0) {
                 count++;
                 k++;
             }

@@ -184,7 +184,7 @@ class UploadChoice:
             at(self._groups),
         )
         if groups < 0:
-            raise ValueError("a load's pool is outside the pools, or has no layers")
+            raise ValueError("a load's pool is outside the pools or has no layers, or its cache slot is past 2^28")
         g = self._groups[: 5 * groups].tolist()
         total_runs = g[-2] + g[-1]
         runs = self._runs[: 2 * total_runs].view(UPLOAD_RUN_DTYPE).copy()

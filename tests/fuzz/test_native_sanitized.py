@@ -112,8 +112,8 @@ def test_the_sanitizer_catches_a_planted_overflow_in_the_upload_plan(sanitized: 
     ordered-loads array at the last load."""
     _assert_planted_overflow_caught(
         tmp_path,
-        "        order[k].value = cache_slot[i];\n        ordered[k] = i;",
-        "        order[k].value = cache_slot[i];\n        ordered[k + 1] = i;",
+        "    for (int64_t k = 0; k < n; k++) ordered[k] = order[k].value;",
+        "    for (int64_t k = 0; k < n; k++) ordered[k + 1] = order[k].value;",
         "deciders",
     )
 
