@@ -76,17 +76,34 @@ layout(std430, binding = VT_FEEDBACK_BINDING) buffer VTFeedback {
     uint vt_fb_entries[];  // page indices (the same index as the page-table entry)
 };
 
-// Pages of `level` a side: ceil(ceil(size / 2^level) / T).
+// Tiles are 64, 128 or 256 texels (engine/pack/format.py TILE_SIZES): a level's page is its texel
+// coordinate shifted right by log2(T) + level, with no division (a shader's integer division by a
+// value it cannot see costs tens of instructions; the draws that sample are what bounds a frame).
+int vt_page_shift(VTInfo vt, int level) {
+    return findMSB(uint(vt.tile.x)) + level;
+}
+
+// Pages of `level` a side: ceil(size / (T 2^level)) (= ceil(ceil(size / 2^level) / T)).
 ivec2 vt_pages_in_level(VTInfo vt, int level) {
-    vec2 texels = ceil(vt.size.xy / exp2(float(level)));
-    return ivec2(ceil(texels / vt.tile.x));
+    int s = vt_page_shift(vt, level);
+    return (ivec2(vt.size.xy) + ((1 << s) - 1)) >> s;
 }
 
 // Index of the page under texel coordinate t at `level` (the page-table entry and the feedback id).
+// t is clamped into the texture before it becomes an integer: pages past an edge are the edge's.
 uint vt_page_index(VTInfo vt, vec2 t, int level) {
     ivec2 n = vt_pages_in_level(vt, level);
-    ivec2 page = clamp(ivec2(floor(t / (vt.tile.x * exp2(float(level))))), ivec2(0), n - 1);
+    ivec2 page = min(ivec2(clamp(t, vec2(0.0), vt.size.xy)) >> vt_page_shift(vt, level), n - 1);
     return vt_pages[vt.meta.y + level] + uint(page.y * n.x + page.x);
+}
+
+// a / b for b > 0, exact: below 2^20 through a float reciprocal and one correction (the product's
+// error is under one there), else the integer division.
+uint vt_udiv(uint a, uint b) {
+    if (a >= (1u << 20)) return a / b;
+    uint q = uint(float(a) * (1.0 / float(b)));
+    int r = int(a) - int(q * b);
+    return r < 0 ? q - 1u : (r >= int(b) ? q + 1u : q);
 }
 
 // The page's tile, or its nearest resident ancestor, decoded: (cache layer, its level, cell x,
@@ -101,16 +118,45 @@ uvec4 vt_lookup(VTInfo vt, vec2 t, int level) {
     }
     uint slot = e & 0x0FFFFFFFu;
     uint layers = uint(vt.cells.z);            // slots are numbered cell-major: cell, then layer
-    uint cell = slot / layers;
+    uint cell = vt_udiv(slot, layers);
     uint layer = slot - cell * layers;
     uint row = uint(vt.cells.x);
-    return uvec4(layer, uint(min(l, vt.meta.x - 1)), cell % row, cell / row);
+    uint cy = vt_udiv(cell, row);
+    return uvec4(layer, uint(min(l, vt.meta.x - 1)), cell - cy * row, cy);
+}
+
+// A sample's footprint, measured once for both levels (its shape does not change with the level:
+// the levels' texel axes differ by powers of two). dx, dy: the derivatives of the level-0 texel
+// coordinate. The level of detail is GL's rule on the footprint's minor axis, the major axis covered
+// by up to meta.w anisotropic taps (what the border allows).
+struct VTFootprint {
+    vec2 major;        // the footprint's major axis, in level-0 texels
+    float major_len;
+    int taps;          // bilinear taps along it where it spans more than one texel
+    float lod;
+};
+
+VTFootprint vt_footprint(VTInfo vt, vec2 dx, vec2 dy) {
+    float lx = dot(dx, dx), ly = dot(dy, dy);
+    float major = sqrt(max(lx, ly)), minor = sqrt(min(lx, ly));
+    float max_taps = float(max(vt.meta.w, 1));
+    float aniso = min(major / max(minor, 1e-8), max_taps);
+    VTFootprint fp;
+    fp.major = lx >= ly ? dx : dy;
+    fp.major_len = major;
+    fp.taps = int(clamp(ceil(major / max(minor, 1e-6)), 1.0, max_taps));
+    fp.lod = log2(max(major / aniso, 1e-8));
+    return fp;
+}
+
+float vt_lod(VTInfo vt, vec2 dx, vec2 dy) {
+    return vt_footprint(vt, dx, dy).lod;
 }
 
 // One level: anisotropic filtering done here, as up to meta.w bilinear taps spread along the
 // footprint's major axis (identical on every driver; exact at 1:1, where it is one tap). Taps are
 // clamped inside the slot, so the border (B texels) is the most a footprint can reach.
-vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, int level) {
+vec4 vt_sample_footprint(sampler2DArray cache, VTInfo vt, vec2 t, VTFootprint fp, int level) {
     uvec4 e = vt_lookup(vt, t, level);
     float L = float(e.y);                      // the level actually resident (>= level)
     float scale = exp2(-L);
@@ -119,11 +165,8 @@ vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, 
     vec2 local = tl - floor(tl / T) * T;       // [0, T) inside the tile
     vec2 origin = vec2(e.zw) * S;              // the slot's corner in the layer
     float inv = vt.tile.w;                     // 1 / layer size
-    vec2 ax = dx * scale, ay = dy * scale;     // footprint axes in texels of level L
-    vec2 major = dot(ax, ax) >= dot(ay, ay) ? ax : ay;
-    float minor_len = sqrt(min(dot(ax, ax), dot(ay, ay)));
-    int n = int(clamp(ceil(length(major) / max(minor_len, 1e-6)), 1.0, float(max(vt.meta.w, 1))));
-    if (length(major) <= 1.0) n = 1;           // magnified or 1:1: a single bilinear tap
+    vec2 major = fp.major * scale;             // in texels of level L
+    int n = fp.major_len * scale <= 1.0 ? 1 : fp.taps;  // magnified or 1:1: a single bilinear tap
     vec4 acc = vec4(0.0);
     for (int i = 0; i < n; ++i) {
         float o = (float(i) + 0.5) / float(n) - 0.5;
@@ -133,13 +176,8 @@ vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, 
     return acc / float(n);
 }
 
-// Level of detail: GL's rule on the footprint's minor axis, the major axis covered by up to
-// meta.w anisotropic samples (what the border allows).
-float vt_lod(VTInfo vt, vec2 dx, vec2 dy) {
-    float lx = dot(dx, dx), ly = dot(dy, dy);
-    float major = sqrt(max(lx, ly)), minor = sqrt(min(lx, ly));
-    float aniso = min(major / max(minor, 1e-8), float(max(vt.meta.w, 1)));
-    return log2(max(major / aniso, 1e-8));
+vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, int level) {
+    return vt_sample_footprint(cache, vt, t, vt_footprint(vt, dx, dy), level);
 }
 
 // uv: texture coordinates; uv_dx, uv_dy: screen derivatives of uv * size (before any origin flip).
@@ -147,26 +185,28 @@ vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 u
     int levels = vt.meta.x;
     vec2 size = vt.size.xy;
     vec2 t = vt_texel(vt, uv);
-    vec2 t_dx = vt_texel_delta(vt, uv_dx), t_dy = vt_texel_delta(vt, uv_dy);
+    VTFootprint fp = vt_footprint(vt, vt_texel_delta(vt, uv_dx), vt_texel_delta(vt, uv_dy));
     t = (vt.meta.z & VT_META_WRAP) != 0 ? mod(t, size) : clamp(t, vec2(0.0), size - 1e-3);
-    float lod = clamp(vt_lod(vt, t_dx, t_dy) + vt.bias.x, 0.0, float(levels - 1));
+    float lod = clamp(fp.lod + vt.bias.x, 0.0, float(levels - 1));
     int l0 = int(floor(lod));
     int l1 = min(l0 + 1, levels - 1);
     float f = lod - float(l0);
 
     // Feedback: one fragment per stride cell records the finest page it wants; the CPU applies the
     // budget's mip bias when it reduces the entries. Members of a texture set other than its lead skip
-    // it (a uniform branch): the CPU maps the lead's pages onto them.
+    // it (a uniform branch): the CPU maps the lead's pages onto them. The stride is the same for
+    // every fragment; a power of two (the default 8, and its dense half) takes a mask, not a division.
     int stride = int(max(vt_fb_stride, 1u));
-    ivec2 cell = ivec2(gl_FragCoord.xy) % stride;
+    ivec2 frag = ivec2(gl_FragCoord.xy);
+    ivec2 cell = (stride & (stride - 1)) == 0 ? frag & (stride - 1) : frag % stride;
     if ((vt.meta.z & VT_META_NO_FEEDBACK) == 0 && cell.x + cell.y * stride == int(vt_fb_phase)) {
         uint i = atomicAdd(vt_fb_count, 1u);
         if (i < vt_fb_capacity) vt_fb_entries[i] = vt_page_index(vt, t, clamp(l0, 0, levels - 1));
     }
 
-    vec4 a = vt_sample_level(cache, vt, t, t_dx, t_dy, l0);
+    vec4 a = vt_sample_footprint(cache, vt, t, fp, l0);
     if (f < 1.0 / 512.0 || l1 == l0) return a;
-    vec4 b = vt_sample_level(cache, vt, t, t_dx, t_dy, l1);
+    vec4 b = vt_sample_footprint(cache, vt, t, fp, l1);
     return mix(a, b, f);
 }
 
