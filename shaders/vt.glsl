@@ -180,6 +180,13 @@ vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, 
     return vt_sample_footprint(cache, vt, t, vt_footprint(vt, dx, dy), level);
 }
 
+// This fragment's place in its stride x stride cell of the screen. The stride is the same for every
+// fragment; a power of two (the default 8, and its dense half) takes a mask, not a division.
+ivec2 vt_feedback_cell(int stride) {
+    ivec2 frag = ivec2(gl_FragCoord.xy);
+    return (stride & (stride - 1)) == 0 ? frag & (stride - 1) : frag % stride;
+}
+
 // uv: texture coordinates; uv_dx, uv_dy: screen derivatives of uv * size (before any origin flip).
 vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 uv_dy) {
     int levels = vt.meta.x;
@@ -194,11 +201,9 @@ vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 u
 
     // Feedback: one fragment per stride cell records the finest page it wants; the CPU applies the
     // budget's mip bias when it reduces the entries. Members of a texture set other than its lead skip
-    // it (a uniform branch): the CPU maps the lead's pages onto them. The stride is the same for
-    // every fragment; a power of two (the default 8, and its dense half) takes a mask, not a division.
+    // it (a uniform branch): the CPU maps the lead's pages onto them.
     int stride = int(max(vt_fb_stride, 1u));
-    ivec2 frag = ivec2(gl_FragCoord.xy);
-    ivec2 cell = (stride & (stride - 1)) == 0 ? frag & (stride - 1) : frag % stride;
+    ivec2 cell = vt_feedback_cell(stride);
     if ((vt.meta.z & VT_META_NO_FEEDBACK) == 0 && cell.x + cell.y * stride == int(vt_fb_phase)) {
         uint i = atomicAdd(vt_fb_count, 1u);
         if (i < vt_fb_capacity) vt_fb_entries[i] = vt_page_index(vt, t, clamp(l0, 0, levels - 1));

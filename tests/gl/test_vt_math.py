@@ -1,5 +1,6 @@
 """vt.glsl's integer helpers against Python: the page grid and page index of every tile size, and the
-exact division the slot decode uses (a float reciprocal below 2^20, the integer division above).
+exact division the slot decode uses (a float reciprocal below 2^20, the integer division above),
+and the fragment's feedback cell for any stride (a mask for powers of two, else the remainder).
 
 The helpers run in a fragment shader (vt.glsl reads gl_FragCoord, so not in a compute shader), one
 fragment per case, reading the cases from one storage buffer and writing the answers to another.
@@ -23,7 +24,8 @@ void main() { gl_Position = ts_fullscreen_position(gl_VertexID); }
 FS = """#version 450 core
 #include "texstream/vt.glsl"
 uniform VTInfo u_vt;
-uniform int u_what;  // 0: vt_udiv(a, b); 1: vt_pages_in_level(level = a); 2: vt_page_index(t = (a, b) / 16, level)
+uniform int u_what;  // 0: vt_udiv(a, b); 1: vt_pages_in_level(level = a); 2: vt_page_index(t = (a, b) / 16, level);
+                     // 3: vt_feedback_cell(stride = u_level) of the fragment
 uniform int u_level;
 layout(std430, binding = 2) readonly buffer Cases { uvec2 cases[]; };
 layout(std430, binding = 3) writeonly buffer Answers { uvec2 answers[]; };
@@ -35,6 +37,8 @@ void main() {
         answers[i] = uvec2(vt_udiv(c.x, c.y), 0u);
     } else if (u_what == 1) {
         answers[i] = uvec2(vt_pages_in_level(u_vt, int(c.x)));
+    } else if (u_what == 3) {
+        answers[i] = uvec2(vt_feedback_cell(u_level));
     } else {
         vec2 t = vec2(ivec2(c)) / 16.0;
         answers[i] = uvec2(vt_page_index(u_vt, t, u_level), 0u);
@@ -138,3 +142,11 @@ def test_page_index_clamps_to_the_texture(runner: _Runner, tile: int) -> None:
         n = np.array([header.level_table["tiles_x"][level], header.level_table["tiles_y"][level]], np.int64)
         page = np.clip(np.floor(t / 16 / (tile << level)).astype(np.int64), 0, n - 1)
         np.testing.assert_array_equal(got, page[:, 1] * n[0] + page[:, 0], err_msg=f"level {level}")
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 4, 5, 7, 8, 12, 16])
+def test_feedback_cell_is_the_remainder_for_any_stride(runner: _Runner, stride: int) -> None:
+    n = 4000  # fragments x = 0 .. n - 1 of the one-row framebuffer (y = 0)
+    got = runner.run(3, np.zeros((n, 2)), level=stride)
+    np.testing.assert_array_equal(got[:, 0], np.arange(n) % stride)
+    np.testing.assert_array_equal(got[:, 1], 0)
