@@ -78,7 +78,7 @@ layout(std430, binding = VT_FEEDBACK_BINDING) buffer VTFeedback {
 
 // Tiles are 64, 128 or 256 texels (engine/pack/format.py TILE_SIZES): a level's page is its texel
 // coordinate shifted right by log2(T) + level, with no division (a shader's integer division by a
-// value it cannot see costs tens of instructions; the draws that sample are what bounds a frame).
+// value it cannot see costs tens of instructions a fragment).
 int vt_page_shift(VTInfo vt, int level) {
     return findMSB(uint(vt.tile.x)) + level;
 }
@@ -156,7 +156,7 @@ float vt_lod(VTInfo vt, vec2 dx, vec2 dy) {
 // One level: anisotropic filtering done here, as up to meta.w bilinear taps spread along the
 // footprint's major axis (identical on every driver; exact at 1:1, where it is one tap). Taps are
 // clamped inside the slot, so the border (B texels) is the most a footprint can reach.
-vec4 vt_sample_footprint(sampler2DArray cache, VTInfo vt, vec2 t, VTFootprint fp, int level) {
+vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, VTFootprint fp, int level) {
     uvec4 e = vt_lookup(vt, t, level);
     float L = float(e.y);                      // the level actually resident (>= level)
     float scale = exp2(-L);
@@ -174,10 +174,6 @@ vec4 vt_sample_footprint(sampler2DArray cache, VTInfo vt, vec2 t, VTFootprint fp
         acc += textureLod(cache, vec3((origin + p) * inv, float(e.x)), 0.0);
     }
     return acc / float(n);
-}
-
-vec4 vt_sample_level(sampler2DArray cache, VTInfo vt, vec2 t, vec2 dx, vec2 dy, int level) {
-    return vt_sample_footprint(cache, vt, t, vt_footprint(vt, dx, dy), level);
 }
 
 // This fragment's place in its stride x stride cell of the screen. The stride is the same for every
@@ -209,9 +205,9 @@ vec4 vt_sample_grad(sampler2DArray cache, VTInfo vt, vec2 uv, vec2 uv_dx, vec2 u
         if (i < vt_fb_capacity) vt_fb_entries[i] = vt_page_index(vt, t, clamp(l0, 0, levels - 1));
     }
 
-    vec4 a = vt_sample_footprint(cache, vt, t, fp, l0);
+    vec4 a = vt_sample_level(cache, vt, t, fp, l0);
     if (f < 1.0 / 512.0 || l1 == l0) return a;
-    vec4 b = vt_sample_footprint(cache, vt, t, fp, l1);
+    vec4 b = vt_sample_level(cache, vt, t, fp, l1);
     return mix(a, b, f);
 }
 

@@ -8,6 +8,8 @@ fragment per case, reading the cases from one storage buffer and writing the ans
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import moderngl
 import numpy as np
 import pytest
@@ -92,7 +94,7 @@ class _Runner:
 
 
 @pytest.fixture
-def runner(gl_context: moderngl.Context) -> _Runner:
+def runner(gl_context: moderngl.Context) -> Iterator[_Runner]:
     r = _Runner(gl_context)
     yield r
     r.release()
